@@ -1,0 +1,72 @@
+// The engine's entry point: an open Zarr array that reads and writes selections in parallel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "zarr_device/codec.hpp"
+#include "zarr_device/metadata.hpp"
+#include "zarr_device/store.hpp"
+
+namespace zarr_device {
+
+namespace codecs {
+class CodecChain;
+}
+
+struct IoOptions {
+  // Worker threads fetching and decoding chunks; 0 = one per core.
+  int threads = 0;
+  // Bytes of fetched and decoded chunk data held at once (host memory in flight). A chunk larger
+  // than the whole budget still proceeds, alone.
+  std::size_t max_inflight_bytes = std::size_t{256} << 20;
+};
+
+class Array {
+ public:
+  // Opens the array at `path` (zarr.json, or .zarray for Zarr v2). Throws NotFoundError when there
+  // is none, FormatError when its metadata is invalid.
+  static std::shared_ptr<const Array> open(std::shared_ptr<Store> store, const std::string& path);
+  // Writes `document` (a v3 zarr.json object) at `path` and opens it. Existing nodes at `path` are
+  // removed first when `overwrite`, else cause UsageError.
+  static std::shared_ptr<const Array> create(std::shared_ptr<Store> store, const std::string& path,
+                                             const nlohmann::json& document, bool overwrite);
+
+  [[nodiscard]] const ArrayMetadata& metadata() const { return metadata_; }
+  [[nodiscard]] const std::string& path() const { return path_; }
+  [[nodiscard]] const std::shared_ptr<Store>& store() const { return store_; }
+  // The chunk codec chain with every default filled in, as {"name", "configuration"} entries.
+  [[nodiscard]] nlohmann::json codecs_json() const;
+  // The shape of the inner chunks when sharded, else of the chunks.
+  [[nodiscard]] std::vector<std::int64_t> inner_chunk_shape() const;
+
+  // Reads the elements `selection` picks (one DimSlice per dimension, in bounds, step >= 1) into
+  // `out`, a C-contiguous buffer of the selection's shape. Chunks are fetched and decoded in
+  // parallel and written straight into their place.
+  void read(std::span<const DimSlice> selection, std::span<std::byte> out,
+            const IoOptions& options = {}) const;
+  // Writes C-contiguous `values` of the selection's shape; partial chunks are read, updated and
+  // written back. Chunks left holding only the fill value are removed, as zarr-python does.
+  void write(std::span<const DimSlice> selection, std::span<const std::byte> values,
+             const IoOptions& options = {}) const;
+
+  // "array 'path' in file:///root", for messages.
+  [[nodiscard]] std::string describe() const;
+
+  Array(std::shared_ptr<Store> store, std::string path, ArrayMetadata metadata);
+  ~Array();
+
+ private:
+  std::shared_ptr<Store> store_;
+  std::string path_;
+  ArrayMetadata metadata_;
+  std::unique_ptr<codecs::CodecChain> chain_;
+};
+
+// Validates `selection` against `shape` (SelectionError when out of bounds or malformed).
+void check_selection(std::span<const DimSlice> selection, std::span<const std::int64_t> shape);
+
+}  // namespace zarr_device

@@ -1,0 +1,143 @@
+// The codec contracts of Zarr v3: a chain of array->array codecs, one array->bytes codec and
+// bytes->bytes codecs. Codecs are immutable once built and shared by all threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zarr_device/buffer.hpp"
+#include "zarr_device/dtype.hpp"
+
+namespace zarr_device {
+
+// The shape, type and fill value of a chunk as one codec of a chain sees it.
+struct ChunkSpec {
+  std::vector<std::int64_t> shape;
+  const DataType* dtype = nullptr;
+  std::vector<std::byte> fill_value;  // one element, little endian
+
+  [[nodiscard]] std::int64_t num_elements() const;
+  [[nodiscard]] std::size_t nbytes() const { return static_cast<std::size_t>(num_elements()) * dtype->size; }
+};
+
+// One dimension of a selection inside a chunk: elements start, start + step, ... (count of them).
+struct DimSlice {
+  std::int64_t start = 0;
+  std::int64_t step = 1;
+  std::int64_t count = 0;
+};
+
+// Where decoded elements go (or where encoded elements come from): a base pointer, the shape of the
+// selected region and a byte stride per dimension. Strides may be anything, so a transpose is a
+// permutation of strides, not a copy.
+struct StridedView {
+  std::byte* data = nullptr;
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> byte_strides;
+};
+
+// Reads bytes [offset, offset + length) of the chunk being decoded, or, with a negative offset, the
+// last -offset bytes. Returns nullopt where the chunk does not exist. Lets a sharded chunk be read
+// piece by piece instead of whole.
+using RangeReader = std::function<std::optional<Buffer>(std::int64_t offset, std::int64_t length)>;
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  [[nodiscard]] virtual std::string_view name() const = 0;
+  // The codec's metadata entry ({"name": ..., "configuration": {...}}) as written to zarr.json.
+  [[nodiscard]] virtual nlohmann::json to_json() const = 0;
+};
+
+class ArrayToArrayCodec : public Codec {
+ public:
+  // The spec of the encoded array given the decoded one.
+  [[nodiscard]] virtual ChunkSpec encoded_spec(const ChunkSpec& decoded) const = 0;
+  // Rewrites a selection and its destination, both expressed on the decoded array, onto the encoded
+  // array, so the codecs below decode straight into the destination.
+  virtual void map_to_encoded(std::vector<DimSlice>& selection, StridedView& destination) const = 0;
+  // Encodes a C-contiguous decoded chunk into a C-contiguous encoded chunk.
+  virtual void encode(const ChunkSpec& decoded, std::span<const std::byte> in,
+                      std::span<std::byte> out) const = 0;
+};
+
+class ArrayToBytesCodec : public Codec {
+ public:
+  // Decodes the chunk `encoded` (of `spec`) and writes the elements that `selection` picks into
+  // `destination`.
+  virtual void decode_into(const Buffer& encoded, const ChunkSpec& spec,
+                           std::span<const DimSlice> selection,
+                           const StridedView& destination) const = 0;
+  // Encodes a C-contiguous chunk. Returns nullopt when nothing needs storing (a shard whose inner
+  // chunks are all fill value).
+  [[nodiscard]] virtual std::optional<Buffer> encode(const ChunkSpec& spec,
+                                                     std::span<const std::byte> chunk) const = 0;
+
+  // The byte order in which the array's elements end up laid out C-contiguously in the bytes,
+  // when the encoding is exactly that (the "bytes" codec); nullopt for anything else. Lets the chain
+  // decode compressed data straight into the destination.
+  [[nodiscard]] virtual std::optional<Endian> plain_layout() const { return std::nullopt; }
+
+  // Codecs that can decode a selection from byte ranges of the chunk (sharding) override these.
+  [[nodiscard]] virtual bool supports_partial_decode() const { return false; }
+  // Returns false when the chunk does not exist.
+  virtual bool decode_partial(const RangeReader& read, const ChunkSpec& spec,
+                              std::span<const DimSlice> selection,
+                              const StridedView& destination) const;
+};
+
+class BytesToBytesCodec : public Codec {
+ public:
+  // Decodes `encoded`. `decoded_size`, where known, is the exact size the result must have;
+  // implementations use it to bound their output and raise CodecError on a mismatch.
+  [[nodiscard]] virtual Buffer decode(const Buffer& encoded,
+                                      std::optional<std::size_t> decoded_size) const = 0;
+  // Decodes into exactly `out` (whose size is the expected decoded size). The default decodes and
+  // copies; decompressors override it to write straight into `out`.
+  virtual void decode_into(const Buffer& encoded, std::span<std::byte> out) const;
+  [[nodiscard]] virtual Buffer encode(const Buffer& decoded) const = 0;
+  // The encoded size for a decoded size, for codecs that know it (crc32c adds 4 bytes).
+  [[nodiscard]] virtual std::optional<std::size_t> encoded_size(std::size_t /*decoded*/) const {
+    return std::nullopt;
+  }
+};
+
+// What a codec factory knows when it builds a codec from metadata.
+struct CodecContext {
+  ChunkSpec chunk;        // the spec of the array the codec receives (after earlier a->a codecs)
+  int zarr_format = 3;
+};
+
+// Builds a codec from its configuration (the "configuration" object of a v3 entry, or for a
+// v2/numcodecs codec the entry itself without "id"). Throws FormatError on a bad configuration.
+using CodecFactory = std::function<std::shared_ptr<Codec>(const nlohmann::json& configuration,
+                                                          const CodecContext& context)>;
+
+// The one registry of codecs, keyed by name: v3 names ("zstd", "bytes", "sharding_indexed", ...)
+// and numcodecs ids under "numcodecs.<id>" (how zarr-python 3 names them, and how v2 compressors
+// are looked up).
+class CodecRegistry {
+ public:
+  static CodecRegistry& instance();  // holds the built-in codecs
+  void add(std::string name, CodecFactory factory);
+  // Throws FormatError("unknown codec 'x'") for a name not registered.
+  [[nodiscard]] std::shared_ptr<Codec> create(std::string_view name,
+                                              const nlohmann::json& configuration,
+                                              const CodecContext& context) const;
+  [[nodiscard]] bool contains(std::string_view name) const;
+
+ private:
+  CodecRegistry() = default;
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace zarr_device

@@ -1,0 +1,59 @@
+// Key-value stores holding Zarr metadata and chunks. Keys are '/'-separated relative paths.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zarr_device/buffer.hpp"
+
+namespace zarr_device {
+
+// A byte range of a value: `length` bytes from `offset`; a negative offset counts from the end
+// (the last -offset bytes); length -1 means "to the end". Ranges past the end are cut short.
+struct ByteRange {
+  std::int64_t offset = 0;
+  std::int64_t length = -1;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // The value (or part of it) at `key`; nullopt when there is none. Throws StoreError on failure.
+  [[nodiscard]] virtual std::optional<Buffer> get(std::string_view key,
+                                                  ByteRange range = {}) const = 0;
+  // Reads the whole value straight into `out` when its size is out.size(). Returns the value's
+  // size (when it differs from out.size(), `out` holds nothing useful) or nullopt when missing.
+  // Stores that can avoid the intermediate buffer (local files) override it.
+  [[nodiscard]] virtual std::optional<std::size_t> get_into(std::string_view key,
+                                                            std::span<std::byte> out) const;
+  // Stores a value atomically: readers see the old value or the new one, never a part.
+  virtual void set(std::string_view key, std::span<const std::byte> value) = 0;
+  // Removes a value; no error when there is none.
+  virtual void erase(std::string_view key) = 0;
+  // Removes every key under `prefix` (a directory-like path; "" is everything).
+  virtual void erase_prefix(std::string_view prefix) = 0;
+  // The names directly under `prefix` (values and sub-prefixes), without the prefix, sorted.
+  [[nodiscard]] virtual std::vector<std::string> list_dir(std::string_view prefix) const = 0;
+  [[nodiscard]] virtual bool exists(std::string_view key) const;
+  // Where the store is, for messages ("file:///data/x.zarr", "memory://").
+  [[nodiscard]] virtual std::string describe() const = 0;
+};
+
+// A directory on a local file system. Values are files; writes go to a temporary file that is
+// then renamed over the key, so a crash never leaves a half-written chunk visible.
+std::shared_ptr<Store> make_local_store(const std::filesystem::path& root);
+
+// An in-process map of keys to values.
+std::shared_ptr<Store> make_memory_store();
+
+// Joins path components with '/', skipping empty ones.
+std::string join_key(std::string_view a, std::string_view b);
+
+}  // namespace zarr_device

@@ -1,0 +1,72 @@
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+
+#include "codecs/builtin.hpp"
+#include "zarr_device/codec.hpp"
+
+namespace zarr_device {
+
+std::int64_t ChunkSpec::num_elements() const {
+  std::int64_t n = 1;
+  for (auto extent : shape) n *= extent;
+  return n;
+}
+
+bool ArrayToBytesCodec::decode_partial(const RangeReader& /*read*/, const ChunkSpec& /*spec*/,
+                                       std::span<const DimSlice> /*selection*/,
+                                       const StridedView& /*destination*/) const {
+  throw UsageError("codec '" + std::string(name()) + "' cannot decode from byte ranges");
+}
+
+void BytesToBytesCodec::decode_into(const Buffer& encoded, std::span<std::byte> out) const {
+  Buffer decoded = decode(encoded, out.size());
+  if (decoded.size() != out.size()) {
+    throw CodecError(std::string(name()) + ": decoded " + std::to_string(decoded.size()) +
+                     " bytes, expected " + std::to_string(out.size()));
+  }
+  if (!out.empty()) std::memcpy(out.data(), decoded.data(), out.size());
+}
+
+struct CodecRegistry::Impl {
+  mutable std::shared_mutex mutex;
+  std::map<std::string, CodecFactory, std::less<>> factories;
+};
+
+CodecRegistry& CodecRegistry::instance() {
+  static CodecRegistry* registry = [] {
+    auto* r = new CodecRegistry();
+    r->impl_ = std::make_shared<Impl>();
+    codecs::register_array_codecs(*r);
+    codecs::register_compression_codecs(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void CodecRegistry::add(std::string name, CodecFactory factory) {
+  std::unique_lock lock(impl_->mutex);
+  impl_->factories[std::move(name)] = std::move(factory);
+}
+
+std::shared_ptr<Codec> CodecRegistry::create(std::string_view name,
+                                             const nlohmann::json& configuration,
+                                             const CodecContext& context) const {
+  CodecFactory factory;
+  {
+    std::shared_lock lock(impl_->mutex);
+    auto it = impl_->factories.find(name);
+    if (it == impl_->factories.end()) {
+      throw FormatError("unknown codec '" + std::string(name) + "'");
+    }
+    factory = it->second;
+  }
+  return factory(configuration, context);
+}
+
+bool CodecRegistry::contains(std::string_view name) const {
+  std::shared_lock lock(impl_->mutex);
+  return impl_->factories.find(name) != impl_->factories.end();
+}
+
+}  // namespace zarr_device

@@ -1,0 +1,137 @@
+#include "codecs/codec_chain.hpp"
+
+#include "place/strided_copy.hpp"
+
+namespace zarr_device::codecs {
+
+CodecChain::CodecChain(const nlohmann::json& codecs, ChunkSpec spec, int zarr_format)
+    : spec_(std::move(spec)) {
+  if (!codecs.is_array() || codecs.empty()) throw FormatError("codecs must be a non-empty list");
+  auto& registry = CodecRegistry::instance();
+  ChunkSpec current = spec_;
+  for (const auto& entry : codecs) {
+    const std::string name = entry.value("name", "");
+    const nlohmann::json config =
+        entry.contains("configuration") ? entry["configuration"] : nlohmann::json::object();
+    auto codec = registry.create(name, config, CodecContext{current, zarr_format});
+    if (auto a2a = std::dynamic_pointer_cast<const ArrayToArrayCodec>(codec)) {
+      if (array_to_bytes_) {
+        throw FormatError("array->array codec '" + name + "' comes after the array->bytes codec");
+      }
+      specs_.push_back(current);
+      current = a2a->encoded_spec(current);
+      array_to_array_.push_back(std::move(a2a));
+    } else if (auto a2b = std::dynamic_pointer_cast<const ArrayToBytesCodec>(codec)) {
+      if (array_to_bytes_) throw FormatError("codecs list two array->bytes codecs");
+      specs_.push_back(current);
+      array_to_bytes_ = std::move(a2b);
+    } else if (auto b2b = std::dynamic_pointer_cast<const BytesToBytesCodec>(codec)) {
+      if (!array_to_bytes_) {
+        throw FormatError("bytes->bytes codec '" + name + "' comes before the array->bytes codec");
+      }
+      bytes_to_bytes_.push_back(std::move(b2b));
+    } else {
+      throw FormatError("codec '" + name + "' is of no known kind");
+    }
+  }
+  if (!array_to_bytes_) throw FormatError("codecs list no array->bytes codec (such as 'bytes')");
+}
+
+nlohmann::json CodecChain::to_json() const {
+  auto out = nlohmann::json::array();
+  for (const auto& c : array_to_array_) out.push_back(c->to_json());
+  out.push_back(array_to_bytes_->to_json());
+  for (const auto& c : bytes_to_bytes_) out.push_back(c->to_json());
+  return out;
+}
+
+bool CodecChain::is_plain() const {
+  return array_to_array_.empty() && bytes_to_bytes_.empty() &&
+         (array_to_bytes_->plain_layout() == Endian::kLittle);
+}
+
+bool CodecChain::supports_partial_decode() const {
+  return bytes_to_bytes_.empty() && array_to_bytes_->supports_partial_decode();
+}
+
+namespace {
+
+// Rewrites selection and destination through the array->array codecs onto the encoded array.
+template <typename Codecs>
+void map_through(const Codecs& codecs, std::vector<DimSlice>& selection, StridedView& destination) {
+  for (const auto& c : codecs) c->map_to_encoded(selection, destination);
+}
+
+}  // namespace
+
+void CodecChain::decode_into(const Buffer& encoded, std::span<const DimSlice> selection,
+                             const StridedView& destination) const {
+  std::vector<DimSlice> sel(selection.begin(), selection.end());
+  StridedView dest = destination;
+  map_through(array_to_array_, sel, dest);
+  const ChunkSpec& inner = specs_.back();
+
+  if (bytes_to_bytes_.empty()) {
+    array_to_bytes_->decode_into(encoded, inner, sel, dest);
+    return;
+  }
+  // Decompress straight into the destination when it is the whole chunk, laid out as stored.
+  const auto layout = array_to_bytes_->plain_layout();
+  const bool native = layout == Endian::kLittle;
+  if (native && place::is_full(sel, inner.shape) &&
+      place::is_c_contiguous(dest, inner.dtype->size)) {
+    Buffer current = encoded;
+    for (std::size_t i = bytes_to_bytes_.size(); i-- > 1;) {
+      current = bytes_to_bytes_[i]->decode(current, std::nullopt);
+    }
+    bytes_to_bytes_[0]->decode_into(current, {dest.data, inner.nbytes()});
+    return;
+  }
+  Buffer current = encoded;
+  for (std::size_t i = bytes_to_bytes_.size(); i-- > 0;) {
+    const std::optional<std::size_t> size =
+        (i == 0 && layout) ? std::optional<std::size_t>(inner.nbytes()) : std::nullopt;
+    current = bytes_to_bytes_[i]->decode(current, size);
+  }
+  array_to_bytes_->decode_into(current, inner, sel, dest);
+}
+
+bool CodecChain::decode_partial(const RangeReader& read, std::span<const DimSlice> selection,
+                                const StridedView& destination) const {
+  std::vector<DimSlice> sel(selection.begin(), selection.end());
+  StridedView dest = destination;
+  map_through(array_to_array_, sel, dest);
+  return array_to_bytes_->decode_partial(read, specs_.back(), sel, dest);
+}
+
+std::optional<Buffer> CodecChain::encode(std::span<const std::byte> chunk) const {
+  if (chunk.size() != spec_.nbytes()) {
+    throw UsageError("chunk of " + std::to_string(chunk.size()) + " bytes given to encode, expected " +
+                     std::to_string(spec_.nbytes()));
+  }
+  std::span<const std::byte> current = chunk;
+  ByteArray scratch[2];
+  for (std::size_t i = 0; i < array_to_array_.size(); ++i) {
+    auto& out = scratch[i % 2];
+    out = ByteArray(spec_.nbytes());
+    array_to_array_[i]->encode(specs_[i], current, out.span());
+    current = {out.data(), out.size()};
+  }
+  auto bytes = array_to_bytes_->encode(specs_.back(), current);
+  if (!bytes) return std::nullopt;
+  for (const auto& c : bytes_to_bytes_) bytes = c->encode(*bytes);
+  return bytes;
+}
+
+std::optional<std::size_t> CodecChain::fixed_encoded_size() const {
+  if (!array_to_bytes_->plain_layout()) return std::nullopt;
+  std::size_t size = specs_.back().nbytes();
+  for (const auto& c : bytes_to_bytes_) {
+    auto next = c->encoded_size(size);
+    if (!next) return std::nullopt;
+    size = *next;
+  }
+  return size;
+}
+
+}  // namespace zarr_device::codecs

@@ -1,0 +1,22 @@
+// CRC-32C (Castagnoli), the checksum of the Zarr v3 "crc32c" codec.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace zarr_device::codecs {
+
+// The CRC-32C of `data`, continuing from `crc` (the CRC of the bytes before it, 0 to start):
+// crc32c(b, crc32c(a)) == crc32c(a + b). Uses the SSE4.2 instruction where the processor has it.
+std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc = 0);
+
+namespace detail {
+// The two implementations behind crc32c(), exposed so tests can check each against the other.
+std::uint32_t crc32c_portable(std::span<const std::byte> data, std::uint32_t crc);
+// Only callable where crc32c_hardware_available() is true.
+std::uint32_t crc32c_hardware(std::span<const std::byte> data, std::uint32_t crc);
+bool crc32c_hardware_available();
+}  // namespace detail
+
+}  // namespace zarr_device::codecs

@@ -1,0 +1,82 @@
+// The "crc32c" codec (Zarr v3 core): the data followed by its CRC-32C, 4 bytes little endian.
+#include <cstdio>
+#include <memory>
+
+#include "codecs/compression_common.hpp"
+#include "codecs/crc32c.hpp"
+
+namespace zarr_device::codecs {
+namespace {
+
+constexpr std::size_t kChecksumSize = 4;
+
+std::string hex32(std::uint32_t value) {
+  char text[11];
+  std::snprintf(text, sizeof text, "0x%08x", value);
+  return text;
+}
+
+class Crc32cCodec final : public BytesToBytesCodec {
+ public:
+  [[nodiscard]] std::string_view name() const override { return "crc32c"; }
+
+  // zarr-python writes no "configuration" for it.
+  [[nodiscard]] nlohmann::json to_json() const override { return {{"name", "crc32c"}}; }
+
+  [[nodiscard]] Buffer decode(const Buffer& encoded,
+                              std::optional<std::size_t> decoded_size) const override {
+    const std::size_t size = payload_size(encoded, decoded_size);
+    verify(encoded);
+    return encoded.slice(0, size);
+  }
+
+  void decode_into(const Buffer& encoded, std::span<std::byte> out) const override {
+    const std::size_t size = payload_size(encoded, out.size());
+    verify(encoded);
+    if (size > 0) std::memcpy(out.data(), encoded.data(), size);
+  }
+
+  [[nodiscard]] Buffer encode(const Buffer& decoded) const override {
+    ByteArray out(decoded.size() + kChecksumSize);
+    if (!decoded.empty()) std::memcpy(out.data(), decoded.data(), decoded.size());
+    store_le32(out.data() + decoded.size(), crc32c(decoded.span()));
+    return std::move(out).freeze();
+  }
+
+  [[nodiscard]] std::optional<std::size_t> encoded_size(std::size_t decoded) const override {
+    return decoded + kChecksumSize;
+  }
+
+ private:
+  std::size_t payload_size(const Buffer& encoded, std::optional<std::size_t> expected) const {
+    if (encoded.size() < kChecksumSize) {
+      throw CodecError("crc32c: data is " + std::to_string(encoded.size()) +
+                       " bytes, shorter than the 4-byte checksum");
+    }
+    const std::size_t size = encoded.size() - kChecksumSize;
+    if (expected && size != *expected) throw_size_mismatch(name(), size, *expected);
+    return size;
+  }
+
+  static void verify(const Buffer& encoded) {
+    const std::size_t size = encoded.size() - kChecksumSize;
+    const std::uint32_t stored = load_le32(encoded.data() + size);
+    const std::uint32_t computed = crc32c(encoded.span().first(size));
+    if (stored != computed) {
+      throw ChecksumError("crc32c: checksum mismatch: stored " + hex32(stored) +
+                          ", computed " + hex32(computed) + " over " + std::to_string(size) +
+                          " bytes");
+    }
+  }
+};
+
+}  // namespace
+
+void register_crc32c_codec(CodecRegistry& registry) {
+  registry.add("crc32c", [](const nlohmann::json& configuration, const CodecContext&) {
+    ConfigReader config("crc32c", configuration);  // rejects a configuration that is no object
+    return std::make_shared<Crc32cCodec>();
+  });
+}
+
+}  // namespace zarr_device::codecs

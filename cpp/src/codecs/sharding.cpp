@@ -1,0 +1,274 @@
+// sharding_indexed: an array->bytes codec storing a grid of inner chunks plus an index of
+// (offset, nbytes) pairs. Decoding checks every index entry before trusting it.
+#include <algorithm>
+#include <limits>
+
+#include "codecs/builtin.hpp"
+#include "codecs/codec_chain.hpp"
+#include "place/chunk_grid.hpp"
+#include "place/strided_copy.hpp"
+
+namespace zarr_device::codecs {
+namespace {
+
+using json = nlohmann::json;
+constexpr std::uint64_t kMissing = std::numeric_limits<std::uint64_t>::max();
+
+struct IndexEntry {
+  std::uint64_t offset;
+  std::uint64_t nbytes;
+  [[nodiscard]] bool missing() const { return offset == kMissing && nbytes == kMissing; }
+};
+
+class ShardingCodec final : public ArrayToBytesCodec {
+ public:
+  ShardingCodec(const json& config, const CodecContext& ctx)
+      : config_(config),
+        inner_(inner_codecs(config), inner_spec(config, ctx), ctx.zarr_format),
+        index_(config.contains("index_codecs")
+                   ? config["index_codecs"]
+                   : json::array({{{"name", "bytes"}, {"configuration", {{"endian", "little"}}}},
+                                  {{"name", "crc32c"}}}),
+               index_spec(ctx.chunk.shape, inner_.spec().shape), ctx.zarr_format) {
+    const std::string location = config.value("index_location", "end");
+    if (location != "start" && location != "end") {
+      throw FormatError("sharding index_location must be 'start' or 'end'");
+    }
+    index_at_start_ = location == "start";
+    auto size = index_.fixed_encoded_size();
+    if (!size) throw FormatError("sharding index_codecs must have a fixed encoded size");
+    index_size_ = *size;
+    chunks_per_shard_ = index_.spec().shape;
+    chunks_per_shard_.pop_back();
+    num_inner_ = 1;
+    for (auto n : chunks_per_shard_) num_inner_ *= static_cast<std::size_t>(n);
+  }
+
+  std::string_view name() const override { return "sharding_indexed"; }
+  json to_json() const override {
+    json config = config_;
+    config["codecs"] = inner_.to_json();
+    config["index_codecs"] = index_.to_json();
+    config["index_location"] = index_at_start_ ? "start" : "end";
+    return {{"name", "sharding_indexed"}, {"configuration", config}};
+  }
+
+  void decode_into(const Buffer& shard, const ChunkSpec& spec, std::span<const DimSlice> selection,
+                   const StridedView& destination) const override {
+    if (shard.size() < index_size_) {
+      throw CodecError("shard of " + std::to_string(shard.size()) +
+                       " bytes is smaller than its index (" + std::to_string(index_size_) + ")");
+    }
+    const std::uint64_t lo = index_at_start_ ? index_size_ : 0;
+    const std::uint64_t hi = index_at_start_ ? shard.size() : shard.size() - index_size_;
+    const auto index = read_index(shard.slice(index_at_start_ ? 0 : hi, index_size_), lo, hi);
+    decode_chunks(index, spec, selection, destination,
+                  [&](const IndexEntry& e) { return shard.slice(e.offset, e.nbytes); });
+  }
+
+  bool supports_partial_decode() const override { return true; }
+
+  bool decode_partial(const RangeReader& read, const ChunkSpec& spec,
+                      std::span<const DimSlice> selection,
+                      const StridedView& destination) const override {
+    const auto n = static_cast<std::int64_t>(index_size_);
+    auto bytes = index_at_start_ ? read(0, n) : read(-n, n);
+    if (!bytes) return false;
+    if (bytes->size() != index_size_) {
+      throw CodecError("shard of " + std::to_string(bytes->size()) +
+                       " bytes is smaller than its index (" + std::to_string(index_size_) + ")");
+    }
+    // Without the shard's total size, entries past its end show up as short reads below.
+    const auto index = read_index(*bytes, index_at_start_ ? index_size_ : 0, kMissing);
+    decode_chunks(index, spec, selection, destination, [&](const IndexEntry& e) {
+      auto data = read(static_cast<std::int64_t>(e.offset), static_cast<std::int64_t>(e.nbytes));
+      if (!data || data->size() != e.nbytes) {
+        throw CodecError("shard is truncated: inner chunk at byte " + std::to_string(e.offset) +
+                         " of length " + std::to_string(e.nbytes) + " is past its end");
+      }
+      return *data;
+    });
+    return true;
+  }
+
+  std::optional<Buffer> encode(const ChunkSpec& spec,
+                               std::span<const std::byte> shard) const override {
+    const auto& inner = inner_.spec();
+    const std::size_t es = spec.dtype->size;
+    const auto shard_strides = place::c_strides(spec.shape, es);
+    std::vector<Buffer> chunks(num_inner_);
+    std::vector<IndexEntry> index(num_inner_, {kMissing, kMissing});
+    ByteArray scratch(inner.nbytes());
+    const StridedView scratch_view{scratch.data(), inner.shape, place::c_strides(inner.shape, es)};
+    std::vector<std::int64_t> coords(chunks_per_shard_.size(), 0);
+    std::uint64_t offset = index_at_start_ ? index_size_ : 0;
+    for (std::size_t i = 0; i < num_inner_; ++i) {
+      std::size_t rest = i;
+      std::int64_t src_offset = 0;
+      for (std::size_t d = coords.size(); d-- > 0;) {
+        coords[d] = static_cast<std::int64_t>(rest % chunks_per_shard_[d]);
+        rest /= chunks_per_shard_[d];
+        src_offset += coords[d] * inner.shape[d] * shard_strides[d];
+      }
+      place::copy_strided(shard.data() + src_offset, shard_strides, scratch_view, es);
+      if (place::is_all_fill(scratch.span(), inner.fill_value)) continue;
+      auto encoded = inner_.encode(scratch.span());
+      if (!encoded) continue;
+      index[i] = {offset, encoded->size()};
+      offset += encoded->size();
+      chunks[i] = std::move(*encoded);
+    }
+    if (std::all_of(index.begin(), index.end(), [](const IndexEntry& e) { return e.missing(); })) {
+      return std::nullopt;
+    }
+    std::vector<std::uint64_t> flat(num_inner_ * 2);
+    for (std::size_t i = 0; i < num_inner_; ++i) {
+      flat[2 * i] = index[i].offset;
+      flat[2 * i + 1] = index[i].nbytes;
+    }
+    auto encoded_index = index_.encode(
+        {reinterpret_cast<const std::byte*>(flat.data()), flat.size() * sizeof(std::uint64_t)});
+    if (!encoded_index || encoded_index->size() != index_size_) {
+      throw CodecError("shard index encoded to an unexpected size");
+    }
+    const std::size_t data_size = offset - (index_at_start_ ? index_size_ : 0);
+    ByteArray out(data_size + index_size_);
+    std::byte* p = out.data();
+    if (index_at_start_) {
+      std::memcpy(p, encoded_index->data(), index_size_);
+      p += index_size_;
+    }
+    for (const auto& c : chunks) {
+      if (!c.empty()) std::memcpy(p, c.data(), c.size());
+      p += c.size();
+    }
+    if (!index_at_start_) std::memcpy(p, encoded_index->data(), index_size_);
+    return std::move(out).freeze();
+  }
+
+ private:
+  static const json& inner_codecs(const json& config) {
+    if (!config.is_object() || !config.contains("codecs")) {
+      throw FormatError("sharding_indexed needs 'chunk_shape' and 'codecs'");
+    }
+    return config["codecs"];
+  }
+
+  static ChunkSpec inner_spec(const json& config, const CodecContext& ctx) {
+    if (!config.is_object() || !config.contains("chunk_shape") || !config.contains("codecs")) {
+      throw FormatError("sharding_indexed needs 'chunk_shape' and 'codecs'");
+    }
+    const auto& cs = config["chunk_shape"];
+    if (!cs.is_array() || cs.size() != ctx.chunk.shape.size()) {
+      throw FormatError("sharding chunk_shape " + cs.dump() + " does not match the shard's rank");
+    }
+    ChunkSpec spec = ctx.chunk;
+    for (std::size_t i = 0; i < cs.size(); ++i) {
+      if (!cs[i].is_number_integer() || cs[i].get<std::int64_t>() <= 0 ||
+          ctx.chunk.shape[i] % cs[i].get<std::int64_t>() != 0) {
+        throw FormatError("sharding chunk_shape " + cs.dump() + " does not divide the shard shape");
+      }
+      spec.shape[i] = cs[i].get<std::int64_t>();
+    }
+    return spec;
+  }
+
+  static ChunkSpec index_spec(const std::vector<std::int64_t>& shard,
+                              const std::vector<std::int64_t>& inner) {
+    ChunkSpec spec;
+    for (std::size_t i = 0; i < shard.size(); ++i) spec.shape.push_back(shard[i] / inner[i]);
+    spec.shape.push_back(2);
+    spec.dtype = &DataType::from_v3_name("uint64");
+    spec.fill_value.assign(8, std::byte{0xff});
+    return spec;
+  }
+
+  // Decodes and validates the index. Entries must lie in [lo, hi), not wrap around and not overlap.
+  std::vector<IndexEntry> read_index(const Buffer& bytes, std::uint64_t lo, std::uint64_t hi) const {
+    std::vector<std::uint64_t> flat(num_inner_ * 2);
+    const auto& spec = index_.spec();
+    const StridedView view{reinterpret_cast<std::byte*>(flat.data()), spec.shape,
+                           place::c_strides(spec.shape, 8)};
+    std::vector<DimSlice> all;
+    for (auto e : spec.shape) all.push_back({0, 1, e});
+    try {
+      index_.decode_into(bytes, all, view);
+    } catch (Error& e) {
+      e.add_context("shard index");
+      throw;
+    }
+    std::vector<IndexEntry> index(num_inner_);
+    std::vector<IndexEntry> present;
+    for (std::size_t i = 0; i < num_inner_; ++i) {
+      IndexEntry e{flat[2 * i], flat[2 * i + 1]};
+      index[i] = e;
+      if (e.missing()) continue;
+      if (e.offset > kMissing - e.nbytes) {
+        throw CodecError("shard index entry " + std::to_string(i) + " (offset " +
+                         std::to_string(e.offset) + ", length " + std::to_string(e.nbytes) +
+                         ") wraps around");
+      }
+      if (e.offset < lo || e.offset + e.nbytes > hi) {
+        throw CodecError("shard index entry " + std::to_string(i) + " (offset " +
+                         std::to_string(e.offset) + ", length " + std::to_string(e.nbytes) +
+                         ") is out of bounds");
+      }
+      present.push_back(e);
+    }
+    std::sort(present.begin(), present.end(),
+              [](const IndexEntry& a, const IndexEntry& b) { return a.offset < b.offset; });
+    for (std::size_t i = 1; i < present.size(); ++i) {
+      if (present[i - 1].offset + present[i - 1].nbytes > present[i].offset) {
+        throw CodecError("shard index entries overlap at byte " +
+                         std::to_string(present[i].offset));
+      }
+    }
+    return index;
+  }
+
+  template <typename Fetch>
+  void decode_chunks(const std::vector<IndexEntry>& index, const ChunkSpec& spec,
+                     std::span<const DimSlice> selection, const StridedView& destination,
+                     Fetch fetch) const {
+    const auto& inner = inner_.spec();
+    place::GridIntersection grid(selection, inner.shape);
+    place::GridIntersection::Item item;
+    for (std::size_t i = 0; i < grid.size(); ++i) {
+      grid.at(i, item);
+      std::size_t linear = 0;
+      for (std::size_t d = 0; d < item.chunk.size(); ++d) {
+        linear = linear * chunks_per_shard_[d] + static_cast<std::size_t>(item.chunk[d]);
+      }
+      const auto region = place::subview(destination, item.out_offset, item.count);
+      const auto& entry = index[linear];
+      if (entry.missing()) {
+        place::fill_strided(region, spec.fill_value);
+        continue;
+      }
+      try {
+        inner_.decode_into(fetch(entry), item.within, region);
+      } catch (Error& e) {
+        e.add_context("inner chunk " + std::to_string(linear));
+        throw;
+      }
+    }
+  }
+
+  json config_;
+  CodecChain inner_;
+  CodecChain index_;
+  bool index_at_start_ = false;
+  std::size_t index_size_ = 0;
+  std::vector<std::int64_t> chunks_per_shard_;
+  std::size_t num_inner_ = 1;
+};
+
+}  // namespace
+
+void register_sharding_codec(CodecRegistry& registry) {
+  registry.add("sharding_indexed", [](const json& config, const CodecContext& ctx) {
+    return std::make_shared<ShardingCodec>(config, ctx);
+  });
+}
+
+}  // namespace zarr_device::codecs

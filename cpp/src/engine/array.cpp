@@ -1,0 +1,261 @@
+#include "zarr_device/array.hpp"
+
+#include <thread>
+
+#include "codecs/codec_chain.hpp"
+#include "engine/thread_pool.hpp"
+#include "place/chunk_grid.hpp"
+#include "place/strided_copy.hpp"
+
+namespace zarr_device {
+namespace {
+
+using json = nlohmann::json;
+
+std::optional<json> read_json(const Store& store, const std::string& key) {
+  auto bytes = store.get(key);
+  if (!bytes) return std::nullopt;
+  try {
+    return json::parse(reinterpret_cast<const char*>(bytes->data()),
+                       reinterpret_cast<const char*>(bytes->data()) + bytes->size());
+  } catch (const json::exception& e) {
+    throw FormatError("'" + key + "' is not valid JSON: " + e.what());
+  }
+}
+
+std::size_t worker_count(const IoOptions& options) {
+  if (options.threads > 0) return static_cast<std::size_t>(options.threads);
+  return std::max(1U, std::thread::hardware_concurrency());
+}
+
+std::size_t selection_elements(std::span<const DimSlice> selection) {
+  std::size_t n = 1;
+  for (const auto& s : selection) n *= static_cast<std::size_t>(s.count);
+  return n;
+}
+
+template <typename F>
+auto with_format_errors(const std::string& where, F f) {
+  try {
+    return f();
+  } catch (Error& e) {
+    e.add_context(where);
+    throw;
+  } catch (const json::exception& e) {
+    throw FormatError(where + ": invalid metadata: " + e.what());
+  }
+}
+
+}  // namespace
+
+void check_selection(std::span<const DimSlice> selection, std::span<const std::int64_t> shape) {
+  if (selection.size() != shape.size()) {
+    throw SelectionError("selection has " + std::to_string(selection.size()) +
+                         " dimensions, the array has " + std::to_string(shape.size()));
+  }
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    const auto& s = selection[d];
+    if (s.step < 1) throw SelectionError("step must be at least 1 in dimension " + std::to_string(d));
+    if (s.count < 0 || s.start < 0) {
+      throw SelectionError("negative start or count in dimension " + std::to_string(d));
+    }
+    if (s.count > 0 && (s.start >= shape[d] || (shape[d] - 1 - s.start) / s.step < s.count - 1)) {
+      throw SelectionError("selection is out of bounds in dimension " + std::to_string(d) +
+                           " of extent " + std::to_string(shape[d]));
+    }
+  }
+}
+
+Array::Array(std::shared_ptr<Store> store, std::string path, ArrayMetadata metadata)
+    : store_(std::move(store)), path_(std::move(path)), metadata_(std::move(metadata)) {
+  ChunkSpec spec{metadata_.chunk_shape, metadata_.dtype, metadata_.fill_value};
+  chain_ = std::make_unique<codecs::CodecChain>(metadata_.codecs, std::move(spec),
+                                                metadata_.zarr_format);
+}
+
+Array::~Array() = default;
+
+std::string Array::describe() const {
+  return "array '" + path_ + "' in " + store_->describe();
+}
+
+std::shared_ptr<const Array> Array::open(std::shared_ptr<Store> store, const std::string& path) {
+  const std::string where = "array '" + path + "' in " + store->describe();
+  return with_format_errors(where, [&]() -> std::shared_ptr<const Array> {
+    if (auto doc = read_json(*store, join_key(path, "zarr.json"))) {
+      if (doc->is_object() && doc->value("node_type", "") == "group") {
+        throw NotFoundError("node is a group, not an array");
+      }
+      return std::make_shared<const Array>(store, path, ArrayMetadata::from_v3(*doc));
+    }
+    if (auto zarray = read_json(*store, join_key(path, ".zarray"))) {
+      auto zattrs = read_json(*store, join_key(path, ".zattrs")).value_or(json::object());
+      return std::make_shared<const Array>(store, path, ArrayMetadata::from_v2(*zarray, zattrs));
+    }
+    throw NotFoundError("no array found (no zarr.json or .zarray)");
+  });
+}
+
+std::shared_ptr<const Array> Array::create(std::shared_ptr<Store> store, const std::string& path,
+                                           const json& document, bool overwrite) {
+  const std::string where = "array '" + path + "' in " + store->describe();
+  return with_format_errors(where, [&]() -> std::shared_ptr<const Array> {
+    // Validate everything before touching the store.
+    auto probe = std::make_shared<const Array>(store, path, ArrayMetadata::from_v3(document));
+    json doc = document;
+    doc["codecs"] = probe->codecs_json();
+    const bool exists = store->exists(join_key(path, "zarr.json")) ||
+                        store->exists(join_key(path, ".zarray")) ||
+                        store->exists(join_key(path, ".zgroup"));
+    if (exists && !overwrite) throw UsageError("a node already exists there (use mode 'w' to replace it)");
+    if (overwrite) store->erase_prefix(path);
+    const std::string text = doc.dump(2);
+    store->set(join_key(path, "zarr.json"),
+               {reinterpret_cast<const std::byte*>(text.data()), text.size()});
+    return std::make_shared<const Array>(store, path, ArrayMetadata::from_v3(doc));
+  });
+}
+
+json Array::codecs_json() const { return chain_->to_json(); }
+
+std::vector<std::int64_t> Array::inner_chunk_shape() const {
+  for (const auto& c : codecs_json()) {
+    if (c.value("name", "") == "sharding_indexed") {
+      return c["configuration"]["chunk_shape"].get<std::vector<std::int64_t>>();
+    }
+  }
+  return metadata_.chunk_shape;
+}
+
+void Array::read(std::span<const DimSlice> selection, std::span<std::byte> out,
+                 const IoOptions& options) const {
+  check_selection(selection, metadata_.shape);
+  const std::size_t es = metadata_.dtype->size;
+  if (out.size() != selection_elements(selection) * es) {
+    throw UsageError("output buffer holds " + std::to_string(out.size()) + " bytes, the selection " +
+                     std::to_string(selection_elements(selection) * es));
+  }
+  std::vector<std::int64_t> out_shape;
+  for (const auto& s : selection) out_shape.push_back(s.count);
+  const StridedView out_view{out.data(), out_shape, place::c_strides(out_shape, es)};
+  const place::GridIntersection grid(selection, metadata_.chunk_shape);
+  const std::size_t chunk_bytes = chain_->spec().nbytes();
+  engine::ByteBudget budget(options.max_inflight_bytes);
+  const std::size_t workers = worker_count(options);
+  const bool plain = chain_->is_plain();
+  const bool partial = chain_->supports_partial_decode();
+
+  engine::ThreadPool::shared(workers).parallel_for(grid.size(), workers, [&](std::size_t i) {
+    place::GridIntersection::Item item;
+    grid.at(i, item);
+    const std::string key = join_key(path_, metadata_.chunk_key_encoding.key(item.chunk));
+    const StridedView region = place::subview(out_view, item.out_offset, item.count);
+    try {
+      if (plain && place::is_full(item.within, metadata_.chunk_shape) &&
+          place::is_c_contiguous(region, es)) {
+        // Stored bytes are the elements as the output wants them: read straight into place.
+        auto size = store_->get_into(key, {region.data, chunk_bytes});
+        if (!size) {
+          place::fill_strided(region, metadata_.fill_value);
+        } else if (*size != chunk_bytes) {
+          throw CodecError("chunk holds " + std::to_string(*size) + " bytes, expected " +
+                           std::to_string(chunk_bytes) + " for its shape and data type");
+        }
+        return;
+      }
+      if (partial) {
+        engine::BudgetLease lease(budget, chunk_bytes);
+        const RangeReader reader = [&](std::int64_t offset, std::int64_t length) {
+          return store_->get(key, {offset, length});
+        };
+        if (!chain_->decode_partial(reader, item.within, region)) {
+          place::fill_strided(region, metadata_.fill_value);
+        }
+        return;
+      }
+      engine::BudgetLease lease(budget, 2 * chunk_bytes);
+      auto encoded = store_->get(key);
+      if (!encoded) {
+        place::fill_strided(region, metadata_.fill_value);
+        return;
+      }
+      chain_->decode_into(*encoded, item.within, region);
+    } catch (Error& e) {
+      e.add_context(describe() + ", chunk '" + key + "'");
+      throw;
+    }
+  });
+}
+
+void Array::write(std::span<const DimSlice> selection, std::span<const std::byte> values,
+                  const IoOptions& options) const {
+  check_selection(selection, metadata_.shape);
+  const std::size_t es = metadata_.dtype->size;
+  if (values.size() != selection_elements(selection) * es) {
+    throw UsageError("values hold " + std::to_string(values.size()) + " bytes, the selection " +
+                     std::to_string(selection_elements(selection) * es));
+  }
+  std::vector<std::int64_t> value_shape;
+  for (const auto& s : selection) value_shape.push_back(s.count);
+  const auto value_strides = place::c_strides(value_shape, es);
+  const place::GridIntersection grid(selection, metadata_.chunk_shape);
+  const auto& chunk_shape = metadata_.chunk_shape;
+  const auto chunk_strides = place::c_strides(chunk_shape, es);
+  const std::size_t chunk_bytes = chain_->spec().nbytes();
+  engine::ByteBudget budget(options.max_inflight_bytes);
+  const std::size_t workers = worker_count(options);
+
+  engine::ThreadPool::shared(workers).parallel_for(grid.size(), workers, [&](std::size_t i) {
+    place::GridIntersection::Item item;
+    grid.at(i, item);
+    const std::string key = join_key(path_, metadata_.chunk_key_encoding.key(item.chunk));
+    try {
+      engine::BudgetLease lease(budget, 3 * chunk_bytes);
+      ByteArray chunk(chunk_bytes);
+      const StridedView chunk_view{chunk.data(), chunk_shape, chunk_strides};
+      // Does the selection cover every element of the chunk inside the array?
+      bool covers = true;
+      for (std::size_t d = 0; d < chunk_shape.size(); ++d) {
+        const std::int64_t inside =
+            std::min(chunk_shape[d], metadata_.shape[d] - item.chunk[d] * chunk_shape[d]);
+        const auto& w = item.within[d];
+        if (!(w.start == 0 && w.count == inside && (w.step == 1 || inside == 1))) covers = false;
+      }
+      std::optional<Buffer> existing;
+      if (!covers) existing = store_->get(key);
+      if (existing) {
+        std::vector<DimSlice> all;
+        for (auto e : chunk_shape) all.push_back({0, 1, e});
+        chain_->decode_into(*existing, all, chunk_view);
+      } else {
+        place::fill_strided(chunk_view, metadata_.fill_value);
+      }
+      // Overlay the new values.
+      StridedView target{chunk.data(), item.count, {}};
+      for (std::size_t d = 0; d < chunk_shape.size(); ++d) {
+        target.data += item.within[d].start * chunk_strides[d];
+        target.byte_strides.push_back(item.within[d].step * chunk_strides[d]);
+      }
+      std::int64_t src_offset = 0;
+      for (std::size_t d = 0; d < chunk_shape.size(); ++d) {
+        src_offset += item.out_offset[d] * value_strides[d];
+      }
+      place::copy_strided(values.data() + src_offset, value_strides, target, es);
+      if (place::is_all_fill(chunk.span(), metadata_.fill_value)) {
+        store_->erase(key);
+        return;
+      }
+      auto encoded = chain_->encode(chunk.span());
+      if (encoded) {
+        store_->set(key, encoded->span());
+      } else {
+        store_->erase(key);
+      }
+    } catch (Error& e) {
+      e.add_context(describe() + ", chunk '" + key + "'");
+      throw;
+    }
+  });
+}
+
+}  // namespace zarr_device

@@ -1,0 +1,453 @@
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "zarr_device/errors.hpp"
+#include "zarr_device/metadata.hpp"
+
+namespace zarr_device {
+namespace {
+
+using json = nlohmann::json;
+
+static_assert(std::endian::native == std::endian::little,
+              "the engine stores decoded elements in little-endian order");
+
+std::int64_t checked_product(std::span<const std::int64_t> extents, const char* what) {
+  std::int64_t n = 1;
+  for (auto e : extents) {
+    if (e != 0 && n > std::numeric_limits<std::int64_t>::max() / e) {
+      throw FormatError(std::string(what) + " has more elements than fit in 64 bits");
+    }
+    n *= e;
+  }
+  return n;
+}
+
+std::vector<std::int64_t> parse_extents(const json& value, const char* what, bool allow_zero) {
+  if (!value.is_array()) throw FormatError(std::string(what) + " must be a list of integers");
+  std::vector<std::int64_t> out;
+  for (const auto& v : value) {
+    if (!v.is_number_integer()) throw FormatError(std::string(what) + " must be a list of integers");
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(
+                                                               std::numeric_limits<std::int64_t>::max())) {
+      throw FormatError(std::string(what) + " has an extent that does not fit in 64 bits");
+    }
+    const auto e = v.get<std::int64_t>();
+    if (e < 0 || (!allow_zero && e == 0)) {
+      throw FormatError(std::string(what) + " has an invalid extent " + std::to_string(e));
+    }
+    out.push_back(e);
+  }
+  checked_product(out, what);
+  return out;
+}
+
+void check_chunk_size(const std::vector<std::int64_t>& chunk, const DataType& dtype) {
+  const std::int64_t n = checked_product(chunk, "chunk shape");
+  // A chunk is decoded into memory whole: refuse sizes that cannot be addressed (hostile metadata
+  // must not turn into a giant allocation request further down).
+  if (n > (std::int64_t{1} << 46) / dtype.size) {
+    throw FormatError("chunk shape of " + std::to_string(n) + " elements is too large");
+  }
+}
+
+template <typename T>
+void put(std::vector<std::byte>& out, T value) {
+  out.resize(sizeof(T));
+  std::memcpy(out.data(), &value, sizeof(T));
+}
+
+void put_bits(std::vector<std::byte>& out, std::uint64_t bits, std::size_t size) {
+  out.resize(size);
+  for (std::size_t i = 0; i < size; ++i) out[i] = static_cast<std::byte>((bits >> (8 * i)) & 0xff);
+}
+
+std::uint64_t get_bits(std::span<const std::byte> in) {
+  std::uint64_t bits = 0;
+  for (std::size_t i = 0; i < in.size() && i < 8; ++i) {
+    bits |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  }
+  return bits;
+}
+
+std::optional<std::uint64_t> parse_hex(const std::string& s, std::size_t size) {
+  if (s.size() < 3 || s[0] != '0' || (s[1] != 'x' && s[1] != 'X')) return std::nullopt;
+  if (s.size() - 2 > size * 2) return std::nullopt;
+  std::uint64_t bits = 0;
+  for (std::size_t i = 2; i < s.size(); ++i) {
+    const char c = s[i];
+    int d = 0;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    else return std::nullopt;
+    bits = (bits << 4) | static_cast<std::uint64_t>(d);
+  }
+  return bits;
+}
+
+// One floating point component (of a float or half a complex) into `size` bytes.
+void parse_float_component(const json& value, const DataType& dtype, std::size_t size,
+                           std::vector<std::byte>& out) {
+  const auto& fmt = *dtype.float_format;
+  double number = 0;
+  if (value.is_number()) {
+    number = value.get<double>();
+  } else if (value.is_string()) {
+    const auto s = value.get<std::string>();
+    if (s == "NaN") number = std::nan("");
+    else if (s == "Infinity") number = INFINITY;
+    else if (s == "-Infinity") number = -INFINITY;
+    else if (auto bits = parse_hex(s, size)) {
+      put_bits(out, *bits, size);
+      return;
+    } else {
+      throw FormatError("fill value '" + s + "' is not valid for data type " + std::string(dtype.name));
+    }
+  } else {
+    throw FormatError("fill value " + value.dump() + " is not valid for data type " +
+                      std::string(dtype.name));
+  }
+  if (size == 8) {
+    put(out, number);
+  } else if (size == 4) {
+    put(out, static_cast<float>(number));
+  } else {
+    put_bits(out, encode_float(number, fmt, static_cast<int>(size * 8)), size);
+  }
+}
+
+json float_component_to_json(std::span<const std::byte> bytes, const DataType& dtype) {
+  double v = 0;
+  if (bytes.size() == 8) {
+    std::memcpy(&v, bytes.data(), 8);
+  } else if (bytes.size() == 4) {
+    float f = 0;
+    std::memcpy(&f, bytes.data(), 4);
+    v = f;
+  } else {
+    v = decode_float(get_bits(bytes), *dtype.float_format, static_cast<int>(bytes.size() * 8));
+  }
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  return v;
+}
+
+ChunkKeyEncoding parse_key_encoding(const json& value) {
+  ChunkKeyEncoding enc;
+  std::string name;
+  json config = json::object();
+  if (value.is_string()) {
+    name = value.get<std::string>();
+  } else if (value.is_object() && value.contains("name") && value["name"].is_string()) {
+    name = value["name"].get<std::string>();
+    if (value.contains("configuration")) config = value["configuration"];
+  } else {
+    throw FormatError("chunk_key_encoding must be a name or an object with a name");
+  }
+  if (name == "default") {
+    enc.kind = ChunkKeyEncoding::Kind::kDefault;
+    enc.separator = '/';
+  } else if (name == "v2") {
+    enc.kind = ChunkKeyEncoding::Kind::kV2;
+    enc.separator = '.';
+  } else {
+    throw FormatError("unsupported chunk_key_encoding '" + name + "'");
+  }
+  if (config.is_object() && config.contains("separator")) {
+    const auto sep = config["separator"];
+    if (!sep.is_string() || (sep != "/" && sep != ".")) {
+      throw FormatError("chunk_key_encoding separator must be \"/\" or \".\"");
+    }
+    enc.separator = sep.get<std::string>()[0];
+  }
+  return enc;
+}
+
+json normalise_codecs(const json& codecs) {
+  if (!codecs.is_array()) throw FormatError("codecs must be a list");
+  json out = json::array();
+  for (const auto& c : codecs) {
+    if (c.is_string()) {
+      out.push_back({{"name", c}});
+    } else if (c.is_object() && c.contains("name") && c["name"].is_string()) {
+      if (c.contains("configuration") && !c["configuration"].is_object()) {
+        throw FormatError("codec '" + c["name"].get<std::string>() +
+                          "' has a configuration that is not an object");
+      }
+      out.push_back(c);
+    } else {
+      throw FormatError("codec entry " + c.dump() + " has no name");
+    }
+  }
+  if (out.empty()) throw FormatError("codecs must not be empty");
+  return out;
+}
+
+const json& require(const json& doc, const char* key) {
+  if (!doc.is_object() || !doc.contains(key)) {
+    throw FormatError(std::string("metadata has no '") + key + "'");
+  }
+  return doc[key];
+}
+
+}  // namespace
+
+std::string ChunkKeyEncoding::key(std::span<const std::int64_t> coords) const {
+  std::string key;
+  if (kind == Kind::kDefault) {
+    key = "c";
+    for (auto c : coords) {
+      key += separator;
+      key += std::to_string(c);
+    }
+    return key;
+  }
+  if (coords.empty()) return "0";
+  for (std::size_t i = 0; i < coords.size(); ++i) {
+    if (i) key += separator;
+    key += std::to_string(coords[i]);
+  }
+  return key;
+}
+
+json ChunkKeyEncoding::to_json() const {
+  return {{"name", kind == Kind::kDefault ? "default" : "v2"},
+          {"configuration", {{"separator", std::string(1, separator)}}}};
+}
+
+std::vector<std::byte> parse_fill_value(const json& value, const DataType& dtype) {
+  std::vector<std::byte> out;
+  if (value.is_null()) {
+    out.assign(dtype.size, std::byte{0});
+    return out;
+  }
+  auto invalid = [&] {
+    return FormatError("fill value " + value.dump() + " is not valid for data type " +
+                       std::string(dtype.name));
+  };
+  switch (dtype.cls) {
+    case DTypeClass::kBool:
+      if (value.is_boolean()) {
+        out.assign(1, std::byte{value.get<bool>() ? std::uint8_t{1} : std::uint8_t{0}});
+      } else if (value.is_number_integer() && (value == 0 || value == 1)) {
+        out.assign(1, std::byte{value.get<std::uint8_t>()});
+      } else {
+        throw invalid();
+      }
+      return out;
+    case DTypeClass::kInt:
+    case DTypeClass::kUInt: {
+      std::uint64_t bits = 0;
+      const int bitsz = dtype.size * 8;
+      if (value.is_number_unsigned()) {
+        const auto v = value.get<std::uint64_t>();
+        const std::uint64_t max =
+            dtype.cls == DTypeClass::kUInt
+                ? (bitsz == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bitsz) - 1)
+                : (std::uint64_t{1} << (bitsz - 1)) - 1;
+        if (v > max) throw invalid();
+        bits = v;
+      } else if (value.is_number_integer()) {
+        const auto v = value.get<std::int64_t>();
+        if (dtype.cls == DTypeClass::kUInt) {
+          if (v < 0) throw invalid();
+        } else if (bitsz < 64) {
+          const std::int64_t lo = -(std::int64_t{1} << (bitsz - 1));
+          const std::int64_t hi = (std::int64_t{1} << (bitsz - 1)) - 1;
+          if (v < lo || v > hi) throw invalid();
+        }
+        bits = static_cast<std::uint64_t>(v);
+      } else if (value.is_number_float()) {
+        const double d = value.get<double>();
+        if (d != std::floor(d)) throw invalid();
+        return parse_fill_value(json(static_cast<std::int64_t>(d)), dtype);
+      } else if (value.is_string()) {
+        auto hex = parse_hex(value.get<std::string>(), dtype.size);
+        if (!hex) throw invalid();
+        bits = *hex;
+      } else {
+        throw invalid();
+      }
+      put_bits(out, bits, dtype.size);
+      return out;
+    }
+    case DTypeClass::kFloat:
+      parse_float_component(value, dtype, dtype.size, out);
+      return out;
+    case DTypeClass::kComplex: {
+      const std::size_t half = dtype.size / 2;
+      std::vector<std::byte> re;
+      std::vector<std::byte> im;
+      if (value.is_array() && value.size() == 2) {
+        parse_float_component(value[0], dtype, half, re);
+        parse_float_component(value[1], dtype, half, im);
+      } else if (value.is_number() || value.is_string()) {
+        parse_float_component(value, dtype, half, re);
+        parse_float_component(json(0.0), dtype, half, im);
+      } else {
+        throw invalid();
+      }
+      out = re;
+      out.insert(out.end(), im.begin(), im.end());
+      return out;
+    }
+  }
+  throw invalid();
+}
+
+json fill_value_to_json(std::span<const std::byte> value, const DataType& dtype) {
+  switch (dtype.cls) {
+    case DTypeClass::kBool:
+      return value[0] != std::byte{0};
+    case DTypeClass::kInt: {
+      std::uint64_t bits = get_bits(value);
+      const int shift = 64 - dtype.size * 8;
+      return static_cast<std::int64_t>(bits << shift) >> shift;
+    }
+    case DTypeClass::kUInt:
+      return get_bits(value);
+    case DTypeClass::kFloat:
+      return float_component_to_json(value, dtype);
+    case DTypeClass::kComplex: {
+      const std::size_t half = dtype.size / 2;
+      return json::array({float_component_to_json(value.subspan(0, half), dtype),
+                          float_component_to_json(value.subspan(half, half), dtype)});
+    }
+  }
+  return nullptr;
+}
+
+ArrayMetadata ArrayMetadata::from_v3(const json& doc) {
+  if (!doc.is_object()) throw FormatError("zarr.json is not a JSON object");
+  const auto& format = require(doc, "zarr_format");
+  if (format != 3) throw FormatError("zarr_format " + format.dump() + " is not 3");
+  const auto& node_type = require(doc, "node_type");
+  if (node_type != "array") throw FormatError("node is a " + node_type.dump() + ", not an array");
+  ArrayMetadata m;
+  m.zarr_format = 3;
+  m.document = doc;
+  m.shape = parse_extents(require(doc, "shape"), "shape", true);
+  const auto& type_name = require(doc, "data_type");
+  if (!type_name.is_string()) {
+    throw FormatError("unsupported data type " + type_name.dump());
+  }
+  m.dtype = &DataType::from_v3_name(type_name.get<std::string>());
+
+  const auto& grid = require(doc, "chunk_grid");
+  if (!grid.is_object() || grid.value("name", "") != "regular" || !grid.contains("configuration") ||
+      !grid["configuration"].contains("chunk_shape")) {
+    throw FormatError("unsupported chunk_grid " + grid.dump() + " (only 'regular' is supported)");
+  }
+  m.chunk_shape = parse_extents(grid["configuration"]["chunk_shape"], "chunk_shape", false);
+  if (m.chunk_shape.size() != m.shape.size()) {
+    throw FormatError("chunk_shape has " + std::to_string(m.chunk_shape.size()) +
+                      " dimensions but shape has " + std::to_string(m.shape.size()));
+  }
+  check_chunk_size(m.chunk_shape, *m.dtype);
+  m.chunk_key_encoding = parse_key_encoding(require(doc, "chunk_key_encoding"));
+  m.fill_value = parse_fill_value(require(doc, "fill_value"), *m.dtype);
+  m.codecs = normalise_codecs(require(doc, "codecs"));
+  if (doc.contains("attributes")) {
+    if (!doc["attributes"].is_object()) throw FormatError("attributes must be an object");
+    m.attributes = doc["attributes"];
+  }
+  if (doc.contains("storage_transformers") && !doc["storage_transformers"].empty()) {
+    throw FormatError("storage transformers are not supported");
+  }
+  if (doc.contains("dimension_names") && !doc["dimension_names"].is_null()) {
+    const auto& names = doc["dimension_names"];
+    if (!names.is_array() || names.size() != m.shape.size()) {
+      throw FormatError("dimension_names must list one name (or null) per dimension");
+    }
+    std::vector<std::optional<std::string>> out;
+    for (const auto& n : names) {
+      if (n.is_null()) out.emplace_back();
+      else if (n.is_string()) out.emplace_back(n.get<std::string>());
+      else throw FormatError("dimension_names must be strings or null");
+    }
+    m.dimension_names = std::move(out);
+  }
+  for (const auto& [key, value] : doc.items()) {
+    static const std::vector<std::string> kKnown = {
+        "zarr_format", "node_type", "shape", "data_type", "chunk_grid", "chunk_key_encoding",
+        "fill_value", "codecs", "attributes", "storage_transformers", "dimension_names"};
+    if (std::find(kKnown.begin(), kKnown.end(), key) != kKnown.end()) continue;
+    // Extensions the reader does not know are allowed only when they say so.
+    if (!(value.is_object() && value.contains("must_understand") &&
+          value["must_understand"] == false)) {
+      throw FormatError("unsupported metadata field '" + key + "'");
+    }
+  }
+  return m;
+}
+
+ArrayMetadata ArrayMetadata::from_v2(const json& zarray, const json& zattrs) {
+  if (!zarray.is_object()) throw FormatError(".zarray is not a JSON object");
+  if (require(zarray, "zarr_format") != 2) throw FormatError(".zarray zarr_format is not 2");
+  ArrayMetadata m;
+  m.zarr_format = 2;
+  m.document = zarray;
+  m.shape = parse_extents(require(zarray, "shape"), "shape", true);
+  m.chunk_shape = parse_extents(require(zarray, "chunks"), "chunks", false);
+  if (m.chunk_shape.size() != m.shape.size()) {
+    throw FormatError("chunks has " + std::to_string(m.chunk_shape.size()) +
+                      " dimensions but shape has " + std::to_string(m.shape.size()));
+  }
+  const auto& typestr = require(zarray, "dtype");
+  if (!typestr.is_string()) throw FormatError("unsupported data type " + typestr.dump());
+  Endian endian = Endian::kLittle;
+  m.dtype = &DataType::from_v2_typestr(typestr.get<std::string>(), endian);
+  check_chunk_size(m.chunk_shape, *m.dtype);
+  m.fill_value = parse_fill_value(zarray.value("fill_value", json()), *m.dtype);
+  const std::string order = zarray.value("order", "C");
+  if (order != "C" && order != "F") throw FormatError("order must be \"C\" or \"F\"");
+  std::string sep = ".";
+  if (zarray.contains("dimension_separator") && !zarray["dimension_separator"].is_null()) {
+    sep = zarray["dimension_separator"].get<std::string>();
+    if (sep != "." && sep != "/") throw FormatError("dimension_separator must be \".\" or \"/\"");
+  }
+  m.chunk_key_encoding = {ChunkKeyEncoding::Kind::kV2, sep[0]};
+
+  json codecs = json::array();
+  if (order == "F" && m.shape.size() > 1) {
+    json perm = json::array();
+    for (std::size_t i = m.shape.size(); i-- > 0;) perm.push_back(i);
+    codecs.push_back({{"name", "transpose"}, {"configuration", {{"order", perm}}}});
+  }
+  json bytes = {{"name", "bytes"}};
+  if (m.dtype->size > 1) {
+    bytes["configuration"] = {{"endian", endian == Endian::kLittle ? "little" : "big"}};
+  }
+  codecs.push_back(bytes);
+  if (zarray.contains("filters") && !zarray["filters"].is_null() && !zarray["filters"].empty()) {
+    throw FormatError("Zarr v2 filters are not supported: " + zarray["filters"].dump());
+  }
+  if (zarray.contains("compressor") && !zarray["compressor"].is_null()) {
+    json compressor = zarray["compressor"];
+    if (!compressor.is_object() || !compressor.contains("id") || !compressor["id"].is_string()) {
+      throw FormatError("compressor " + compressor.dump() + " has no id");
+    }
+    const std::string id = compressor["id"].get<std::string>();
+    compressor.erase("id");
+    codecs.push_back({{"name", "numcodecs." + id}, {"configuration", compressor}});
+  }
+  m.codecs = codecs;
+  if (zattrs.is_object()) m.attributes = zattrs;
+  return m;
+}
+
+std::int64_t ArrayMetadata::num_elements() const { return checked_product(shape, "shape"); }
+
+std::vector<std::int64_t> ArrayMetadata::grid_shape() const {
+  std::vector<std::int64_t> grid(shape.size());
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    grid[i] = (shape[i] + chunk_shape[i] - 1) / chunk_shape[i];
+  }
+  return grid;
+}
+
+}  // namespace zarr_device

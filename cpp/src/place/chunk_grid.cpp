@@ -1,0 +1,47 @@
+#include "place/chunk_grid.hpp"
+
+namespace zarr_device::place {
+
+std::vector<DimPart> intersect_dimension(const DimSlice& s, std::int64_t extent) {
+  std::vector<DimPart> parts;
+  if (s.count <= 0) return parts;
+  const std::int64_t last = s.start + (s.count - 1) * s.step;
+  std::int64_t k = 0;  // index of the next selected element
+  while (k < s.count) {
+    const std::int64_t element = s.start + k * s.step;
+    const std::int64_t chunk = element / extent;
+    const std::int64_t chunk_end = std::min((chunk + 1) * extent, last + 1);
+    // selected elements in [element, chunk_end)
+    const std::int64_t n = (chunk_end - element + s.step - 1) / s.step;
+    parts.push_back({chunk, {element - chunk * extent, s.step, n}, k});
+    k += n;
+  }
+  return parts;
+}
+
+GridIntersection::GridIntersection(std::span<const DimSlice> selection,
+                                   std::span<const std::int64_t> chunk_shape) {
+  for (std::size_t d = 0; d < selection.size(); ++d) {
+    parts_.push_back(intersect_dimension(selection[d], chunk_shape[d]));
+    size_ *= parts_.back().size();
+  }
+}
+
+void GridIntersection::at(std::size_t i, Item& item) const {
+  const std::size_t nd = parts_.size();
+  item.chunk.resize(nd);
+  item.within.resize(nd);
+  item.out_offset.resize(nd);
+  item.count.resize(nd);
+  for (std::size_t d = nd; d-- > 0;) {
+    const auto& dim = parts_[d];
+    const auto& part = dim[i % dim.size()];
+    i /= dim.size();
+    item.chunk[d] = part.chunk;
+    item.within[d] = part.within;
+    item.out_offset[d] = part.out_offset;
+    item.count[d] = part.within.count;
+  }
+}
+
+}  // namespace zarr_device::place

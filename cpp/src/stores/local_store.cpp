@@ -1,0 +1,191 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <utility>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <system_error>
+
+#include "zarr_device/store.hpp"
+
+namespace zarr_device {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Closes a file descriptor on scope exit.
+class FileHandle {
+ public:
+  explicit FileHandle(int fd) : fd_(fd) {}
+  FileHandle(const FileHandle&) = delete;
+  FileHandle& operator=(const FileHandle&) = delete;
+  ~FileHandle() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  [[nodiscard]] int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+std::string errno_text(int err) { return std::system_category().message(err); }
+
+class LocalStore final : public Store {
+ public:
+  explicit LocalStore(fs::path root) : root_(std::move(root)) {}
+
+  std::optional<Buffer> get(std::string_view key, ByteRange range) const override {
+    const auto path = resolve(key);
+    FileHandle file(open_for_read(path));
+    if (file.get() < 0) return std::nullopt;
+    const auto size = static_cast<std::int64_t>(file_size(file.get(), path));
+    std::int64_t start = range.offset < 0 ? std::max<std::int64_t>(0, size + range.offset)
+                                          : std::min(range.offset, size);
+    std::int64_t length =
+        range.offset < 0 ? size - start : (range.length < 0 ? size - start : range.length);
+    length = std::min(length, size - start);
+    ByteArray out(static_cast<std::size_t>(length));
+    const auto n = read_at(file.get(), out.span(), start, path);
+    out.shrink(n);
+    return std::move(out).freeze();
+  }
+
+  std::optional<std::size_t> get_into(std::string_view key, std::span<std::byte> out) const override {
+    const auto path = resolve(key);
+    FileHandle file(open_for_read(path));
+    if (file.get() < 0) return std::nullopt;
+    const auto size = file_size(file.get(), path);
+    if (size != out.size()) return size;
+    return read_at(file.get(), out, 0, path);
+  }
+
+  void set(std::string_view key, std::span<const std::byte> value) override {
+    const auto path = resolve(key);
+    std::error_code ec;
+    fs::create_directories(path.parent_path(), ec);
+    if (ec) throw StoreError("could not create directory " + path.parent_path().string() + ": " + ec.message());
+    // A hidden temporary beside the target, renamed over it once complete.
+    static std::atomic<std::uint64_t> counter{0};
+    static const std::uint64_t salt = std::random_device{}();
+    const auto tmp = path.parent_path() /
+                     ("." + path.filename().string() + ".tmp" + std::to_string(::getpid()) + "." +
+                      std::to_string(salt ^ counter.fetch_add(1)));
+    FileHandle file(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (file.get() < 0) {
+      throw StoreError("could not create " + tmp.string() + ": " + errno_text(errno));
+    }
+    std::size_t done = 0;
+    while (done < value.size()) {
+      const auto n = ::write(file.get(), value.data() + done, value.size() - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        throw StoreError("could not write " + path.string() + ": " + errno_text(err));
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    if (::close(file.release()) != 0) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      throw StoreError("could not write " + path.string() + ": " + errno_text(err));
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      throw StoreError("could not rename into " + path.string() + ": " + errno_text(err));
+    }
+  }
+
+  void erase(std::string_view key) override {
+    const auto path = resolve(key);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR) {
+      throw StoreError("could not remove " + path.string() + ": " + errno_text(errno));
+    }
+  }
+
+  void erase_prefix(std::string_view prefix) override {
+    const auto path = resolve(prefix);
+    std::error_code ec;
+    if (prefix.empty()) {
+      for (const auto& entry : fs::directory_iterator(path, ec)) fs::remove_all(entry.path(), ec);
+    } else {
+      fs::remove_all(path, ec);
+    }
+    if (ec && ec != std::errc::no_such_file_or_directory) {
+      throw StoreError("could not remove " + path.string() + ": " + ec.message());
+    }
+  }
+
+  std::vector<std::string> list_dir(std::string_view prefix) const override {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(resolve(prefix), ec)) {
+      auto name = entry.path().filename().string();
+      if (name.starts_with(".") && name.find(".tmp") != std::string::npos) continue;
+      names.push_back(std::move(name));
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  std::string describe() const override { return "file://" + root_.string(); }
+
+ private:
+  fs::path resolve(std::string_view key) const {
+    fs::path rel(key);
+    for (const auto& part : rel) {
+      if (part == "..") throw UsageError("key '" + std::string(key) + "' leaves the store");
+    }
+    if (rel.is_absolute()) throw UsageError("key '" + std::string(key) + "' is absolute");
+    return key.empty() ? root_ : root_ / rel;
+  }
+
+  static int open_for_read(const fs::path& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT || errno == ENOTDIR) return -1;
+      throw StoreError("could not open " + path.string() + ": " + errno_text(errno));
+    }
+    return fd;
+  }
+
+  static std::size_t file_size(int fd, const fs::path& path) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw StoreError("could not stat " + path.string() + ": " + errno_text(errno));
+    if (!S_ISREG(st.st_mode)) throw StoreError(path.string() + " is not a regular file");
+    return static_cast<std::size_t>(st.st_size);
+  }
+
+  // Reads until `out` is full or the file ends; returns the bytes read.
+  static std::size_t read_at(int fd, std::span<std::byte> out, std::int64_t offset,
+                             const fs::path& path) {
+    std::size_t done = 0;
+    while (done < out.size()) {
+      const auto n = ::pread(fd, out.data() + done, out.size() - done,
+                             static_cast<off_t>(offset + static_cast<std::int64_t>(done)));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw StoreError("could not read " + path.string() + ": " + errno_text(errno));
+      }
+      if (n == 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    return done;
+  }
+
+  fs::path root_;
+};
+
+}  // namespace
+
+std::shared_ptr<Store> make_local_store(const std::filesystem::path& root) {
+  return std::make_shared<LocalStore>(root);
+}
+
+}  // namespace zarr_device

@@ -1,0 +1,132 @@
+"""Stores: where arrays live. Local directories and memory are served by the C++ engine; any
+zarr-python store (object stores, fsspec, ...) can feed bytes in through :class:`ZarrStoreAdapter`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Protocol, Union, runtime_checkable
+
+from zarr_device import _core
+from zarr_device.errors import UsageError
+
+__all__ = ["LocalStore", "MemoryStore", "ZarrStoreAdapter", "StoreLike", "as_store"]
+
+
+@runtime_checkable
+class EngineStore(Protocol):
+    """Anything holding an engine store handle."""
+
+    @property
+    def handle(self) -> _core.Store: ...
+
+
+class LocalStore:
+    """A directory on the local file system. Writes are atomic (temporary file, then rename)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).absolute()
+        self._handle = _core.local_store(str(self.root))
+
+    @property
+    def handle(self) -> _core.Store:
+        return self._handle
+
+    def __repr__(self) -> str:
+        return f"LocalStore({str(self.root)!r})"
+
+
+class MemoryStore:
+    """Keys and values held in this process."""
+
+    def __init__(self) -> None:
+        self._handle = _core.memory_store()
+
+    @property
+    def handle(self) -> _core.Store:
+        return self._handle
+
+    def __repr__(self) -> str:
+        return "MemoryStore()"
+
+
+class ZarrStoreAdapter:
+    """Feeds a zarr-python 3 store (``zarr.abc.store.Store``) to the engine.
+
+    The engine calls these methods from its worker threads; each runs the store's coroutine to
+    completion on zarr-python's event loop.
+    """
+
+    def __init__(self, store: Any) -> None:
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        self._store = store
+        self._sync = sync
+        self._prototype = default_buffer_prototype()
+        self._handle = _core.python_store(self)
+
+    @property
+    def handle(self) -> _core.Store:
+        return self._handle
+
+    def get(self, key: str, offset: int, length: int) -> bytes | None:
+        from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
+        request: Any = None
+        if offset < 0:
+            request = SuffixByteRequest(-offset)
+        elif length >= 0:
+            request = RangeByteRequest(offset, offset + length)
+        elif offset > 0:
+            request = OffsetByteRequest(offset)
+        value = self._sync(self._store.get(key, prototype=self._prototype, byte_range=request))
+        return None if value is None else bytes(value.to_bytes())
+
+    def set(self, key: str, value: bytes) -> None:
+        self._sync(self._store.set(key, self._prototype.buffer.from_bytes(value)))
+
+    def erase(self, key: str) -> None:
+        self._sync(self._store.delete(key))
+
+    def erase_prefix(self, prefix: str) -> None:
+        self._sync(self._store.delete_dir(prefix))
+
+    def list_dir(self, prefix: str) -> list[str]:
+        async def collect() -> list[str]:
+            return [name async for name in self._store.list_dir(prefix)]
+
+        return sorted(self._sync(collect()))
+
+    def describe(self) -> str:
+        return str(self._store)
+
+
+StoreLike = Union[str, os.PathLike[str], LocalStore, MemoryStore, ZarrStoreAdapter, Any]
+
+
+def as_store(store: StoreLike) -> LocalStore | MemoryStore | ZarrStoreAdapter:
+    """Turns a path or a store object into a store the engine can use."""
+    if isinstance(store, (LocalStore, MemoryStore, ZarrStoreAdapter)):
+        return store
+    if isinstance(store, (str, os.PathLike)):
+        text = os.fspath(store)
+        if "://" in text and not text.startswith("file://"):
+            raise UsageError(
+                f"{text!r}: remote URLs are opened through a zarr-python store, e.g. "
+                "zarr.storage.FsspecStore.from_url(url), passed in place of the path"
+            )
+        return LocalStore(text.removeprefix("file://"))
+    try:
+        import zarr.storage
+    except ImportError:  # pragma: no cover - zarr is an optional dependency
+        raise UsageError(f"unsupported store {store!r}") from None
+    if isinstance(store, zarr.storage.LocalStore):
+        # Served natively: the engine reads local files without Python in the loop.
+        return LocalStore(store.root)
+    if isinstance(store, zarr.abc.store.Store):
+        return ZarrStoreAdapter(store)
+    raise UsageError(
+        f"unsupported store {store!r}: pass a path, a zarr_device store or a zarr-python store"
+    )

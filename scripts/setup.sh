@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs what zarr-device needs to build, test and benchmark on a Debian/Ubuntu machine:
+# system libraries through apt, Python packages into a cached virtual environment outside the
+# repository (reused across runs), then builds and installs the package itself.
+#
+#   scripts/setup.sh            # everything
+#   scripts/setup.sh --deps     # system + Python dependencies only (no build of zarr-device)
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${ZARR_DEVICE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/zarr-device/venv}"
+python="${PYTHON:-python3}"
+
+apt_packages=(
+  build-essential cmake ninja-build pkg-config git
+  libzstd-dev liblz4-dev zlib1g-dev libblosc-dev nlohmann-json3-dev
+  libgtest-dev libbenchmark-dev clang-format
+)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing system packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating virtual environment $venv"
+  mkdir -p "$(dirname "$venv")"
+  "$python" -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --upgrade pip
+# Pinned to what the tests were written against; build tools are installed so that the package
+# builds without isolation (faster, and works offline once cached).
+"$venv/bin/python" -m pip install -q -r "$repo/requirements-dev.txt"
+
+if [ "${1:-}" != "--deps" ]; then
+  echo "setup: building and installing zarr-device"
+  "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps "$repo"
+fi
+echo "setup: done. Environment: $venv (activate with: source $venv/bin/activate)"
