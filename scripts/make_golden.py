@@ -193,8 +193,8 @@ def model(
 
 
 def bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
-    a = np.ascontiguousarray(a)
-    b = np.ascontiguousarray(b)
+    a = np.array(a, order="C")
+    b = np.array(b, order="C")
     if a.dtype.byteorder not in "=|":
         a = a.astype(a.dtype.newbyteorder("="))
     if b.dtype.byteorder not in "=|":
@@ -202,7 +202,7 @@ def bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
     return (
         a.shape == b.shape
         and a.dtype.itemsize == b.dtype.itemsize
-        and a.view(np.uint8).tobytes() == b.view(np.uint8).tobytes()
+        and a.tobytes() == b.tobytes()
     )
 
 
@@ -224,7 +224,7 @@ class Golden:
 
     def _save_expected(self, writer: str, stem: str, values: np.ndarray) -> tuple[str, bool]:
         rel = f"{writer}/{stem}.npy"
-        values = np.ascontiguousarray(values)
+        values = np.array(values, order="C")
         bits = False
         if values.dtype in EXTENSION_DTYPES.values():
             values = values.view(np.uint16 if values.dtype.itemsize == 2 else np.uint8)

@@ -74,7 +74,7 @@ def native(a: np.ndarray) -> np.ndarray:
     a = np.asarray(a)
     if a.dtype.byteorder not in "=|":
         a = a.astype(a.dtype.newbyteorder("="))
-    return np.ascontiguousarray(a)
+    return np.array(a, order="C")  # (np.ascontiguousarray would make 0-d arrays 1-d)
 
 
 def assert_bits_equal(actual: Any, expected: np.ndarray, what: str = "") -> None:

@@ -166,9 +166,10 @@ def test_golden_missing_chunks_are_fill(golden_array_case: dict[str, Any]) -> No
         idx = [int(p) for p in parts]
         sel = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(idx, chunks, case["shape"]))
         got = np.asarray(arr[sel])
-        want = np.empty(got.shape, dtype=numpy_dtype(case["dtype"]))
-        want[...] = fill_from_json(case["fill_value"], want.dtype)
-        assert_bits_equal(got, want, f"{case['name']} missing chunk {key}")
+        if case["dtype"] != "float8_e8m0fnu":  # has no 0; tensorstore's fill 0.0 means bits 0x00
+            want = np.empty(got.shape, dtype=numpy_dtype(case["dtype"]))
+            want[...] = fill_from_json(case["fill_value"], want.dtype)
+            assert_bits_equal(got, want, f"{case['name']} missing chunk {key}")
         assert_bits_equal(got, golden_expected(case)[sel], f"{case['name']} missing chunk {key}")
 
 

@@ -108,6 +108,9 @@ SHARDED: dict[str, Chain] = {
     "shard_then_zstd": lambda dt, nd: [_shard(INNER, [bytes_codec(dt)], "end"), _zstd(1)],
 }
 
+# Chains tensorstore does not open (a whole-shard compressor after sharding_indexed).
+TENSORSTORE_REFUSES = {"shard_then_zstd"}
+
 # A few representative types for the full chain matrix, every type for a few chains.
 MATRIX_DTYPES = ["float32", "int16", "complex128", "bool"]
 EVERY_DTYPE_CHAINS = ["bytes_little", "bytes_big", "zstd", "transpose_big_zstd", "shard_start_zstd_crc32c"]
@@ -200,8 +203,9 @@ def test_zd_write_read_by_peers(tmp_path: Path, dtype: str, chain: str) -> None:
     z = zarr_python_array(tmp_path / "a", mode="r")
     assert z.shape == SHAPE
     assert_bits_equal(z[...], model, "zarr-python")
-    # tensorstore
-    assert_bits_equal(tensorstore_read(tmp_path / "a"), model, "tensorstore")
+    # tensorstore (which refuses bytes->bytes codecs after sharding_indexed)
+    if chain not in TENSORSTORE_REFUSES:
+        assert_bits_equal(tensorstore_read(tmp_path / "a"), model, "tensorstore")
 
 
 @pytest.mark.parametrize("dtype", list(EXTENSION_DTYPES))
@@ -469,7 +473,8 @@ def test_partial_writes_match_zarr_python(tmp_path: Path, dtype: str, chain: str
     # each implementation reads the other's store
     assert_bits_equal(zarr_python_array(tmp_path / "zd", mode="r")[...], model, "zarr-python reads zarr_device")
     assert_bits_equal(zd.open_array(str(tmp_path / "zp"))[...], model, "zarr_device reads zarr-python")
-    assert_bits_equal(tensorstore_read(tmp_path / "zd"), model, "tensorstore reads zarr_device")
+    if chain not in TENSORSTORE_REFUSES:
+        assert_bits_equal(tensorstore_read(tmp_path / "zd"), model, "tensorstore reads zarr_device")
 
 
 def test_partial_write_into_existing_zarr_python_array(tmp_path: Path) -> None:

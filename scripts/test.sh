@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs every check: formatting, the C++ suite (release and ASan+UBSan builds), mypy on the
+# package and the Python suite. Installs what is missing first (scripts/setup.sh).
+#
+#   scripts/test.sh              # everything
+#   SKIP_SANITIZERS=1 scripts/test.sh
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${ZARR_DEVICE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/zarr-device/venv}"
+jobs="$(nproc 2>/dev/null || echo 2)"
+cd "$repo"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "dependencies"
+bash scripts/setup.sh --deps
+export PATH="$venv/bin:$PATH"
+
+step "clang-format"
+mapfile -t cxx_files < <(git ls-files 'cpp/*.hpp' 'cpp/*.cpp' 'python/src/*.cpp')
+clang-format --dry-run -Werror "${cxx_files[@]}"
+
+step "C++ tests (release)"
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+ninja -C build/release -j "$jobs"
+ctest --test-dir build/release --output-on-failure -j "$jobs"
+
+if [ -z "${SKIP_SANITIZERS:-}" ]; then
+  step "C++ tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
+  cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DZARR_DEVICE_SANITIZE=ON >/dev/null
+  ninja -C build/asan -j "$jobs"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build/asan --output-on-failure -j "$jobs"
+fi
+
+step "Python package build"
+python -m pip install -q --no-build-isolation --no-deps "$repo"
+
+step "mypy (strict) on the package"
+mypy
+
+step "Python tests"
+python -m pytest -q -p no:cacheprovider
