@@ -60,7 +60,8 @@ Bytes typed_data(std::size_t n, int typesize, std::uint32_t seed) {
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t element = i / typesize;
     const std::uint64_t value = element / 3 + (rng() % 4);
-    out[i] = static_cast<std::byte>(value >> (8 * (i % typesize)));
+    const std::size_t byte = i % typesize;
+    out[i] = byte < 8 ? static_cast<std::byte>(value >> (8 * byte)) : std::byte{0};
   }
   return out;
 }
@@ -390,9 +391,8 @@ TEST(CompressionCodecs, ZstdWritesContentSizeAndChecksumFlag) {
   for (bool checksum : {false, true}) {
     const Buffer encoded = make("zstd", {{"checksum", checksum}})->encode(to_buffer(data));
     EXPECT_EQ(ZSTD_getFrameContentSize(encoded.data(), encoded.size()), data.size());
-    ZSTD_frameHeader header{};
-    ASSERT_EQ(ZSTD_getFrameHeader(&header, encoded.data(), encoded.size()), 0u);
-    EXPECT_EQ(header.checksumFlag, checksum ? 1u : 0u);
+    // Frame header descriptor (after the 4-byte magic), bit 2: Content_Checksum_flag.
+    EXPECT_EQ(static_cast<int>(encoded.data()[4]) & 0x04, checksum ? 0x04 : 0);
   }
 }
 
@@ -549,17 +549,27 @@ TEST(CompressionCodecs, ZstdTruncatedOrCorruptRaisesCodecError) {
   expect_truncations_rejected(*codec, encoded_large, large.size(), 997);
   expect_truncations_rejected(*codec, zstd_frame_without_size(large, false), large.size(), 997);
 
-  // With a content checksum, every flipped bit is caught.
+  // With a content checksum, a flipped bit either is caught or changes nothing (an unused header
+  // bit, bits of an entropy table description that decode the same).
+  int caught = 0;
+  int flips = 0;
   for (std::size_t i = 0; i < encoded.size(); ++i) {
-    for (int bit = 0; bit < 8; ++bit) {
+    for (int bit = 0; bit < 8; ++bit, ++flips) {
       Bytes damaged = encoded;
       damaged[i] ^= static_cast<std::byte>(1 << bit);
       SCOPED_TRACE("byte " + std::to_string(i) + " bit " + std::to_string(bit));
-      EXPECT_THROW((void)codec->decode(to_buffer(damaged), small.size()), CodecError);
       Bytes out(small.size());
-      EXPECT_THROW(codec->decode_into(to_buffer(damaged), out), CodecError);
+      try {
+        codec->decode_into(to_buffer(damaged), out);
+        EXPECT_EQ(out, small);
+        EXPECT_EQ(to_bytes(codec->decode(to_buffer(damaged), small.size())), small);
+      } catch (const CodecError&) {
+        ++caught;
+        EXPECT_THROW((void)codec->decode(to_buffer(damaged), small.size()), CodecError);
+      }
     }
   }
+  EXPECT_GT(caught, flips * 9 / 10);
   Bytes bad_checksum = encoded;
   bad_checksum.back() ^= std::byte{1};
   EXPECT_THROW((void)codec->decode(to_buffer(bad_checksum), small.size()), ChecksumError);

@@ -314,6 +314,17 @@ def test_zd_compressors_argument(tmp_path: Path, compressors: Any, names: list[s
     assert_bits_equal(tensorstore_read(tmp_path / "a"), values, "tensorstore")
 
 
+def test_shards_equal_to_chunks_is_still_sharded(tmp_path: Path) -> None:
+    """A shard holding a single inner chunk is still a sharded array (its chunks carry an index)."""
+    arr = zd.create(str(tmp_path / "a"), shape=(6, 4), dtype="int16", chunks=(3, 2), shards=(3, 2))
+    meta = json.loads((tmp_path / "a" / "zarr.json").read_text())
+    assert meta["codecs"][0]["name"] == "sharding_indexed"
+    assert tuple(arr.chunks) == (3, 2)
+    assert arr.shards is not None and tuple(arr.shards) == (3, 2)
+    reopened = zd.open_array(str(tmp_path / "a"))
+    assert reopened.shards is not None and tuple(reopened.shards) == (3, 2)
+
+
 def test_zd_order_f(tmp_path: Path) -> None:
     """order='F' is stored as a transpose codec (v3), which zarr-python honours."""
     values = random_values("int32", (5, 4, 3), np.random.default_rng(1))

@@ -144,16 +144,33 @@ class Array:
         return self.shape[0]
 
     # -- data -----------------------------------------------------------------------------------
-    def read(self, selection: Any = Ellipsis, *, out: npt.NDArray[Any] | None = None) -> Any:
-        """Reads a basic selection (ints, slices with step >= 1, Ellipsis) into a new NumPy array,
-        or into ``out`` (C-contiguous, of the result's shape and dtype). Chunks are fetched and
-        decoded in parallel straight into the result."""
+    def read(
+        self,
+        selection: Any = Ellipsis,
+        *,
+        out: Any = None,
+        like: Literal["numpy", "torch"] = "numpy",
+    ) -> Any:
+        """Reads a basic selection (ints, slices with step >= 1, Ellipsis).
+
+        Returns a new NumPy array (``like="numpy"``) or torch tensor (``like="torch"``, which also
+        serves bfloat16 and float8 to torch), or fills ``out``: a C-contiguous NumPy array or torch
+        tensor of the result's shape and dtype. Chunks are fetched and decoded in parallel straight
+        into the result.
+        """
         sel = normalize_selection(selection, self.shape)
+        if like not in ("numpy", "torch"):
+            raise UsageError(f"like={like!r} is not 'numpy' or 'torch'")
         if out is None:
-            out = np.empty(sel.shape, dtype=self._dtype)
-        else:
-            if not isinstance(out, np.ndarray):
-                raise UsageError("out must be a NumPy array")
+            if like == "torch":
+                from zarr_device import torch as torch_adapter
+
+                out = torch_adapter.empty(sel.shape, self._core.dtype)
+                target = torch_adapter.byte_view(out)
+            else:
+                out = np.empty(sel.shape, dtype=self._dtype)
+                target = out.reshape(-1).view(np.uint8)
+        elif isinstance(out, np.ndarray):
             if out.shape != sel.shape or out.dtype != self._dtype:
                 raise UsageError(
                     f"out has shape {out.shape} and dtype {out.dtype}; the selection needs "
@@ -161,13 +178,20 @@ class Array:
                 )
             if not out.flags.c_contiguous or not out.flags.writeable:
                 raise UsageError("out must be C-contiguous and writeable")
+            target = out.reshape(-1).view(np.uint8)
+        elif type(out).__module__ == "torch":
+            from zarr_device import torch as torch_adapter
+
+            if tuple(out.shape) != sel.shape or out.dtype != torch_adapter.torch_dtype(self._core.dtype):
+                raise UsageError(
+                    f"out has shape {tuple(out.shape)} and dtype {out.dtype}; the selection "
+                    f"needs shape {sel.shape} and dtype {self._core.dtype}"
+                )
+            target = torch_adapter.byte_view(out)
+        else:
+            raise UsageError("out must be a NumPy array or a torch tensor")
         config = get_config()
-        self._core.read(
-            list(sel.slices),
-            out.reshape(-1).view(np.uint8),
-            config.threads,
-            config.max_inflight_bytes,
-        )
+        self._core.read(list(sel.slices), target, config.threads, config.max_inflight_bytes)
         return out
 
     def write(self, selection: Any, values: Any) -> None:
@@ -202,7 +226,7 @@ class Array:
         self.write(selection, values)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> npt.NDArray[Any]:
-        data = self.read()
+        data: npt.NDArray[Any] = self.read()
         return data if dtype is None else data.astype(dtype)
 
     def update_attributes(self, attributes: Mapping[str, Any]) -> None:

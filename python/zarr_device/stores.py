@@ -51,12 +51,10 @@ class MemoryStore:
         return "MemoryStore()"
 
 
-class ZarrStoreAdapter:
-    """Feeds a zarr-python 3 store (``zarr.abc.store.Store``) to the engine.
-
-    The engine calls these methods from its worker threads; each runs the store's coroutine to
-    completion on zarr-python's event loop.
-    """
+class _ZarrStoreCallbacks:
+    """The methods the engine calls on a zarr-python store, from its worker threads; each runs the
+    store's coroutine to completion on zarr-python's event loop. Kept apart from
+    ZarrStoreAdapter so that the engine's reference to it forms no cycle."""
 
     def __init__(self, store: Any) -> None:
         from zarr.core.buffer import default_buffer_prototype
@@ -65,11 +63,6 @@ class ZarrStoreAdapter:
         self._store = store
         self._sync = sync
         self._prototype = default_buffer_prototype()
-        self._handle = _core.python_store(self)
-
-    @property
-    def handle(self) -> _core.Store:
-        return self._handle
 
     def get(self, key: str, offset: int, length: int) -> bytes | None:
         from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
@@ -103,6 +96,22 @@ class ZarrStoreAdapter:
         return str(self._store)
 
 
+class ZarrStoreAdapter:
+    """Feeds a zarr-python 3 store (``zarr.abc.store.Store``: object stores, fsspec, memory) to
+    the engine."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._handle = _core.python_store(_ZarrStoreCallbacks(store))
+
+    @property
+    def handle(self) -> _core.Store:
+        return self._handle
+
+    def __repr__(self) -> str:
+        return f"ZarrStoreAdapter({self.store!r})"
+
+
 StoreLike = Union[str, os.PathLike[str], LocalStore, MemoryStore, ZarrStoreAdapter, Any]
 
 
@@ -125,7 +134,9 @@ def as_store(store: StoreLike) -> LocalStore | MemoryStore | ZarrStoreAdapter:
     if isinstance(store, zarr.storage.LocalStore):
         # Served natively: the engine reads local files without Python in the loop.
         return LocalStore(store.root)
-    if isinstance(store, zarr.abc.store.Store):
+    from zarr.abc.store import Store as ZarrStore
+
+    if isinstance(store, ZarrStore):
         return ZarrStoreAdapter(store)
     raise UsageError(
         f"unsupported store {store!r}: pass a path, a zarr_device store or a zarr-python store"
