@@ -26,11 +26,12 @@ import gzip
 import json
 import math
 import shutil
+import tempfile
 import warnings
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Literal
 
 import ml_dtypes
 import numcodecs
@@ -267,9 +268,9 @@ class Golden:
         shape: tuple[int, ...],
         chunks: tuple[int, ...],
         *,
-        zarr_format: int = 3,
+        zarr_format: Literal[2, 3] = 3,
         description: str = "",
-        region: tuple[slice, ...] | None | str = "auto",
+        region: tuple[slice, ...] | None | Literal["auto"] = "auto",
         values: np.ndarray | None = None,
         store_name: str | None = None,
         node: str = "",
@@ -293,14 +294,17 @@ class Golden:
                 values = make_values(np.dtype(dtype).newbyteorder("=").name if dtype not in EXTENSION_DTYPES else dtype, shape, f"{writer}/{case}/{node}")
                 values = values.astype(arr.dtype)
             grid = tuple(arr.shards) if arr.shards is not None else chunks
+            written: tuple[slice, ...] | None
             if region == "auto":
-                region = written_region(shape, grid) if shape else None
-            if region is None:
+                written = written_region(shape, grid) if shape else None
+            else:
+                written = region
+            if written is None:
                 arr[...] = values
             else:
-                arr[region] = values[region]
+                arr[written] = values[written]
             readback = arr[...]
-        want = model(values, fill if fill is not None else 0, region)  # type: ignore[arg-type]
+        want = model(values, fill if fill is not None else 0, written)
         if not bits_equal(np.asarray(readback), want):
             raise AssertionError(f"{case}: zarr-python did not read back what it wrote")
         return self._record(writer, case, store_rel, node, zarr_format, want, description)
@@ -526,8 +530,10 @@ def make_zarr_python_v3(g: Golden) -> None:
         )
 
     # blosc: every cname x every shuffle.
-    for cname in ["lz4", "lz4hc", "blosclz", "zstd", "zlib"]:
-        for shuffle in ["noshuffle", "shuffle", "bitshuffle"]:
+    cnames: list[Literal["lz4", "lz4hc", "blosclz", "zstd", "zlib"]] = ["lz4", "lz4hc", "blosclz", "zstd", "zlib"]
+    shuffles: list[Literal["noshuffle", "shuffle", "bitshuffle"]] = ["noshuffle", "shuffle", "bitshuffle"]
+    for cname in cnames:
+        for shuffle in shuffles:
             g.zarr_array(
                 f"v3_blosc_{cname}_{shuffle}_float32", "float32", (7, 5), (3, 2),
                 compressors=[BloscCodec(cname=cname, clevel=5, shuffle=shuffle, typesize=4)],
@@ -721,8 +727,9 @@ def make_tensorstore(g: Golden) -> dict[str, str]:
     )
     names: dict[str, str] = {}
     for dt in EXTENSION_DTYPES:
-        raw = g.ts_array(f"ts_{dt}_raw", dt, (7, 5), (3, 2), [bytes_le()], description=f"tensorstore {dt}, raw bytes")
-        g.ts_array(f"ts_{dt}_zstd", dt, (13,), (4,), [bytes_le(), zstd(3)], description=f"tensorstore {dt} + zstd")
+        note = " (no zero in this type: fill_value 0.0 is read as bits 0x00)" if dt == "float8_e8m0fnu" else ""
+        raw = g.ts_array(f"ts_{dt}_raw", dt, (7, 5), (3, 2), [bytes_le()], description=f"tensorstore {dt}, raw bytes{note}")
+        g.ts_array(f"ts_{dt}_zstd", dt, (13,), (4,), [bytes_le(), zstd(3)], description=f"tensorstore {dt} + zstd{note}")
         if raw is not None:
             assert raw.ts_data_type is not None
             names[dt] = raw.ts_data_type
@@ -749,6 +756,23 @@ def make_tensorstore(g: Golden) -> dict[str, str]:
     g.ts_array("ts_big_endian_float64", "float64", (13,), (4,), [{"name": "bytes", "configuration": {"endian": "big"}}, {"name": "gzip", "configuration": {"level": 5}}], description="tensorstore big endian + gzip")
     g.ts_array("ts_blosc_uint16", "uint16", (7, 5), (3, 2), [bytes_le(), {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 2, "blocksize": 0}}], description="tensorstore blosc")
     return names
+
+
+def tensorstore_other_dtype_names(tmp: Path) -> dict[str, str | None]:
+    """Other type names probed on tensorstore: the sub-byte types it also writes (not golden cases)
+    and a float8 spelling it refuses. Requested name -> data_type written, or None if refused."""
+    out: dict[str, str | None] = {}
+    for dt in ["int4", "float4_e2m1fn", "float8_e4m3"]:
+        path = tmp / dt
+        spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)},
+                "metadata": {"shape": [4], "data_type": dt,
+                             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}}}}
+        try:
+            ts.open(spec, create=True).result()
+            out[dt] = json.loads((path / "zarr.json").read_text())["data_type"]
+        except Exception:
+            out[dt] = None
+    return out
 
 
 def _reproducible_gzip() -> None:
@@ -778,6 +802,8 @@ def main() -> None:
     make_zarr_python_v3(g)
     make_zarr_python_v2(g)
     ts_names = make_tensorstore(g)
+    with tempfile.TemporaryDirectory() as tmp:
+        other_names = tensorstore_other_dtype_names(Path(tmp))
     manifest = {
         "format": 1,
         "generator": "scripts/make_golden.py",
@@ -788,6 +814,7 @@ def main() -> None:
             "ml_dtypes": ml_dtypes.__version__,
         },
         "tensorstore_dtype_names": ts_names,
+        "tensorstore_other_dtype_names": other_names,
         "cases": [c.to_json() for c in g.cases],
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")

@@ -8,6 +8,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -178,6 +179,7 @@ class AddressSpaceCap {
     active_ = setrlimit(RLIMIT_AS, &capped) == 0;
 #endif
   }
+  [[nodiscard]] bool active() const { return active_; }
   ~AddressSpaceCap() {
     if (active_) setrlimit(RLIMIT_AS, &saved_);
   }
@@ -211,11 +213,10 @@ struct Crc32cImpl {
 };
 
 std::vector<Crc32cImpl> crc32c_impls() {
-  std::vector<Crc32cImpl> impls = {
-      {"portable", codecs::detail::crc32c_portable},
-      {"dispatch", [](std::span<const std::byte> d, std::uint32_t c) {
-         return codecs::crc32c(d, c);
-       }}};
+  std::vector<Crc32cImpl> impls = {{"portable", codecs::detail::crc32c_portable},
+                                   {"dispatch", [](std::span<const std::byte> d, std::uint32_t c) {
+                                      return codecs::crc32c(d, c);
+                                    }}};
   if (codecs::detail::crc32c_hardware_available()) {
     impls.push_back({"sse4.2", codecs::detail::crc32c_hardware});
   }
@@ -324,6 +325,13 @@ TEST(CompressionCodecs, BadConfigurationsRaiseFormatError) {
   EXPECT_THROW((void)make("blosc", {{"clevel", 10}}), FormatError);
   EXPECT_THROW((void)make("blosc", {{"shuffle", "byteshuffle"}}), FormatError);
   EXPECT_THROW((void)make("blosc", {{"typesize", 0}}), FormatError);
+  // Parsed from text, non-negative numbers are unsigned in nlohmann::json.
+  EXPECT_THROW((void)make("blosc", json::parse(R"({"typesize": 0})")), FormatError);
+  EXPECT_THROW((void)make("blosc", json::parse(R"({"clevel": 18446744073709551615})")),
+               FormatError);
+  EXPECT_EQ(make("blosc", json::parse(R"({"typesize": 2, "clevel": 9})"))
+                ->to_json()["configuration"]["typesize"],
+            2);
   EXPECT_THROW((void)make("blosc", {{"blocksize", -1}}), FormatError);
   EXPECT_THROW((void)make("numcodecs.blosc", {{"shuffle", 3}}), FormatError);
   EXPECT_THROW((void)make("numcodecs.blosc", {{"shuffle", "shuffle"}}), FormatError);
@@ -413,8 +421,12 @@ TEST(CompressionCodecs, ZstdGoldenFrames) {
   }
   // Written by hand from RFC 8878: one raw block, with and without a declared content size.
   const Bytes hello = bytes_of("hello");
-  const Bytes sized = from_hex("28b52ffd2005290000" "68656c6c6f");
-  const Bytes unsized = from_hex("28b52ffd0000290000" "68656c6c6f");
+  const Bytes sized = from_hex(
+      "28b52ffd2005290000"
+      "68656c6c6f");
+  const Bytes unsized = from_hex(
+      "28b52ffd0000290000"
+      "68656c6c6f");
   auto codec = make("zstd");
   for (const Bytes& frame : {sized, unsized}) {
     EXPECT_EQ(to_bytes(codec->decode(to_buffer(frame), 5)), hello);
@@ -454,7 +466,10 @@ TEST(CompressionCodecs, ZstdConcatenatedAndSkippableFrames) {
   const Bytes b = typed_data(5000, 2, 2);
   const Bytes c = random_bytes(100, 3);
   Bytes stream = to_bytes(make("zstd")->encode(to_buffer(a)));
-  const Bytes skippable = from_hex("5a2a4d18" "03000000" "aabbcc");  // 3 bytes of user data
+  const Bytes skippable = from_hex(
+      "5a2a4d18"
+      "03000000"
+      "aabbcc");  // 3 bytes of user data
   stream.insert(stream.end(), skippable.begin(), skippable.end());
   const Bytes unsized = zstd_frame_without_size(b, true);
   stream.insert(stream.end(), unsized.begin(), unsized.end());
@@ -525,10 +540,17 @@ TEST(CompressionCodecs, ZstdSizeMismatchRaisesCodecError) {
 
 TEST(CompressionCodecs, ZstdHostileContentSizeIsNotAllocated) {
   // A raw block of 5 bytes in a frame that declares 2^40 bytes of content.
-  const Bytes frame = from_hex("28b52ffde0" "0000000000010000" "290000" "68656c6c6f");
+  const Bytes frame = from_hex(
+      "28b52ffde0"
+      "0000000000010000"
+      "290000"
+      "68656c6c6f");
   ASSERT_EQ(ZSTD_getFrameContentSize(frame.data(), frame.size()), 1ull << 40);
   auto codec = make("zstd");
   AddressSpaceCap cap(std::size_t{1} << 30);
+  if (cap.active()) {
+    EXPECT_THROW(ByteArray(std::size_t{4} << 30), OutOfMemoryError);
+  }
   expect_decode_error(*codec, frame, 5, "declares 2^40 bytes");
   try {
     (void)codec->decode(to_buffer(frame), std::nullopt);
@@ -671,7 +693,8 @@ TEST(CompressionCodecs, DeflateTruncatedOrCorruptRaisesCodecError) {
     expect_truncations_rejected(*codec, encoded, data.size());
     // gzip's header fields (flags, time, OS) are unprotected; everything after is checked by
     // the stream's structure, CRC-32 and length. zlib's two header bytes carry a check.
-    const std::size_t first = std::string_view(name).find("zlib") != std::string_view::npos ? 0 : 10;
+    const std::size_t first =
+        std::string_view(name).find("zlib") != std::string_view::npos ? 0 : 10;
     for (std::size_t i = first; i < encoded.size(); ++i) {
       Bytes damaged = encoded;
       damaged[i] ^= std::byte{0xFF};
@@ -734,9 +757,10 @@ TEST(CompressionCodecs, BloscLevelsAndBlocksizes) {
   const Bytes data = typed_data(200000, 4, 21);
   for (int clevel : {0, 1, 9}) {
     for (int blocksize : {0, 256, 4096, 65536}) {
-      expect_round_trip(*make("blosc", {{"cname", "lz4"}, {"clevel", clevel},
-                                        {"blocksize", blocksize}, {"typesize", 4}}),
-                        data);
+      expect_round_trip(
+          *make("blosc",
+                {{"cname", "lz4"}, {"clevel", clevel}, {"blocksize", blocksize}, {"typesize", 4}}),
+          data);
     }
   }
   expect_round_trip(*make("blosc", {{"typesize", 300}}), data);  // blosc treats >255 as bytes
@@ -756,9 +780,9 @@ TEST(CompressionCodecs, BloscNumcodecsShuffleCodes) {
   EXPECT_EQ(flags(*make("numcodecs.blosc", {{"shuffle", -1}}, context_for(&kFloat64))), 1);
   for (int shuffle : {-1, 0, 1, 2}) {
     for (const std::string& cname : blosc_compressors()) {
-      expect_round_trip(
-          *make("numcodecs.blosc", {{"cname", cname}, {"shuffle", shuffle}}, context_for(&kFloat64)),
-          data);
+      expect_round_trip(*make("numcodecs.blosc", {{"cname", cname}, {"shuffle", shuffle}},
+                              context_for(&kFloat64)),
+                        data);
     }
   }
 }
@@ -822,8 +846,8 @@ TEST(CompressionCodecs, BloscTruncatedOrCorruptRaisesCodecError) {
     SCOPED_TRACE(cname);
     expect_truncations_rejected(*codec, encoded, data.size(), encoded.size() > 2000 ? 37 : 1);
     // Header: version, compressed length, and block offsets that point outside the buffer.
-    for (std::size_t i : {std::size_t{0}, std::size_t{12}, std::size_t{13}, std::size_t{16},
-                          std::size_t{19}}) {
+    for (std::size_t i :
+         {std::size_t{0}, std::size_t{12}, std::size_t{13}, std::size_t{16}, std::size_t{19}}) {
       Bytes damaged = encoded;
       damaged[i] ^= std::byte{0xFF};
       expect_decode_error(*codec, damaged, data.size(), "byte " + std::to_string(i) + " flipped");
@@ -848,9 +872,16 @@ TEST(CompressionCodecs, BloscTruncatedOrCorruptRaisesCodecError) {
 
 TEST(CompressionCodecs, BloscHeaderClaimingGigabytesIsNotAllocated) {
   // A 16-byte header that declares 2 GiB - 17 bytes of output and says it is 16 bytes long.
-  const Bytes header = from_hex("02013104" "efffff7f" "00000100" "10000000");
+  const Bytes header = from_hex(
+      "02013104"
+      "efffff7f"
+      "00000100"
+      "10000000");
   auto codec = make("blosc");
   AddressSpaceCap cap(std::size_t{1} << 30);
+  if (cap.active()) {
+    EXPECT_THROW(ByteArray(std::size_t{4} << 30), OutOfMemoryError);
+  }
   EXPECT_THROW((void)codec->decode(to_buffer(header), std::nullopt), CodecError);
   EXPECT_THROW((void)codec->decode(to_buffer(header), 1000), CodecError);
 }
@@ -908,18 +939,32 @@ TEST(CompressionCodecs, Lz4TruncatedOrCorruptRaisesCodecError) {
     EXPECT_THROW(codec->decode_into(to_buffer(encoded), out), CodecError);
   }
   // A match reaching back before the start of the output.
-  expect_decode_error(*codec, from_hex("10000000" "1f" "41" "ffff" "00"), 16, "bad offset");
+  expect_decode_error(*codec,
+                      from_hex("10000000"
+                               "1f"
+                               "41"
+                               "ffff"
+                               "00"),
+                      16, "bad offset");
   fuzz_decode(*codec, encoded, data.size(), 400, 5);
 }
 
 TEST(CompressionCodecs, Lz4PrefixClaimingFourGibibytesIsNotAllocated) {
   auto codec = make("numcodecs.lz4");
-  const Bytes hostile = from_hex("ffffffff" "00");
+  const Bytes hostile = from_hex(
+      "ffffffff"
+      "00");
   AddressSpaceCap cap(std::size_t{1} << 30);
+  if (cap.active()) {
+    EXPECT_THROW(ByteArray(std::size_t{4} << 30), OutOfMemoryError);
+  }
   EXPECT_THROW((void)codec->decode(to_buffer(hostile), std::nullopt), CodecError);
   EXPECT_THROW((void)codec->decode(to_buffer(hostile), 1), CodecError);
   // Within int range but more than 1 byte of block could produce.
-  EXPECT_THROW((void)codec->decode(to_buffer(from_hex("00000070" "00")), std::nullopt), CodecError);
+  EXPECT_THROW((void)codec->decode(to_buffer(from_hex("00000070"
+                                                      "00")),
+                                   std::nullopt),
+               CodecError);
   try {
     (void)codec->decode(to_buffer(hostile), std::nullopt);
   } catch (const CodecError& e) {
@@ -934,7 +979,9 @@ TEST(CompressionCodecs, Lz4PrefixClaimingFourGibibytesIsNotAllocated) {
 TEST(CompressionCodecs, Crc32cAppendsChecksum) {
   auto codec = make("crc32c");
   // zarr-python's Crc32cCodec output for b"hello zarr".
-  const Bytes golden = from_hex("68656c6c6f207a617272" "ba65a06e");
+  const Bytes golden = from_hex(
+      "68656c6c6f207a617272"
+      "ba65a06e");
   EXPECT_EQ(to_bytes(codec->encode(to_buffer(bytes_of("hello zarr")))), golden);
   EXPECT_EQ(codec->encoded_size(10), 14u);
   const Buffer encoded = to_buffer(golden);
@@ -946,7 +993,9 @@ TEST(CompressionCodecs, Crc32cAppendsChecksum) {
 
 TEST(CompressionCodecs, Crc32cMismatchRaisesChecksumError) {
   auto codec = make("crc32c");
-  Bytes damaged = from_hex("68656c6c6f207a617272" "ba65a06e");
+  Bytes damaged = from_hex(
+      "68656c6c6f207a617272"
+      "ba65a06e");
   damaged[0] ^= std::byte{0x01};
   expect_decode_error(*codec, damaged, 10, "payload damaged");
   EXPECT_THROW((void)codec->decode(to_buffer(damaged), 10), ChecksumError);
@@ -960,13 +1009,11 @@ TEST(CompressionCodecs, Crc32cMismatchRaisesChecksumError) {
     EXPECT_EQ(e.kind(), ErrorKind::kChecksum);
     EXPECT_NE(message.find("crc32c"), std::string::npos) << message;
     EXPECT_NE(message.find("0x6ea065ba"), std::string::npos) << message;  // stored
-    EXPECT_NE(message.find(
-                  [&] {
-                    char hex[11];
-                    std::snprintf(hex, sizeof hex, "0x%08x",
-                                  codecs::crc32c(std::span(damaged).first(10)));
-                    return std::string(hex);
-                  }()),
+    EXPECT_NE(message.find([&] {
+      char hex[11];
+      std::snprintf(hex, sizeof hex, "0x%08x", codecs::crc32c(std::span(damaged).first(10)));
+      return std::string(hex);
+    }()),
               std::string::npos)
         << message;
   }
@@ -991,8 +1038,8 @@ TEST(CompressionCodecs, Crc32cShortOrMisSizedInputRaisesCodecError) {
 
 TEST(CompressionCodecs, CodecsAreSafeToShareAcrossThreads) {
   const std::vector<std::shared_ptr<BytesToBytesCodec>> codecs = {
-      make("zstd", {{"checksum", true}}), make("gzip"), make("numcodecs.zlib"),
-      make("blosc", {{"typesize", 4}}), make("numcodecs.lz4"), make("crc32c")};
+      make("zstd", {{"checksum", true}}), make("gzip"),          make("numcodecs.zlib"),
+      make("blosc", {{"typesize", 4}}),   make("numcodecs.lz4"), make("crc32c")};
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
   for (int t = 0; t < 8; ++t) {
@@ -1001,7 +1048,8 @@ TEST(CompressionCodecs, CodecsAreSafeToShareAcrossThreads) {
         const Bytes data = typed_data(10000 + 97 * i, 4, static_cast<std::uint32_t>(t * 100 + i));
         for (const auto& codec : codecs) {
           const Buffer encoded = codec->encode(to_buffer(data));
-          if (to_bytes(codec->decode(encoded, data.size())) != data) ++failures;
+          const Buffer decoded = codec->decode(encoded, data.size());
+          if (!std::ranges::equal(decoded.span(), data)) ++failures;
           // A failed decode must not poison the thread's reusable state.
           try {
             (void)codec->decode(encoded.slice(0, encoded.size() / 2), data.size());

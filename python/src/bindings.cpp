@@ -57,6 +57,12 @@ class PythonStore final : public zd::Store {
     nb::gil_scoped_acquire gil;
     return nb::cast<std::vector<std::string>>(call("list_dir", std::string(prefix)));
   }
+  std::optional<std::uint64_t> size(std::string_view key) const override {
+    nb::gil_scoped_acquire gil;
+    nb::object result = call("size", std::string(key));
+    if (result.is_none()) return std::nullopt;
+    return nb::cast<std::uint64_t>(result);
+  }
   std::string describe() const override {
     nb::gil_scoped_acquire gil;
     return nb::cast<std::string>(call("describe"));
@@ -144,6 +150,7 @@ NB_MODULE(_core, m) {
       .def("erase_prefix", &zd::Store::erase_prefix, "prefix"_a)
       .def("list_dir", &zd::Store::list_dir, "prefix"_a)
       .def("exists", &zd::Store::exists, "key"_a)
+      .def("size", &zd::Store::size, "key"_a)
       .def("describe", &zd::Store::describe);
 
   m.def("local_store", [](const std::string& root) { return zd::make_local_store(root); },

@@ -302,7 +302,8 @@ def selection_id(sel: Any) -> str:
 def load_manifest() -> dict[str, Any]:
     if not MANIFEST_PATH.exists():
         return {"cases": [], "tensorstore_dtype_names": {}}
-    return json.loads(MANIFEST_PATH.read_text())
+    manifest: dict[str, Any] = json.loads(MANIFEST_PATH.read_text())
+    return manifest
 
 
 MANIFEST: dict[str, Any] = load_manifest()
@@ -312,12 +313,12 @@ GOLDEN_GROUP_CASES: list[dict[str, Any]] = [c for c in GOLDEN_CASES if c["kind"]
 
 
 def golden_store(case: dict[str, Any]) -> Path:
-    return GOLDEN_DIR / case["store"]
+    return GOLDEN_DIR / str(case["store"])
 
 
 def golden_expected(case: dict[str, Any]) -> np.ndarray:
     """The expected values of a golden array case, in its real dtype (ml_dtypes for bits)."""
-    values = np.load(GOLDEN_DIR / case["expected"], allow_pickle=False)
+    values: np.ndarray = np.load(GOLDEN_DIR / str(case["expected"]), allow_pickle=False)
     if case.get("expected_bits"):
         values = values.view(numpy_dtype(case["dtype"]))
     return values

@@ -55,16 +55,15 @@ def _read_all(store: Path) -> Any:
 
 
 def _assert_raises(store: Path, exc: type[BaseException], key: str | None = KEY,
-                   action: Callable[[Path], Any] = _read_all) -> BaseException:
+                   action: Callable[[Path], Any] = _read_all) -> Any:
     with pytest.raises(exc) as info:
         action(store)
-    err = info.value
-    assert isinstance(err, zd.ZarrDeviceError)
-    message = str(err)
+    assert isinstance(info.value, zd.ZarrDeviceError)
+    message = str(info.value)
     assert ARRAY_PATH in message, f"message does not name the array path: {message!r}"
     if key is not None:
         assert key in message, f"message does not name the chunk key {key!r}: {message!r}"
-    return err
+    return info.value
 
 
 def _assert_other_chunks_still_readable(store: Path) -> None:
@@ -160,11 +159,11 @@ def test_corrupt_blosc_header(tmp_path: Path, field: str, delta: int | None) -> 
     data = bytearray(_chunk(store).read_bytes())
     version, versionlz, flags, typesize, nbytes, blocksize, cbytes = struct.unpack_from("<BBBBIII", data, 0)
     if field == "cbytes":
-        struct.pack_into("<I", data, 12, cbytes + delta)  # type: ignore[operator]
+        struct.pack_into("<I", data, 12, cbytes + delta)
     elif field == "nbytes":
-        struct.pack_into("<I", data, 4, nbytes + delta)  # type: ignore[operator]
+        struct.pack_into("<I", data, 4, nbytes + delta)
     elif field == "blocksize":
-        struct.pack_into("<I", data, 8, blocksize + delta)  # type: ignore[operator]
+        struct.pack_into("<I", data, 8, blocksize + delta)
     else:
         data[0] = 0xEE  # unknown format version
     _chunk(store).write_bytes(bytes(data))

@@ -39,10 +39,12 @@ def _open(case: dict[str, Any]) -> Any:
     return zd.open_array(str(golden_store(case)), path=case["path"])
 
 
-_UNSUPPORTED = [c for c in GOLDEN_ARRAY_CASES if c["dtype"] not in zd_supported_dtypes()]
+_UNSUPPORTED: list[dict[str, Any] | None] = [c for c in GOLDEN_ARRAY_CASES if c["dtype"] not in zd_supported_dtypes()]
 
 
-@pytest.mark.parametrize("case", _UNSUPPORTED or [None], ids=[c["name"] for c in _UNSUPPORTED] or ["none"])
+@pytest.mark.parametrize(
+    "case", _UNSUPPORTED or [None], ids=[c["name"] for c in _UNSUPPORTED if c is not None] or ["none"]
+)
 def test_golden_unsupported_dtype(case: dict[str, Any] | None) -> None:
     """A type zarr_device does not list as supported is refused with a FormatError naming it."""
     if case is None:
@@ -100,6 +102,11 @@ def test_golden_fill_value(golden_array_case: dict[str, Any]) -> None:
         pytest.skip("fill_value null (v2): no fill value to compare")
     arr = _open(case)
     dtype = numpy_dtype(case["dtype"])
+    if case["dtype"] == "float8_e8m0fnu" and case["fill_value"] == 0.0:
+        # The type has no zero; tensorstore stores 0.0 as the smallest value, bits 0x00 (2**-127),
+        # where ml_dtypes would convert it to NaN.
+        assert np.asarray(arr.fill_value, dtype=np.float64) == 2.0**-127
+        return
     want = fill_from_json(case["fill_value"], dtype)
     raw = arr.fill_value
     if isinstance(raw, (str, list)):  # the JSON form, as in the metadata

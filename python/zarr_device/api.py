@@ -102,8 +102,8 @@ class Array:
     @property
     def shards(self) -> tuple[int, ...] | None:
         """The shape of the shards, or None for an unsharded array."""
-        grid = tuple(self._core.chunk_shape)
-        return grid if grid != self.chunks else None
+        sharded = any(c.get("name") == "sharding_indexed" for c in self.codecs)
+        return tuple(self._core.chunk_shape) if sharded else None
 
     @property
     def zarr_format(self) -> int:
@@ -353,9 +353,12 @@ def open_group(store: StoreLike, *, path: str = "", mode: OpenMode = "r") -> Gro
 
 
 def _fill_value_json(value: Any, dtype: np.dtype[Any]) -> Any:
+    if dtype.kind == "c":
+        c = complex(0 if value is None else value)
+        return [_float_json(c.real), _float_json(c.imag)]
     if value is None:
-        return False if dtype.kind == "b" else (0.0 if dtype.kind in "fcV" else 0)
-    if dtype.kind == "c" or isinstance(value, complex):
+        return False if dtype.kind == "b" else (0.0 if dtype.kind in "fV" else 0)
+    if isinstance(value, complex):
         c = complex(value)
         return [_float_json(c.real), _float_json(c.imag)]
     if dtype.kind == "b":

@@ -34,6 +34,8 @@ _ML_DTYPES_NAMES = [
     "float8_e4m3b11fnuz",
     "float8_e5m2",
     "float8_e5m2fnuz",
+    "float8_e3m4",
+    "float8_e8m0fnu",
 ]
 
 #: Every data type name zarr-device reads and writes (Zarr v3 names).

@@ -49,7 +49,10 @@ def normalize_selection(selection: Any, shape: tuple[int, ...]) -> BasicSelectio
     result: list[int] = []
     for dim, (item, extent) in enumerate(zip(items, shape)):
         if isinstance(item, slice):
-            start, stop, step = item.indices(extent)
+            try:
+                start, stop, step = item.indices(extent)
+            except (ValueError, TypeError) as e:
+                raise SelectionError(f"invalid slice {item!r} in dimension {dim}: {e}") from None
             if step < 1:
                 raise SelectionError(
                     f"slice step {step} in dimension {dim}: only steps >= 1 are supported"

@@ -77,6 +77,12 @@ class _ZarrStoreCallbacks:
         value = self._sync(self._store.get(key, prototype=self._prototype, byte_range=request))
         return None if value is None else bytes(value.to_bytes())
 
+    def size(self, key: str) -> int | None:
+        try:
+            return int(self._sync(self._store.getsize(key)))
+        except FileNotFoundError:
+            return None
+
     def set(self, key: str, value: bytes) -> None:
         self._sync(self._store.set(key, self._prototype.buffer.from_bytes(value)))
 

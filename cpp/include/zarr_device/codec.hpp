@@ -44,9 +44,8 @@ struct StridedView {
   std::vector<std::int64_t> byte_strides;
 };
 
-// Reads bytes [offset, offset + length) of the chunk being decoded, or, with a negative offset, the
-// last -offset bytes. Returns nullopt where the chunk does not exist. Lets a sharded chunk be read
-// piece by piece instead of whole.
+// Reads bytes [offset, offset + length) of the chunk being decoded (cut short at its end). Lets a
+// sharded chunk be read piece by piece instead of whole.
 using RangeReader = std::function<std::optional<Buffer>(std::int64_t offset, std::int64_t length)>;
 
 class Codec {
@@ -88,8 +87,9 @@ class ArrayToBytesCodec : public Codec {
 
   // Codecs that can decode a selection from byte ranges of the chunk (sharding) override these.
   [[nodiscard]] virtual bool supports_partial_decode() const { return false; }
-  // Returns false when the chunk does not exist.
-  virtual bool decode_partial(const RangeReader& read, const ChunkSpec& spec,
+  // `total_size` is the stored chunk's size, so every range can be checked before it is read.
+  virtual void decode_partial(const RangeReader& read, std::uint64_t total_size,
+                              const ChunkSpec& spec,
                               std::span<const DimSlice> selection,
                               const StridedView& destination) const;
 };

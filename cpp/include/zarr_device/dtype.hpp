@@ -23,6 +23,7 @@ struct FloatFormat {
   int exponent_bias;
   bool has_infinity;     // IEEE-like; the fn/fnuz float8 variants have none
   bool nan_is_negative_zero;  // fnuz: the only NaN is 0x80, there is no -0
+  bool exponent_only = false;  // e8m0fnu: no sign, no mantissa, no zero; NaN is 0xff
 };
 
 class DataType {

@@ -42,6 +42,8 @@ class Store {
   // The names directly under `prefix` (values and sub-prefixes), without the prefix, sorted.
   [[nodiscard]] virtual std::vector<std::string> list_dir(std::string_view prefix) const = 0;
   [[nodiscard]] virtual bool exists(std::string_view key) const;
+  // The size of the value at `key`, nullopt when there is none. The default reads the value.
+  [[nodiscard]] virtual std::optional<std::uint64_t> size(std::string_view key) const;
   // Where the store is, for messages ("file:///data/x.zarr", "memory://").
   [[nodiscard]] virtual std::string describe() const = 0;
 };

@@ -48,8 +48,8 @@ class BloscCodec final : public BytesToBytesCodec {
     // Blosc (lz4, 5, byte shuffle).
     cname_ = config.get_string("cname", v3 ? "zstd" : "lz4");
     if (std::find(kCompressors.begin(), kCompressors.end(), cname_) == kCompressors.end()) {
-      config.fail("cname", "must be one of blosclz, lz4, lz4hc, zstd, zlib, snappy, not \"" +
-                               cname_ + "\"");
+      config.fail("cname",
+                  "must be one of blosclz, lz4, lz4hc, zstd, zlib, snappy, not \"" + cname_ + "\"");
     }
     clevel_ = config.get_int("clevel", 5, 0, 9);
     const int element_size = context.chunk.dtype != nullptr ? context.chunk.dtype->size : 1;
@@ -96,8 +96,9 @@ class BloscCodec final : public BytesToBytesCodec {
     if (decoded_size) {
       check_size(nbytes, *decoded_size);
     } else if (nbytes > max_decoded_size(encoded.size())) {
-      throw CodecError(name_ + ": header declares " + std::to_string(nbytes) + " bytes, more than " +
-                       std::to_string(encoded.size()) + " bytes of blosc data can hold");
+      throw CodecError(name_ + ": header declares " + std::to_string(nbytes) +
+                       " bytes, more than " + std::to_string(encoded.size()) +
+                       " bytes of blosc data can hold");
     }
     ByteArray out(nbytes);
     decompress(encoded, out.span());
@@ -171,8 +172,10 @@ class BloscCodec final : public BytesToBytesCodec {
     if (result < 0 || static_cast<std::size_t>(result) != out.size()) {
       const char* library = blosc_cbuffer_complib(encoded.data());
       std::string message = name_ + ": corrupt data (blosc error " + std::to_string(result) +
-                            ", compressed with " + (library != nullptr ? library : "an unknown "
-                                                                                   "compressor") +
+                            ", compressed with " +
+                            (library != nullptr ? library
+                                                : "an unknown "
+                                                  "compressor") +
                             ")";
       // -5: the header names a compressor this build lacks.
       if (result == -5) message += "; this build of c-blosc lacks that compressor";

@@ -13,7 +13,8 @@ std::int64_t ChunkSpec::num_elements() const {
   return n;
 }
 
-bool ArrayToBytesCodec::decode_partial(const RangeReader& /*read*/, const ChunkSpec& /*spec*/,
+void ArrayToBytesCodec::decode_partial(const RangeReader& /*read*/, std::uint64_t /*total_size*/,
+                                       const ChunkSpec& /*spec*/,
                                        std::span<const DimSlice> /*selection*/,
                                        const StridedView& /*destination*/) const {
   throw UsageError("codec '" + std::string(name()) + "' cannot decode from byte ranges");

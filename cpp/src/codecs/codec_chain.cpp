@@ -96,12 +96,13 @@ void CodecChain::decode_into(const Buffer& encoded, std::span<const DimSlice> se
   array_to_bytes_->decode_into(current, inner, sel, dest);
 }
 
-bool CodecChain::decode_partial(const RangeReader& read, std::span<const DimSlice> selection,
+void CodecChain::decode_partial(const RangeReader& read, std::uint64_t total_size,
+                                std::span<const DimSlice> selection,
                                 const StridedView& destination) const {
   std::vector<DimSlice> sel(selection.begin(), selection.end());
   StridedView dest = destination;
   map_through(array_to_array_, sel, dest);
-  return array_to_bytes_->decode_partial(read, specs_.back(), sel, dest);
+  array_to_bytes_->decode_partial(read, total_size, specs_.back(), sel, dest);
 }
 
 std::optional<Buffer> CodecChain::encode(std::span<const std::byte> chunk) const {

@@ -26,8 +26,9 @@ class CodecChain {
 
   // Whether a chunk can be decoded from byte ranges (a shard without bytes->bytes codecs after it).
   [[nodiscard]] bool supports_partial_decode() const;
-  // Decodes from byte ranges; false when the chunk does not exist.
-  bool decode_partial(const RangeReader& read, std::span<const DimSlice> selection,
+  // Decodes from byte ranges of a stored chunk of `total_size` bytes.
+  void decode_partial(const RangeReader& read, std::uint64_t total_size,
+                      std::span<const DimSlice> selection,
                       const StridedView& destination) const;
 
   // Whether the stored bytes are exactly the chunk's elements, C order, little endian: then a

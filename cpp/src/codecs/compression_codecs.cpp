@@ -30,8 +30,6 @@ const nlohmann::json* ConfigReader::find(const char* key) const {
   return &*it;
 }
 
-bool ConfigReader::has(const char* key) const { return find(key) != nullptr; }
-
 void ConfigReader::fail(const char* key, std::string_view what) const {
   throw FormatError("codec '" + codec_ + "': \"" + key + "\" " + std::string(what));
 }
@@ -40,12 +38,19 @@ int ConfigReader::get_int(const char* key, int default_value, int min, int max) 
   const nlohmann::json* value = find(key);
   if (value == nullptr) return default_value;
   if (!value->is_number_integer()) fail(key, "must be an integer, not " + value->dump());
-  const bool in_range = value->is_number_unsigned()
-                            ? value->get<std::uint64_t>() <= static_cast<std::uint64_t>(max)
-                            : value->get<std::int64_t>() >= min && value->get<std::int64_t>() <= max;
+  // Parsed JSON holds non-negative numbers as unsigned, which may not fit in int64.
+  bool in_range = false;
+  if (value->is_number_unsigned()) {
+    const auto v = value->get<std::uint64_t>();
+    in_range =
+        v <= static_cast<std::uint64_t>(max) && (min <= 0 || v >= static_cast<std::uint64_t>(min));
+  } else {
+    const auto v = value->get<std::int64_t>();
+    in_range = v >= min && v <= max;
+  }
   if (!in_range) {
-    fail(key, "must be between " + std::to_string(min) + " and " + std::to_string(max) +
-                  ", not " + value->dump());
+    fail(key, "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", not " +
+                  value->dump());
   }
   return static_cast<int>(value->get<std::int64_t>());
 }
@@ -82,8 +87,7 @@ void expect_end(StreamDecoder& decoder, std::string_view codec, std::string_view
 
 }  // namespace
 
-void decode_stream_exact(StreamDecoder& decoder, std::span<std::byte> out,
-                         std::string_view codec) {
+void decode_stream_exact(StreamDecoder& decoder, std::span<std::byte> out, std::string_view codec) {
   std::size_t pos = 0;
   if (!decoder.run(out, pos)) {
     expect_end(decoder, codec, "the expected " + std::to_string(out.size()) + " bytes");
@@ -104,8 +108,8 @@ Buffer decode_stream_growing(StreamDecoder& decoder, std::size_t initial, std::s
     const bool done = decoder.run({&extra, 1}, extra_pos);
     if (extra_pos == 0) break;
     if (capacity >= limit) {
-      throw CodecError(std::string(codec) + ": data decodes to more than " +
-                       std::to_string(limit) + " bytes, the most its encoded size allows");
+      throw CodecError(std::string(codec) + ": data decodes to more than " + std::to_string(limit) +
+                       " bytes, the most its encoded size allows");
     }
     constexpr std::size_t kMinGrowth = 64 * 1024;
     const std::size_t next =

@@ -17,7 +17,7 @@
 namespace zarr_device::codecs {
 
 // One implementation serves both a Zarr v3 core name and its numcodecs id; they differ only in
-// the names of some settings and in how the metadata entry is written.
+// defaults, in how some settings are spelled (blosc's shuffle) and in the metadata entry.
 enum class MetadataStyle { kV3, kNumcodecs };
 
 // Reads a codec configuration. An absent or null configuration reads as empty; keys that are not
@@ -30,7 +30,6 @@ class ConfigReader {
   [[nodiscard]] int get_int(const char* key, int default_value, int min, int max) const;
   [[nodiscard]] bool get_bool(const char* key, bool default_value) const;
   [[nodiscard]] std::string get_string(const char* key, std::string_view default_value) const;
-  [[nodiscard]] bool has(const char* key) const;
 
   [[noreturn]] void fail(const char* key, std::string_view what) const;
 

@@ -65,7 +65,7 @@ std::uint32_t crc32c_portable(std::span<const std::byte> data, std::uint32_t crc
 // The target attribute (rather than relying on the file's -msse4.2 alone) keeps this compiling
 // in builds that do not pass the flag.
 __attribute__((target("sse4.2"))) std::uint32_t crc32c_hardware(std::span<const std::byte> data,
-                                                                 std::uint32_t crc) {
+                                                                std::uint32_t crc) {
   const std::byte* p = data.data();
   std::size_t n = data.size();
 #if defined(__x86_64__)

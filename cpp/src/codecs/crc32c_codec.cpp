@@ -63,9 +63,8 @@ class Crc32cCodec final : public BytesToBytesCodec {
     const std::uint32_t stored = load_le32(encoded.data() + size);
     const std::uint32_t computed = crc32c(encoded.span().first(size));
     if (stored != computed) {
-      throw ChecksumError("crc32c: checksum mismatch: stored " + hex32(stored) +
-                          ", computed " + hex32(computed) + " over " + std::to_string(size) +
-                          " bytes");
+      throw ChecksumError("crc32c: checksum mismatch: stored " + hex32(stored) + ", computed " +
+                          hex32(computed) + " over " + std::to_string(size) + " bytes");
     }
   }
 };

@@ -47,7 +47,8 @@ class InflateDecoder final : public StreamDecoder {
       if (stream_done_ && !start_next_member()) return true;
       if (pos == out.size()) return false;
       // zlib counts in 32-bit units: feed at most 4 GiB at a time.
-      const auto in_chunk = static_cast<uInt>(std::min<std::size_t>(in_.size() - in_pos_, UINT_MAX));
+      const auto in_chunk =
+          static_cast<uInt>(std::min<std::size_t>(in_.size() - in_pos_, UINT_MAX));
       const auto out_chunk = static_cast<uInt>(std::min<std::size_t>(out.size() - pos, UINT_MAX));
       // zlib's next_in is not const-qualified, but inflate only reads it.
       stream_.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(in_.data() + in_pos_));
@@ -78,8 +79,9 @@ class InflateDecoder final : public StreamDecoder {
           throw OutOfMemoryError(std::string(codec_) + ": zlib ran out of memory");
         case Z_DATA_ERROR:
           if (stream_.msg != nullptr && std::string_view(stream_.msg) == "incorrect data check") {
-            throw ChecksumError(std::string(codec_) + ": the stream's checksum does not match "
-                                                      "its data");
+            throw ChecksumError(std::string(codec_) +
+                                ": the stream's checksum does not match "
+                                "its data");
           }
           [[fallthrough]];
         default:
@@ -151,8 +153,8 @@ class DeflateCodec final : public BytesToBytesCodec {
 
   [[nodiscard]] Buffer encode(const Buffer& decoded) const override {
     z_stream stream{};
-    int result = deflateInit2(&stream, level_, Z_DEFLATED, window_bits(wrapper_), 8,
-                              Z_DEFAULT_STRATEGY);
+    int result =
+        deflateInit2(&stream, level_, Z_DEFLATED, window_bits(wrapper_), 8, Z_DEFAULT_STRATEGY);
     if (result == Z_MEM_ERROR) {
       throw OutOfMemoryError(name_ + ": could not create a zlib stream");
     }
@@ -165,7 +167,8 @@ class DeflateCodec final : public BytesToBytesCodec {
     do {
       const auto in_chunk =
           static_cast<uInt>(std::min<std::size_t>(decoded.size() - in_pos, UINT_MAX));
-      const auto out_chunk = static_cast<uInt>(std::min<std::size_t>(out.size() - out_pos, UINT_MAX));
+      const auto out_chunk =
+          static_cast<uInt>(std::min<std::size_t>(out.size() - out_pos, UINT_MAX));
       stream.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(decoded.data() + in_pos));
       stream.avail_in = in_chunk;
       stream.next_out = reinterpret_cast<Bytef*>(out.data() + out_pos);

@@ -20,7 +20,8 @@ class Lz4Codec final : public BytesToBytesCodec {
  public:
   explicit Lz4Codec(const nlohmann::json& configuration) {
     // LZ4 treats values below 1 as 1 and clamps large ones, so any integer is accepted.
-    acceleration_ = ConfigReader(name(), configuration).get_int("acceleration", 1, INT_MIN, INT_MAX);
+    acceleration_ =
+        ConfigReader(name(), configuration).get_int("acceleration", 1, INT_MIN, INT_MAX);
   }
 
   [[nodiscard]] std::string_view name() const override { return "numcodecs.lz4"; }
@@ -44,9 +45,8 @@ class Lz4Codec final : public BytesToBytesCodec {
 
   [[nodiscard]] Buffer encode(const Buffer& decoded) const override {
     if (decoded.size() > static_cast<std::size_t>(LZ4_MAX_INPUT_SIZE)) {
-      throw CodecError(std::string(name()) + ": cannot compress " +
-                       std::to_string(decoded.size()) + " bytes; an LZ4 block holds at most " +
-                       std::to_string(LZ4_MAX_INPUT_SIZE));
+      throw CodecError(std::string(name()) + ": cannot compress " + std::to_string(decoded.size()) +
+                       " bytes; an LZ4 block holds at most " + std::to_string(LZ4_MAX_INPUT_SIZE));
     }
     const int size = static_cast<int>(decoded.size());
     const int bound = LZ4_compressBound(size);
@@ -75,8 +75,7 @@ class Lz4Codec final : public BytesToBytesCodec {
                        " decoded bytes, expected " + std::to_string(*expected));
     }
     if (declared > static_cast<std::size_t>(INT_MAX) ||
-        compressed > static_cast<std::size_t>(INT_MAX) ||
-        declared > max_decoded_size(compressed)) {
+        compressed > static_cast<std::size_t>(INT_MAX) || declared > max_decoded_size(compressed)) {
       throw CodecError(std::string(name()) + ": header declares " + std::to_string(declared) +
                        " decoded bytes, more than " + std::to_string(compressed) +
                        " bytes of LZ4 data can hold");

@@ -68,18 +68,21 @@ class ShardingCodec final : public ArrayToBytesCodec {
 
   bool supports_partial_decode() const override { return true; }
 
-  bool decode_partial(const RangeReader& read, const ChunkSpec& spec,
+  void decode_partial(const RangeReader& read, std::uint64_t total_size, const ChunkSpec& spec,
                       std::span<const DimSlice> selection,
                       const StridedView& destination) const override {
-    const auto n = static_cast<std::int64_t>(index_size_);
-    auto bytes = index_at_start_ ? read(0, n) : read(-n, n);
-    if (!bytes) return false;
-    if (bytes->size() != index_size_) {
-      throw CodecError("shard of " + std::to_string(bytes->size()) +
+    if (total_size < index_size_) {
+      throw CodecError("shard of " + std::to_string(total_size) +
                        " bytes is smaller than its index (" + std::to_string(index_size_) + ")");
     }
-    // Without the shard's total size, entries past its end show up as short reads below.
-    const auto index = read_index(*bytes, index_at_start_ ? index_size_ : 0, kMissing);
+    const std::uint64_t lo = index_at_start_ ? index_size_ : 0;
+    const std::uint64_t hi = index_at_start_ ? total_size : total_size - index_size_;
+    const auto n = static_cast<std::int64_t>(index_size_);
+    auto bytes = read(index_at_start_ ? 0 : static_cast<std::int64_t>(hi), n);
+    if (!bytes || bytes->size() != index_size_) {
+      throw CodecError("shard changed or vanished while its index was read");
+    }
+    const auto index = read_index(*bytes, lo, hi);
     decode_chunks(index, spec, selection, destination, [&](const IndexEntry& e) {
       auto data = read(static_cast<std::int64_t>(e.offset), static_cast<std::int64_t>(e.nbytes));
       if (!data || data->size() != e.nbytes) {
@@ -88,7 +91,6 @@ class ShardingCodec final : public ArrayToBytesCodec {
       }
       return *data;
     });
-    return true;
   }
 
   std::optional<Buffer> encode(const ChunkSpec& spec,

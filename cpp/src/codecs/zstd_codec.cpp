@@ -53,8 +53,8 @@ std::size_t max_decoded_size(std::size_t encoded_size) {
 }
 
 struct FrameScan {
-  std::size_t declared = 0;   // sum of the content sizes frames declare
-  bool all_declared = true;   // every frame declares its content size
+  std::size_t declared = 0;  // sum of the content sizes frames declare
+  bool all_declared = true;  // every frame declares its content size
 };
 
 // Walks the frames (block headers only, no decompression) so sizes can be checked before any
@@ -79,8 +79,7 @@ FrameScan scan_frames(std::span<const std::byte> in, std::string_view codec) {
     if (content == ZSTD_CONTENTSIZE_UNKNOWN) {
       scan.all_declared = false;
     } else {
-      scan.declared = content > SIZE_MAX - scan.declared ? SIZE_MAX
-                                                         : scan.declared + content;
+      scan.declared = content > SIZE_MAX - scan.declared ? SIZE_MAX : scan.declared + content;
     }
     offset += frame_size;
   }
@@ -189,9 +188,8 @@ class ZstdCodec final : public BytesToBytesCodec {
     }
     ByteArray out(bound);
     static const std::byte kEmpty{};
-    const std::size_t written =
-        ZSTD_compress2(cctx, out.data(), out.size(), decoded.empty() ? &kEmpty : decoded.data(),
-                       decoded.size());
+    const std::size_t written = ZSTD_compress2(
+        cctx, out.data(), out.size(), decoded.empty() ? &kEmpty : decoded.data(), decoded.size());
     if (ZSTD_isError(written)) throw_zstd_error(name_, written);
     return finish_output(std::move(out), written);
   }
@@ -203,8 +201,7 @@ class ZstdCodec final : public BytesToBytesCodec {
   }
 
   // Size checks that need no decompression, made before the output is allocated.
-  void check_expected(const FrameScan& scan, std::size_t expected,
-                      std::size_t encoded_size) const {
+  void check_expected(const FrameScan& scan, std::size_t expected, std::size_t encoded_size) const {
     if (scan.all_declared ? scan.declared != expected : scan.declared > expected) {
       throw CodecError(name_ + ": frames declare " + std::to_string(scan.declared) +
                        " bytes, expected " + std::to_string(expected));
@@ -245,8 +242,7 @@ void register_zstd_codecs(CodecRegistry& registry) {
     return std::make_shared<ZstdCodec>("zstd", MetadataStyle::kV3, configuration);
   });
   registry.add("numcodecs.zstd", [](const nlohmann::json& configuration, const CodecContext&) {
-    return std::make_shared<ZstdCodec>("numcodecs.zstd", MetadataStyle::kNumcodecs,
-                                       configuration);
+    return std::make_shared<ZstdCodec>("numcodecs.zstd", MetadataStyle::kNumcodecs, configuration);
   });
 }
 

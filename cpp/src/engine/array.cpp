@@ -168,9 +168,12 @@ void Array::read(std::span<const DimSlice> selection, std::span<std::byte> out,
         const RangeReader reader = [&](std::int64_t offset, std::int64_t length) {
           return store_->get(key, {offset, length});
         };
-        if (!chain_->decode_partial(reader, item.within, region)) {
+        const auto total = store_->size(key);
+        if (!total) {
           place::fill_strided(region, metadata_.fill_value);
+          return;
         }
+        chain_->decode_partial(reader, *total, item.within, region);
         return;
       }
       engine::BudgetLease lease(budget, 2 * chunk_bytes);

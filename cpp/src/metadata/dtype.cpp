@@ -1,5 +1,6 @@
 #include "zarr_device/dtype.hpp"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -20,9 +21,12 @@ constexpr FloatFormat kE4M3FNUZ{4, 3, 8, false, true};
 constexpr FloatFormat kE4M3B11FNUZ{4, 3, 11, false, true};
 constexpr FloatFormat kE5M2{5, 2, 15, true, false};
 constexpr FloatFormat kE5M2FNUZ{5, 2, 16, false, true};
+constexpr FloatFormat kE3M4{3, 4, 3, true, false};
+// Scale factors of the OCP microscaling formats: a power of two, 2^(bits - 127).
+constexpr FloatFormat kE8M0FNU{8, 0, 127, false, false, true};
 
 using C = DTypeClass;
-const std::array<DataType, 21> kTypes{{
+const std::array<DataType, 23> kTypes{{
     {"bool", C::kBool, 1, 1, std::nullopt},
     {"int8", C::kInt, 1, 1, std::nullopt},
     {"int16", C::kInt, 2, 2, std::nullopt},
@@ -43,6 +47,8 @@ const std::array<DataType, 21> kTypes{{
     {"float8_e4m3b11fnuz", C::kFloat, 1, 1, kE4M3B11FNUZ},
     {"float8_e5m2", C::kFloat, 1, 1, kE5M2},
     {"float8_e5m2fnuz", C::kFloat, 1, 1, kE5M2FNUZ},
+    {"float8_e3m4", C::kFloat, 1, 1, kE3M4},
+    {"float8_e8m0fnu", C::kFloat, 1, 1, kE8M0FNU},
     // tensorstore's name for bool-like 1-byte types is "bool"; nothing else to alias.
     {"", C::kBool, 0, 0, std::nullopt},  // sentinel, never returned
 }};
@@ -110,6 +116,12 @@ std::string DataType::v2_typestr(Endian endian) const {
 }
 
 std::uint64_t encode_float(double value, const FloatFormat& f, int total_bits) {
+  if (f.exponent_only) {
+    if (std::isnan(value) || std::isinf(value)) return 0xff;
+    if (!(value > 0)) return 0;  // no zero: the smallest value, 2^-127, stands in (as tensorstore)
+    const long e = std::lround(std::log2(value)) + f.exponent_bias;
+    return static_cast<std::uint64_t>(std::clamp<long>(e, 0, 254));
+  }
   const int e_bits = f.exponent_bits;
   const int m_bits = f.mantissa_bits;
   const std::uint64_t sign = std::signbit(value) ? 1 : 0;
@@ -164,6 +176,10 @@ std::uint64_t encode_float(double value, const FloatFormat& f, int total_bits) {
 }
 
 double decode_float(std::uint64_t bits, const FloatFormat& f, int total_bits) {
+  if (f.exponent_only) {
+    if (bits == 0xff) return std::nan("");
+    return std::ldexp(1.0, static_cast<int>(bits) - f.exponent_bias);
+  }
   const int m_bits = f.mantissa_bits;
   const std::uint64_t max_exp_field = (1ULL << f.exponent_bits) - 1;
   const std::uint64_t all_mantissa = (1ULL << m_bits) - 1;

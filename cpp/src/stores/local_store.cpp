@@ -64,6 +64,17 @@ class LocalStore final : public Store {
     return read_at(file.get(), out, 0, path);
   }
 
+  std::optional<std::uint64_t> size(std::string_view key) const override {
+    const auto path = resolve(key);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
+      throw StoreError("could not stat " + path.string() + ": " + errno_text(errno));
+    }
+    if (!S_ISREG(st.st_mode)) throw StoreError(path.string() + " is not a regular file");
+    return static_cast<std::uint64_t>(st.st_size);
+  }
+
   void set(std::string_view key, std::span<const std::byte> value) override {
     const auto path = resolve(key);
     std::error_code ec;

@@ -26,6 +26,12 @@ class MemoryStore final : public Store {
     if (it == values_.end()) return std::nullopt;
     return cut(it->second, range);
   }
+  std::optional<std::uint64_t> size(std::string_view key) const override {
+    std::shared_lock lock(mutex_);
+    auto it = values_.find(key);
+    if (it == values_.end()) return std::nullopt;
+    return it->second.size();
+  }
   void set(std::string_view key, std::span<const std::byte> value) override {
     auto copy = Buffer::copy_of(value);
     std::unique_lock lock(mutex_);

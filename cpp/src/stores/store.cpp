@@ -15,6 +15,12 @@ std::optional<std::size_t> Store::get_into(std::string_view key, std::span<std::
 
 bool Store::exists(std::string_view key) const { return get(key, {0, 0}).has_value(); }
 
+std::optional<std::uint64_t> Store::size(std::string_view key) const {
+  auto value = get(key);
+  if (!value) return std::nullopt;
+  return value->size();
+}
+
 std::string join_key(std::string_view a, std::string_view b) {
   auto trim = [](std::string_view s) {
     while (!s.empty() && s.front() == '/') s.remove_prefix(1);
