@@ -78,6 +78,8 @@ const TypeInfo kAllTypes[] = {
     {"float8_e4m3b11fnuz", DTypeClass::kFloat, 1, 1},
     {"float8_e5m2", DTypeClass::kFloat, 1, 1},
     {"float8_e5m2fnuz", DTypeClass::kFloat, 1, 1},
+    {"float8_e3m4", DTypeClass::kFloat, 1, 1},
+    {"float8_e8m0fnu", DTypeClass::kFloat, 1, 1},
 };
 
 TEST(Metadata, EveryDataTypeNameParses) {
@@ -143,7 +145,8 @@ TEST(Metadata, V2TypeStrings) {
     Endian endian{};
     EXPECT_THROW((void)DataType::from_v2_typestr(bad, endian), FormatError);
   }
-  for (const char* v3_only : {"bfloat16", "float8_e4m3fn", "float8_e5m2fnuz"}) {
+  for (const char* v3_only : {"bfloat16", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e3m4",
+                              "float8_e8m0fnu"}) {
     EXPECT_THROW((void)dt(v3_only).v2_typestr(Endian::kLittle), FormatError) << v3_only;
   }
 }
@@ -351,6 +354,26 @@ TEST(Metadata, FloatFillValues) {
       {-2.5, "float8_e5m2fnuz", 0xc5},
       {0.1, "float8_e5m2fnuz", 0x32},
       {"0x7f", "float8_e5m2fnuz", 0x7f},
+      {1.0, "float8_e3m4", 0x30},
+      {-2.5, "float8_e3m4", 0xc4},
+      {0.1, "float8_e3m4", 0x06},
+      {0.75, "float8_e3m4", 0x28},
+      {3.0, "float8_e3m4", 0x48},
+      {15.5, "float8_e3m4", 0x6f},
+      {16.0, "float8_e3m4", 0x70},  // overflow: infinity
+      {1e-10, "float8_e3m4", 0x00},
+      {"Infinity", "float8_e3m4", 0x70},
+      {"-Infinity", "float8_e3m4", 0xf0},
+      {1.0, "float8_e8m0fnu", 0x7f},
+      {2.0, "float8_e8m0fnu", 0x80},
+      {0.5, "float8_e8m0fnu", 0x7e},
+      {3.0, "float8_e8m0fnu", 0x81},
+      {6.0, "float8_e8m0fnu", 0x82},
+      {0.75, "float8_e8m0fnu", 0x7f},
+      {5.877471754111438e-39, "float8_e8m0fnu", 0x00},  // 2^-127
+      {1.7014118346046923e+38, "float8_e8m0fnu", 0xfe},  // 2^127
+      {"NaN", "float8_e8m0fnu", 0xff},
+      {"0x42", "float8_e8m0fnu", 0x42},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.value.dump() + " as " + c.type);
@@ -373,6 +396,10 @@ TEST(Metadata, NaNEncodingPerFloatVariant) {
       {"float8_e4m3b11fnuz", 0x80, {0x80}},
       {"float8_e5m2", 0x7e, {0x7d, 0x7e, 0x7f, 0xfd, 0xfe, 0xff}},
       {"float8_e5m2fnuz", 0x80, {0x80}},
+      {"float8_e3m4", 0x78, {0x71, 0x72, 0x73, 0x74, 0x75, 0x76, 0x77, 0x78, 0x79, 0x7a, 0x7b,
+                             0x7c, 0x7d, 0x7e, 0x7f, 0xf1, 0xf2, 0xf3, 0xf4, 0xf5, 0xf6, 0xf7,
+                             0xf8, 0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe, 0xff}},
+      {"float8_e8m0fnu", 0xff, {0xff}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.type);
@@ -477,6 +504,7 @@ const Float8Reference kFloat8[] = {
     {"float8_e4m3b11fnuz", 30.0, 0.0001220703125, 735.984375, 0},
     {"float8_e5m2", 57344.0, 1.52587890625e-05, 720895.9995117188, 2},
     {"float8_e5m2fnuz", 57344.0, 7.62939453125e-06, 720895.9997558594, 0},
+    {"float8_e3m4", 15.5, 0.015625, 744.0, 2},
 };
 
 TEST(Metadata, Float8ExhaustiveRoundTrip) {
@@ -539,6 +567,33 @@ TEST(Metadata, Float8RoundsToNearestEven) {
       }
     }
   }
+}
+
+TEST(Metadata, Float8E8M0Exhaustive) {
+  // Unsigned powers of two, 2^(bits - 127); 0xff is NaN; no zero, no infinity.
+  const auto& fmt = *dt("float8_e8m0fnu").float_format;
+  for (std::uint64_t bits = 0; bits < 255; ++bits) {
+    const double v = decode_float(bits, fmt, 8);
+    ASSERT_EQ(v, std::ldexp(1.0, static_cast<int>(bits) - 127)) << bits;
+    ASSERT_EQ(encode_float(v, fmt, 8), bits) << bits;
+  }
+  EXPECT_TRUE(std::isnan(decode_float(0xff, fmt, 8)));
+  EXPECT_EQ(encode_float(std::nan(""), fmt, 8), 0xffu);
+  EXPECT_EQ(encode_float(INFINITY, fmt, 8), 0xffu);
+  EXPECT_EQ(encode_float(1e300, fmt, 8), 0xffu);  // beyond 2^127: NaN, as ml_dtypes
+  EXPECT_EQ(encode_float(1e-300, fmt, 8), 0x00u);
+}
+
+TEST(Metadata, Float8E8M0RoundsLikeMlDtypes) {
+  // ml_dtypes rounds to the nearest power of two by value (ties up): 1.42 -> 1, 2.9 -> 2,
+  // 5.9 -> 4, 1.5 -> 2. Rounding the logarithm instead puts the threshold at sqrt(2) * 2^k.
+  const auto& fmt = *dt("float8_e8m0fnu").float_format;
+  EXPECT_EQ(encode_float(1.42, fmt, 8), 0x7fu);
+  EXPECT_EQ(encode_float(1.4142, fmt, 8), 0x7fu);
+  EXPECT_EQ(encode_float(1.5, fmt, 8), 0x80u);
+  EXPECT_EQ(encode_float(2.9, fmt, 8), 0x80u);
+  EXPECT_EQ(encode_float(5.9, fmt, 8), 0x81u);
+  EXPECT_EQ(encode_float(0.7, fmt, 8), 0x7eu);
 }
 
 TEST(Metadata, HalfAndBFloat16ExhaustiveRoundTrip) {

@@ -114,6 +114,21 @@ TEST_P(Stores, GetInto) {
   EXPECT_EQ(store_->get_into("empty", none), 0u);
 }
 
+TEST_P(Stores, Size) {
+  EXPECT_EQ(store_->size("k"), std::nullopt);
+  set("k", "0123456789");
+  EXPECT_EQ(store_->size("k"), 10u);
+  set("k", "abc");
+  EXPECT_EQ(store_->size("k"), 3u);
+  set("empty", "");
+  EXPECT_EQ(store_->size("empty"), 0u);
+  set("d/e/f", "xy");
+  EXPECT_EQ(store_->size("d/e/f"), 2u);
+  EXPECT_EQ(store_->size("d/e/f/g"), std::nullopt);
+  store_->erase("k");
+  EXPECT_EQ(store_->size("k"), std::nullopt);
+}
+
 TEST_P(Stores, Erase) {
   set("a/b", "1");
   set("a/c", "2");
@@ -173,6 +188,7 @@ TEST_P(Stores, APrefixIsNotAValue) {
   EXPECT_EQ(get("group"), std::nullopt);
   EXPECT_EQ(get("group/array"), std::nullopt);
   EXPECT_FALSE(store_->exists("group/array"));
+  EXPECT_EQ(store_->size("group/array"), std::nullopt);
   Bytes out(2);
   EXPECT_EQ(store_->get_into("group/array", out), std::nullopt);
 }
@@ -181,6 +197,7 @@ TEST_P(Stores, KeysLeavingTheStoreAreRejected) {
   for (const char* key : {"..", "../x", "a/../../x", "a/..", "/etc/passwd"}) {
     SCOPED_TRACE(key);
     EXPECT_THROW((void)store_->get(key), UsageError);
+    EXPECT_THROW((void)store_->size(key), UsageError);
     EXPECT_THROW(store_->set(key, bytes_of("x")), UsageError);
     EXPECT_THROW(store_->erase(key), UsageError);
     EXPECT_THROW(store_->erase_prefix(key), UsageError);

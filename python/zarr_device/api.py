@@ -333,6 +333,11 @@ def open(  # noqa: A001 - mirrors zarr.open
         if zgroup is not None:
             attrs = _read_json(engine_store, _join(path, ".zattrs")) or {}
             return Group(engine_store, path, {"zarr_format": 2, "attributes": attrs}, read_only=read_only)
+    if document is None and not engine_store.handle.exists(_join(path, ".zarray")):
+        raise NodeNotFoundError(
+            f"no array or group at '{path}' in {engine_store.handle.describe()} "
+            "(no zarr.json, .zarray or .zgroup)"
+        )
     return Array(_core.Array.open(engine_store.handle, path), engine_store, read_only=read_only)
 
 
