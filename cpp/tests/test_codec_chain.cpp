@@ -92,7 +92,7 @@ Bytes decode_selection(const CodecChain& chain, const Bytes& encoded,
   return out;
 }
 
-const char* const kTypes[] = {"uint8",     "int16",     "uint32",  "float32", "float64",
+const char* const kTypes[] = {"uint8",     "int16",      "uint32",   "float32", "float64",
                               "complex64", "complex128", "bfloat16", "bool"};
 
 // ---------------------------------------------------------------------------------------------
@@ -114,8 +114,8 @@ TEST(CodecChain, BytesDecodeIntoMatchesNaiveModel) {
     auto stored = chain.encode(logical);
     ASSERT_TRUE(stored.has_value());
     ASSERT_EQ(test::to_bytes(*stored), encoded);
-    const auto sel = iteration % 5 == 0 ? test::full_selection(shape)
-                                        : test::random_selection(rng, shape);
+    const auto sel =
+        iteration % 5 == 0 ? test::full_selection(shape) : test::random_selection(rng, shape);
     SCOPED_TRACE(test::describe(sel));
     ASSERT_EQ(decode_selection(chain, encoded, sel), test::naive_select(logical, shape, sel, es));
     ASSERT_EQ(decode_selection(chain, encoded, sel, true),
@@ -222,8 +222,8 @@ TEST(CodecChain, TransposeOrderStringsAndToJson) {
 TEST(CodecChain, V2FortranOrderChunkDecodes) {
   // A .zarray with order F and big-endian int32: the chunk bytes are the column-major elements,
   // each big endian.
-  const json zarray = {{"zarr_format", 2}, {"shape", {2, 3}}, {"chunks", {2, 3}},
-                       {"dtype", ">i4"},   {"order", "F"},    {"compressor", nullptr},
+  const json zarray = {{"zarr_format", 2}, {"shape", {2, 3}},   {"chunks", {2, 3}},
+                       {"dtype", ">i4"},   {"order", "F"},      {"compressor", nullptr},
                        {"fill_value", 0},  {"filters", nullptr}};
   const auto m = ArrayMetadata::from_v2(zarray, json::object());
   const CodecChain chain(m.codecs, ChunkSpec{m.chunk_shape, m.dtype, m.fill_value}, 2);
@@ -235,8 +235,8 @@ TEST(CodecChain, V2FortranOrderChunkDecodes) {
   const auto out = test::values_from<std::int32_t>(
       decode_selection(chain, encoded, test::full_selection(m.chunk_shape)));
   EXPECT_EQ(out, (std::vector<std::int32_t>{1, 2, 3, 4, 5, 6}));
-  const auto column = test::values_from<std::int32_t>(
-      decode_selection(chain, encoded, {{0, 1, 2}, {1, 1, 1}}));
+  const auto column =
+      test::values_from<std::int32_t>(decode_selection(chain, encoded, {{0, 1, 2}, {1, 1, 1}}));
   EXPECT_EQ(column, (std::vector<std::int32_t>{2, 5}));
   const std::vector<std::int32_t> logical = {1, 2, 3, 4, 5, 6};
   EXPECT_EQ(test::to_bytes(*chain.encode(test::bytes_from(logical))), encoded);
@@ -441,8 +441,8 @@ TEST(CodecChain, InvalidChainsRaiseFormatError) {
       R"([{"name": "bytes"}, {"name": "no_such_codec"}])",
       R"([])",
       R"({"name": "bytes"})",
-      R"([{"name": "gzip"}, {"name": "bytes"}])",        // bytes->bytes before array->bytes
-      R"([{"name": "crc32c"}])",                         // no array->bytes codec
+      R"([{"name": "gzip"}, {"name": "bytes"}])",  // bytes->bytes before array->bytes
+      R"([{"name": "crc32c"}])",                   // no array->bytes codec
       R"([{"name": "transpose", "configuration": {"order": [1, 0]}}])",
       R"([{"name": "bytes"}, {"name": "transpose", "configuration": {"order": [1, 0]}}])",
       R"([{"name": "bytes"}, {"name": "bytes"}])",
@@ -477,15 +477,16 @@ TEST(CodecChain, PlainLayoutAndFixedSize) {
   const auto spec = make_spec({3, 5}, "uint16");
   EXPECT_TRUE(CodecChain(json::parse(R"([{"name": "bytes"}])"), spec).is_plain());
   EXPECT_FALSE(CodecChain(json::array({bytes_codec("big")}), spec).is_plain());
-  EXPECT_FALSE(CodecChain(json::parse(R"([{"name": "bytes"}, {"name": "gzip"}])"), spec).is_plain());
-  EXPECT_FALSE(CodecChain(json::array({transpose_codec({1, 0}), bytes_codec("little")}), spec)
-                   .is_plain());
+  EXPECT_FALSE(
+      CodecChain(json::parse(R"([{"name": "bytes"}, {"name": "gzip"}])"), spec).is_plain());
+  EXPECT_FALSE(
+      CodecChain(json::array({transpose_codec({1, 0}), bytes_codec("little")}), spec).is_plain());
   EXPECT_EQ(CodecChain(json::parse(R"([{"name": "bytes"}])"), spec).fixed_encoded_size(), 30u);
   EXPECT_EQ(CodecChain(json::parse(R"([{"name": "bytes"}, {"name": "crc32c"}])"), spec)
                 .fixed_encoded_size(),
             34u);
-  EXPECT_EQ(CodecChain(json::parse(R"([{"name": "bytes"}, {"name": "crc32c"}, {"name": "crc32c"}])"),
-                       spec)
+  EXPECT_EQ(CodecChain(
+                json::parse(R"([{"name": "bytes"}, {"name": "crc32c"}, {"name": "crc32c"}])"), spec)
                 .fixed_encoded_size(),
             38u);
   EXPECT_EQ(CodecChain(json::parse(R"([{"name": "bytes"}, {"name": "zstd"}])"), spec)

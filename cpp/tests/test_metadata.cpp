@@ -86,7 +86,8 @@ TEST(Metadata, EveryDataTypeNameParses) {
   EXPECT_EQ(DataType::all().size(), std::size(kAllTypes));
   for (const auto& t : kAllTypes) {
     SCOPED_TRACE(t.name);
-    auto doc = array_doc({4, 3}, {2, 3}, t.name, t.cls == DTypeClass::kBool ? json(false) : json(0));
+    auto doc =
+        array_doc({4, 3}, {2, 3}, t.name, t.cls == DTypeClass::kBool ? json(false) : json(0));
     const auto m = ArrayMetadata::from_v3(doc);
     ASSERT_NE(m.dtype, nullptr);
     EXPECT_EQ(m.dtype->name, t.name);
@@ -101,8 +102,8 @@ TEST(Metadata, EveryDataTypeNameParses) {
 }
 
 TEST(Metadata, UnknownDataTypesRaiseFormatError) {
-  for (const char* name : {"float128", "int", "Float32", "<f4", "string", "", "float8_e4m3",
-                           "complex256", "r16"}) {
+  for (const char* name :
+       {"float128", "int", "Float32", "<f4", "string", "", "float8_e4m3", "complex256", "r16"}) {
     SCOPED_TRACE(name);
     EXPECT_THROW((void)DataType::from_v3_name(name), FormatError);
     auto doc = base_doc();
@@ -145,8 +146,8 @@ TEST(Metadata, V2TypeStrings) {
     Endian endian{};
     EXPECT_THROW((void)DataType::from_v2_typestr(bad, endian), FormatError);
   }
-  for (const char* v3_only : {"bfloat16", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e3m4",
-                              "float8_e8m0fnu"}) {
+  for (const char* v3_only :
+       {"bfloat16", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e3m4", "float8_e8m0fnu"}) {
     EXPECT_THROW((void)dt(v3_only).v2_typestr(Endian::kLittle), FormatError) << v3_only;
   }
 }
@@ -310,8 +311,8 @@ TEST(Metadata, FloatFillValues) {
       {"0x7e01", "float16", 0x7e01},
       {1.0, "bfloat16", 0x3f80},
       {0.1, "bfloat16", 0x3dcd},
-      {1.00390625, "bfloat16", 0x3f80},    // 1 + 2^-8: halfway, to even
-      {1.01171875, "bfloat16", 0x3f82},    // 1 + 3 * 2^-8: halfway, to even
+      {1.00390625, "bfloat16", 0x3f80},  // 1 + 2^-8: halfway, to even
+      {1.01171875, "bfloat16", 0x3f82},  // 1 + 3 * 2^-8: halfway, to even
       {3.0e38, "bfloat16", 0x7f62},
       {3.4e38, "bfloat16", 0x7f80},
       {1e-40, "bfloat16", 0x0001},
@@ -370,7 +371,7 @@ TEST(Metadata, FloatFillValues) {
       {3.0, "float8_e8m0fnu", 0x81},
       {6.0, "float8_e8m0fnu", 0x82},
       {0.75, "float8_e8m0fnu", 0x7f},
-      {5.877471754111438e-39, "float8_e8m0fnu", 0x00},  // 2^-127
+      {5.877471754111438e-39, "float8_e8m0fnu", 0x00},   // 2^-127
       {1.7014118346046923e+38, "float8_e8m0fnu", 0xfe},  // 2^127
       {"NaN", "float8_e8m0fnu", 0xff},
       {"0x42", "float8_e8m0fnu", 0x42},
@@ -396,9 +397,9 @@ TEST(Metadata, NaNEncodingPerFloatVariant) {
       {"float8_e4m3b11fnuz", 0x80, {0x80}},
       {"float8_e5m2", 0x7e, {0x7d, 0x7e, 0x7f, 0xfd, 0xfe, 0xff}},
       {"float8_e5m2fnuz", 0x80, {0x80}},
-      {"float8_e3m4", 0x78, {0x71, 0x72, 0x73, 0x74, 0x75, 0x76, 0x77, 0x78, 0x79, 0x7a, 0x7b,
-                             0x7c, 0x7d, 0x7e, 0x7f, 0xf1, 0xf2, 0xf3, 0xf4, 0xf5, 0xf6, 0xf7,
-                             0xf8, 0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe, 0xff}},
+      {"float8_e3m4", 0x78, {0x71, 0x72, 0x73, 0x74, 0x75, 0x76, 0x77, 0x78, 0x79, 0x7a,
+                             0x7b, 0x7c, 0x7d, 0x7e, 0x7f, 0xf1, 0xf2, 0xf3, 0xf4, 0xf5,
+                             0xf6, 0xf7, 0xf8, 0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe, 0xff}},
       {"float8_e8m0fnu", 0xff, {0xff}},
   };
   for (const auto& c : cases) {
@@ -422,10 +423,17 @@ TEST(Metadata, NaNEncodingPerFloatVariant) {
 
 TEST(Metadata, InvalidFloatFillValuesRejected) {
   const std::pair<json, const char*> cases[] = {
-      {"nan", "float32"},          {"inf", "float32"},        {"Inf", "float64"},
-      {"1.5", "float32"},          {"0x7fc000000", "float32"},  // nine digits: too many
-      {"0x123", "float8_e5m2"},    {"0x12345", "bfloat16"},   {true, "float32"},
-      {json::array(), "float64"},  {json::object(), "float16"}, {"0xg", "float16"},
+      {"nan", "float32"},
+      {"inf", "float32"},
+      {"Inf", "float64"},
+      {"1.5", "float32"},
+      {"0x7fc000000", "float32"},  // nine digits: too many
+      {"0x123", "float8_e5m2"},
+      {"0x12345", "bfloat16"},
+      {true, "float32"},
+      {json::array(), "float64"},
+      {json::object(), "float16"},
+      {"0xg", "float16"},
       {json::array({1.0}), "float32"},
   };
   for (const auto& [value, type] : cases) {
@@ -440,8 +448,8 @@ TEST(Metadata, ComplexFillValues) {
     EXPECT_EQ(bytes.size(), 8u);
     return std::pair{le_bits({bytes.data(), 4}), le_bits({bytes.data() + 4, 4})};
   };
-  EXPECT_EQ(parts32(json::array({1.0, 2.0})), (std::pair<std::uint64_t, std::uint64_t>(
-                                                  0x3f800000, 0x40000000)));
+  EXPECT_EQ(parts32(json::array({1.0, 2.0})),
+            (std::pair<std::uint64_t, std::uint64_t>(0x3f800000, 0x40000000)));
   EXPECT_EQ(parts32(json::array({"NaN", "-Infinity"})),
             (std::pair<std::uint64_t, std::uint64_t>(0x7fc00000, 0xff800000)));
   EXPECT_EQ(parts32(json::array({"0x7fc00001", 0})),
@@ -635,7 +643,8 @@ TEST(Metadata, EncodeFloatMatchesFloat32Conversion) {
     const float f = std::bit_cast<float>(static_cast<std::uint32_t>(rng()));
     if (!std::isfinite(f)) continue;
     const std::uint64_t low = (i % 4 == 0) ? (std::uint64_t{1} << 28) : (rng() & ((1u << 29) - 1));
-    const double v = std::bit_cast<double>(std::bit_cast<std::uint64_t>(static_cast<double>(f)) ^ low);
+    const double v =
+        std::bit_cast<double>(std::bit_cast<std::uint64_t>(static_cast<double>(f)) ^ low);
     if (std::fabs(v) > 3.4e38) continue;
     const auto expected = std::bit_cast<std::uint32_t>(static_cast<float>(v));
     ASSERT_EQ(encode_float(v, single, 32), expected) << v;
@@ -698,8 +707,8 @@ TEST(Metadata, InvalidShapesRaiseFormatError) {
       {json::array({10}), json::array({0})},  // zero chunk extent
       {json::array({10}), json::array({-2})},
       {json::array({10}), json(5)},
-      {json::array({10, 10}), json::array({5})},   // rank mismatch
-      {json::array({10}), json::array({5, 5})},    // rank mismatch
+      {json::array({10, 10}), json::array({5})},                 // rank mismatch
+      {json::array({10}), json::array({5, 5})},                  // rank mismatch
       {json::array({10, 10}), json::array({1 << 23, 1 << 23})},  // chunk too large to decode
   };
   for (const auto& [shape, chunks] : cases) {
@@ -738,17 +747,18 @@ TEST(Metadata, InvalidDocumentsRaiseFormatError) {
   with("no fill_value", [](json& d) { d.erase("fill_value"); });
   with("no codecs", [](json& d) { d.erase("codecs"); });
   with("no chunk_key_encoding", [](json& d) { d.erase("chunk_key_encoding"); });
-  with("unknown chunk grid",
-       [](json& d) { d["chunk_grid"]["name"] = "rectilinear"; });
+  with("unknown chunk grid", [](json& d) { d["chunk_grid"]["name"] = "rectilinear"; });
   with("chunk grid string", [](json& d) { d["chunk_grid"] = "regular"; });
   with("chunk grid without configuration", [](json& d) { d["chunk_grid"].erase("configuration"); });
   with("chunk grid without chunk_shape",
        [](json& d) { d["chunk_grid"]["configuration"] = json::object(); });
-  with("chunk grid configuration not an object",
-       [](json& d) { d["chunk_grid"]["configuration"] = json::array({5, 7}); });
+  with("chunk grid configuration not an object", [](json& d) {
+    d["chunk_grid"]["configuration"] = json::array({5, 7});
+  });
   with("unknown field", [](json& d) { d["my_extension"] = {{"x", 1}}; });
-  with("unknown field must_understand true",
-       [](json& d) { d["my_extension"] = {{"must_understand", true}}; });
+  with("unknown field must_understand true", [](json& d) {
+    d["my_extension"] = {{"must_understand", true}};
+  });
   with("unknown scalar field", [](json& d) { d["my_extension"] = 5; });
   with("codecs not a list", [](json& d) { d["codecs"] = {{"name", "bytes"}}; });
   with("codecs empty", [](json& d) { d["codecs"] = json::array(); });
@@ -783,9 +793,9 @@ TEST(Metadata, InvalidDocumentsRaiseFormatError) {
 // .zarray
 
 json zarray(json edits = json::object()) {
-  json z = {{"zarr_format", 2},  {"shape", {6, 4, 2}}, {"chunks", {3, 2, 2}},
-            {"dtype", "<f4"},    {"compressor", nullptr}, {"fill_value", 0},
-            {"order", "C"},      {"filters", nullptr}};
+  json z = {{"zarr_format", 2}, {"shape", {6, 4, 2}},    {"chunks", {3, 2, 2}},
+            {"dtype", "<f4"},   {"compressor", nullptr}, {"fill_value", 0},
+            {"order", "C"},     {"filters", nullptr}};
   for (auto& [k, v] : edits.items()) z[k] = v;
   return z;
 }
@@ -809,7 +819,8 @@ TEST(Metadata, V2FOrderSynthesisesTranspose) {
       {"name": "bytes", "configuration": {"endian": "little"}}])"));
   m = ArrayMetadata::from_v2(zarray({{"order", "F"}, {"shape", {5, 7}}, {"chunks", {2, 3}}}),
                              json::object());
-  EXPECT_EQ(m.codecs[0], json::parse(R"({"name": "transpose", "configuration": {"order": [1, 0]}})"));
+  EXPECT_EQ(m.codecs[0],
+            json::parse(R"({"name": "transpose", "configuration": {"order": [1, 0]}})"));
   // One dimension: F and C are the same layout, no transpose.
   m = ArrayMetadata::from_v2(zarray({{"order", "F"}, {"shape", {5}}, {"chunks", {2}}}),
                              json::object());
@@ -819,7 +830,8 @@ TEST(Metadata, V2FOrderSynthesisesTranspose) {
 
 TEST(Metadata, V2ByteOrderAndCompressor) {
   auto m = ArrayMetadata::from_v2(
-      zarray({{"dtype", ">i8"}, {"compressor", {{"id", "zstd"}, {"level", 1}, {"checksum", false}}}}),
+      zarray(
+          {{"dtype", ">i8"}, {"compressor", {{"id", "zstd"}, {"level", 1}, {"checksum", false}}}}),
       json::object());
   EXPECT_EQ(m.dtype->name, "int64");
   EXPECT_EQ(m.codecs, json::parse(R"([

@@ -196,7 +196,8 @@ TEST(Place, CopyStridedMergedAndDegenerateDims) {
   StridedView pv{padded.data(), shape, {48, 10, 2}};
   place::copy_strided(src.data(), place::c_strides(shape, 2), pv, 2);
   for (int i = 0; i < 3; ++i) {
-    EXPECT_TRUE(std::equal(src.begin() + i * 40, src.begin() + (i + 1) * 40, padded.begin() + i * 48));
+    EXPECT_TRUE(
+        std::equal(src.begin() + i * 40, src.begin() + (i + 1) * 40, padded.begin() + i * 48));
     EXPECT_TRUE(std::all_of(padded.begin() + i * 48 + 40, padded.begin() + (i + 1) * 48,
                             [](std::byte b) { return b == kSentinel; }));
   }
@@ -208,8 +209,8 @@ TEST(Place, CopyStridedMergedAndDegenerateDims) {
   Bytes big_src = test::random_bytes(6 * 48, 2);
   place::copy_strided(big_src.data(), strided_src, v2, 2);
   for (int i = 0; i < 3; ++i) {
-    EXPECT_TRUE(std::equal(big_src.begin() + i * 96, big_src.begin() + i * 96 + 40,
-                           dst2.begin() + i * 40));
+    EXPECT_TRUE(
+        std::equal(big_src.begin() + i * 96, big_src.begin() + i * 96 + 40, dst2.begin() + i * 40));
   }
 
   // Extent-1 dimensions with nonsense strides are ignored.
@@ -304,7 +305,8 @@ bool same_parts(const std::vector<place::DimPart>& a, const std::vector<place::D
     const auto& x = a[i];
     const auto& y = b[i];
     if (x.chunk != y.chunk || x.out_offset != y.out_offset || x.within.start != y.within.start ||
-        x.within.count != y.within.count || (x.within.count > 1 && x.within.step != y.within.step)) {
+        x.within.count != y.within.count ||
+        (x.within.count > 1 && x.within.step != y.within.step)) {
       return false;
     }
   }
@@ -324,8 +326,8 @@ TEST(Place, IntersectDimensionMatchesBruteForce) {
     const auto parts = place::intersect_dimension(s, extent);
     const auto expected = brute_force_parts(s, extent);
     ASSERT_TRUE(same_parts(parts, expected))
-        << "start " << s.start << " step " << s.step << " count " << s.count << " chunk "
-        << extent << ": got " << parts.size() << " parts, expected " << expected.size();
+        << "start " << s.start << " step " << s.step << " count " << s.count << " chunk " << extent
+        << ": got " << parts.size() << " parts, expected " << expected.size();
   }
   EXPECT_TRUE(place::intersect_dimension({5, 1, 0}, 4).empty());
   // Huge extents and indices do not overflow.
@@ -350,8 +352,8 @@ TEST(Place, GridIntersectionCoversSelectionExactlyOnce) {
     }
     const auto sel = test::random_selection(rng, shape, 4);
     const auto counts = test::selection_shape(sel);
-    SCOPED_TRACE("shape " + test::describe(shape) + " chunks " + test::describe(chunks) +
-                 " sel " + test::describe(sel));
+    SCOPED_TRACE("shape " + test::describe(shape) + " chunks " + test::describe(chunks) + " sel " +
+                 test::describe(sel));
     const place::GridIntersection grid(sel, chunks);
     EXPECT_EQ(grid.rank(), nd);
     std::vector<int> covered(static_cast<std::size_t>(product(counts)), 0);
@@ -391,7 +393,8 @@ TEST(Place, GridIntersectionEmptyAndScalar) {
   const std::vector<std::int64_t> chunks = {3, 3};
   const std::vector<DimSlice> empty = {{0, 1, 0}, {0, 1, 4}};
   EXPECT_EQ(place::GridIntersection(empty, chunks).size(), 0u);
-  const place::GridIntersection scalar(std::span<const DimSlice>{}, std::span<const std::int64_t>{});
+  const place::GridIntersection scalar(std::span<const DimSlice>{},
+                                       std::span<const std::int64_t>{});
   ASSERT_EQ(scalar.size(), 1u);
   place::GridIntersection::Item item;
   scalar.at(0, item);

@@ -24,8 +24,7 @@ constexpr std::uint64_t kMissing = std::numeric_limits<std::uint64_t>::max();
 using Entry = std::pair<std::uint64_t, std::uint64_t>;  // offset, nbytes
 
 json sharding(const std::vector<std::int64_t>& inner_chunk, json inner_codecs,
-              const char* location = "end",
-              json index_codecs = json::parse(R"([{"name": "bytes",
+              const char* location = "end", json index_codecs = json::parse(R"([{"name": "bytes",
                                                    "configuration": {"endian": "little"}},
                                                   {"name": "crc32c"}])")) {
   return json::array({{{"name", "sharding_indexed"},
@@ -64,8 +63,7 @@ std::vector<Entry> parse_index(std::span<const std::byte> bytes, std::size_t n) 
 }
 
 // Assembles a shard from encoded inner chunks (nullopt: missing), in order.
-Bytes build_shard(const std::vector<std::optional<Bytes>>& chunks, bool at_start,
-                  bool crc = true) {
+Bytes build_shard(const std::vector<std::optional<Bytes>>& chunks, bool at_start, bool crc = true) {
   const std::size_t index_size = chunks.size() * 16 + (crc ? 4 : 0);
   std::vector<Entry> entries;
   Bytes data;
@@ -113,8 +111,8 @@ struct CountingReader {
     return [this](std::int64_t offset, std::int64_t length) -> std::optional<Buffer> {
       calls.emplace_back(offset, length);
       const auto size = static_cast<std::int64_t>(shard->size());
-      const std::int64_t start = offset < 0 ? std::max<std::int64_t>(0, size + offset)
-                                            : std::min(offset, size);
+      const std::int64_t start =
+          offset < 0 ? std::max<std::int64_t>(0, size + offset) : std::min(offset, size);
       const std::int64_t n = offset < 0 ? size - start : std::min(length, size - start);
       return Buffer::copy_of({shard->data() + start, static_cast<std::size_t>(n)});
     };
@@ -136,7 +134,8 @@ Bytes decode_partial(const CodecChain& chain, const CountingReader& reader,
 // Random int32 data of `shape` in which the inner chunks listed in `fill_chunks` (linear indices
 // over a grid of `inner` chunks) hold only `fill`.
 Bytes shard_data(const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& inner,
-                 const std::vector<std::size_t>& fill_chunks, std::int32_t fill, std::uint32_t seed) {
+                 const std::vector<std::size_t>& fill_chunks, std::int32_t fill,
+                 std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<std::int32_t> values(static_cast<std::size_t>(product(shape)));
   std::vector<std::int64_t> grid;
@@ -145,9 +144,11 @@ Bytes shard_data(const std::vector<std::int64_t>& shape, const std::vector<std::
   test::for_each_index(shape, [&](const std::vector<std::int64_t>& idx) {
     std::size_t linear = 0;
     for (std::size_t d = 0; d < idx.size(); ++d) {
-      linear = linear * static_cast<std::size_t>(grid[d]) + static_cast<std::size_t>(idx[d] / inner[d]);
+      linear =
+          linear * static_cast<std::size_t>(grid[d]) + static_cast<std::size_t>(idx[d] / inner[d]);
     }
-    const bool is_fill = std::find(fill_chunks.begin(), fill_chunks.end(), linear) != fill_chunks.end();
+    const bool is_fill =
+        std::find(fill_chunks.begin(), fill_chunks.end(), linear) != fill_chunks.end();
     values[k++] = is_fill ? fill : static_cast<std::int32_t>(rng() % 1000) - 500;
   });
   return test::bytes_from(values);
@@ -164,7 +165,8 @@ TEST(Sharding, RoundTripWithIndexAtStartAndEnd) {
     for (std::int32_t fill : {0, 7}) {
       SCOPED_TRACE(std::string(location) + " fill " + std::to_string(fill));
       const bool at_start = std::string(location) == "start";
-      const auto spec = make_spec(kShard, "int32", test::le_bytes(static_cast<std::uint32_t>(fill), 4));
+      const auto spec =
+          make_spec(kShard, "int32", test::le_bytes(static_cast<std::uint32_t>(fill), 4));
       const CodecChain chain(sharding(kInner, kPlain, location), spec);
       const Bytes data = shard_data(kShard, kInner, {2}, fill, 10);
       const auto encoded = chain.encode(data);
@@ -185,8 +187,9 @@ TEST(Sharding, RoundTripWithIndexAtStartAndEnd) {
       EXPECT_EQ(entries[3], Entry(base + 96, 48));
       // Inner chunk 1 (rows 0-3, columns 3-5) is stored as its C-order elements.
       const auto v = test::values_from<std::int32_t>(data);
-      const auto stored1 = test::values_from<std::int32_t>(
-          std::span<const std::byte>(shard).subspan(static_cast<std::size_t>(entries[1].first), 48));
+      const auto stored1 =
+          test::values_from<std::int32_t>(std::span<const std::byte>(shard).subspan(
+              static_cast<std::size_t>(entries[1].first), 48));
       EXPECT_EQ(stored1[0], v[3]);
       EXPECT_EQ(stored1[4], v[6 + 4]);
 
@@ -216,11 +219,10 @@ TEST(Sharding, MissingInnerChunksReadAsFill) {
     std::vector<std::int32_t> chunk1(12);
     for (int i = 0; i < 12; ++i) chunk1[i] = 100 + i;
     // Only inner chunk 1 is stored.
-    const Bytes shard = build_shard({std::nullopt, test::bytes_from(chunk1), std::nullopt,
-                                     std::nullopt},
-                                    at_start);
-    const auto out = test::values_from<std::int32_t>(
-        decode_full(chain, shard, test::full_selection(kShard)));
+    const Bytes shard =
+        build_shard({std::nullopt, test::bytes_from(chunk1), std::nullopt, std::nullopt}, at_start);
+    const auto out =
+        test::values_from<std::int32_t>(decode_full(chain, shard, test::full_selection(kShard)));
     for (int r = 0; r < 8; ++r) {
       for (int c = 0; c < 6; ++c) {
         const std::int32_t expected = (r < 4 && c >= 3) ? 100 + r * 3 + (c - 3) : -7;
@@ -228,10 +230,10 @@ TEST(Sharding, MissingInnerChunksReadAsFill) {
       }
     }
     // A shard whose index lists nothing at all.
-    const Bytes empty = build_shard({std::nullopt, std::nullopt, std::nullopt, std::nullopt},
-                                    at_start);
-    const auto none = test::values_from<std::int32_t>(
-        decode_full(chain, empty, {{1, 3, 3}, {0, 2, 3}}));
+    const Bytes empty =
+        build_shard({std::nullopt, std::nullopt, std::nullopt, std::nullopt}, at_start);
+    const auto none =
+        test::values_from<std::int32_t>(decode_full(chain, empty, {{1, 3, 3}, {0, 2, 3}}));
     EXPECT_EQ(none, std::vector<std::int32_t>(9, -7));
   }
 }
@@ -250,9 +252,8 @@ TEST(Sharding, NestedCodecs) {
   for (const auto& codecs : inner_codecs) {
     for (const char* location : {"start", "end"}) {
       SCOPED_TRACE(codecs.dump() + " " + location);
-      const std::vector<std::int64_t> inner = codecs[0]["name"] == "sharding_indexed"
-                                                  ? std::vector<std::int64_t>{4, 6}
-                                                  : kInner;
+      const std::vector<std::int64_t> inner =
+          codecs[0]["name"] == "sharding_indexed" ? std::vector<std::int64_t>{4, 6} : kInner;
       const auto spec = make_spec(kShard, "int32");
       const CodecChain chain(sharding(inner, codecs, location), spec);
       const Bytes data = shard_data(kShard, inner, {1}, 0, 3);
@@ -294,10 +295,9 @@ TEST(Sharding, PartialDecodeReadsOnlyTheNeededRanges) {
     const auto index_call =
         at_start ? std::pair<std::int64_t, std::int64_t>(0, index_size)
                  : std::pair<std::int64_t, std::int64_t>(shard_size - index_size, index_size);
-    const auto entries = parse_index(
-        at_start ? std::span<const std::byte>(shard).first(68)
-                 : std::span<const std::byte>(shard).last(68),
-        4);
+    const auto entries = parse_index(at_start ? std::span<const std::byte>(shard).first(68)
+                                              : std::span<const std::byte>(shard).last(68),
+                                     4);
     auto entry_call = [&](std::size_t i) {
       return std::pair<std::int64_t, std::int64_t>(static_cast<std::int64_t>(entries[i].first),
                                                    static_cast<std::int64_t>(entries[i].second));
@@ -307,8 +307,8 @@ TEST(Sharding, PartialDecodeReadsOnlyTheNeededRanges) {
     CountingReader reader{&shard, {}};
     std::vector<DimSlice> sel = {{5, 1, 2}, {4, 1, 2}};
     EXPECT_EQ(decode_partial(chain, reader, sel), test::naive_select(data, kShard, sel, 4));
-    EXPECT_EQ(reader.calls, (std::vector<std::pair<std::int64_t, std::int64_t>>{index_call,
-                                                                                entry_call(3)}));
+    EXPECT_EQ(reader.calls,
+              (std::vector<std::pair<std::int64_t, std::int64_t>>{index_call, entry_call(3)}));
     // Across inner chunks 0 and 1: two chunk reads.
     reader.calls.clear();
     sel = {{1, 1, 1}, {0, 1, 6}};
@@ -346,19 +346,22 @@ template <typename E>
 void expect_decode_throws(const CodecChain& chain, const Bytes& shard, const std::string& what,
                           const char* message_part = nullptr) {
   SCOPED_TRACE(what);
-  for (const auto& sel : {test::full_selection(kShard), std::vector<DimSlice>{{0, 1, 8}, {0, 3, 2}}}) {
+  for (const auto& sel :
+       {test::full_selection(kShard), std::vector<DimSlice>{{0, 1, 8}, {0, 3, 2}}}) {
     try {
       decode_full(chain, shard, sel);
       ADD_FAILURE() << "decode_into did not throw";
     } catch (const E& e) {
-      if (message_part) EXPECT_NE(std::string(e.what()).find(message_part), std::string::npos) << e.what();
+      if (message_part)
+        EXPECT_NE(std::string(e.what()).find(message_part), std::string::npos) << e.what();
     }
     const CountingReader reader{&shard, {}};
     try {
       decode_partial(chain, reader, sel);
       ADD_FAILURE() << "decode_partial did not throw";
     } catch (const E& e) {
-      if (message_part) EXPECT_NE(std::string(e.what()).find(message_part), std::string::npos) << e.what();
+      if (message_part)
+        EXPECT_NE(std::string(e.what()).find(message_part), std::string::npos) << e.what();
     }
   }
 }
@@ -382,11 +385,9 @@ TEST(Sharding, CorruptIndexRaisesCodecError) {
     };
     expect_decode_throws<CodecError>(chain, tampered(3, {shard.size() - 24, 48}), "past the end");
     expect_decode_throws<CodecError>(chain, tampered(0, {1 << 20, 48}), "far past the end");
-    expect_decode_throws<CodecError>(chain, tampered(1, {base + 24, 48}), "overlapping",
-                                     "overlap");
+    expect_decode_throws<CodecError>(chain, tampered(1, {base + 24, 48}), "overlapping", "overlap");
     expect_decode_throws<CodecError>(chain, tampered(2, {base, 48}), "same range as another");
-    expect_decode_throws<CodecError>(chain, tampered(1, {kMissing - 15, 32}), "wrapping",
-                                     "wraps");
+    expect_decode_throws<CodecError>(chain, tampered(1, {kMissing - 15, 32}), "wrapping", "wraps");
     expect_decode_throws<CodecError>(chain, tampered(1, {8, kMissing}), "huge length");
     expect_decode_throws<CodecError>(chain, tampered(1, {kMissing, 48}), "half missing");
     expect_decode_throws<CodecError>(chain, tampered(1, {base + 48, kMissing}), "half missing 2");
@@ -493,8 +494,8 @@ TEST(Sharding, RandomDamageNeverCrashes) {
 TEST(Sharding, InvalidConfigurationsRaiseFormatError) {
   const auto spec = make_spec(kShard, "int32");
   const char* const cases[] = {
-      R"({"chunk_shape": [3, 3], "codecs": [{"name": "bytes"}]})",        // does not divide
-      R"({"chunk_shape": [4], "codecs": [{"name": "bytes"}]})",           // rank
+      R"({"chunk_shape": [3, 3], "codecs": [{"name": "bytes"}]})",  // does not divide
+      R"({"chunk_shape": [4], "codecs": [{"name": "bytes"}]})",     // rank
       R"({"chunk_shape": [4, 0], "codecs": [{"name": "bytes"}]})",
       R"({"chunk_shape": [4, -3], "codecs": [{"name": "bytes"}]})",
       R"({"chunk_shape": "4,3", "codecs": [{"name": "bytes"}]})",
@@ -509,8 +510,8 @@ TEST(Sharding, InvalidConfigurationsRaiseFormatError) {
   };
   for (const char* config : cases) {
     SCOPED_TRACE(config);
-    const json codecs = json::array({{{"name", "sharding_indexed"},
-                                      {"configuration", json::parse(config)}}});
+    const json codecs =
+        json::array({{{"name", "sharding_indexed"}, {"configuration", json::parse(config)}}});
     EXPECT_THROW(CodecChain(codecs, spec), FormatError);
   }
 }

@@ -141,8 +141,8 @@ TEST_P(Stores, Erase) {
 }
 
 TEST_P(Stores, ErasePrefix) {
-  for (const char* key : {"arr/zarr.json", "arr/c/0/0", "arr/c/1/0", "arr2/zarr.json", "ar",
-                          "other/arr/x", "top"}) {
+  for (const char* key :
+       {"arr/zarr.json", "arr/c/0/0", "arr/c/1/0", "arr2/zarr.json", "ar", "other/arr/x", "top"}) {
     set(key, key);
   }
   store_->erase_prefix("arr");
@@ -289,7 +289,8 @@ TEST_P(Stores, LocalStoreWritesPlainFilesAtomically) {
   std::vector<std::thread> writers;
   for (int t = 0; t < 4; ++t) {
     writers.emplace_back([&, t] {
-      for (int i = 0; i < 20; ++i) store->set("race", Bytes(10000, static_cast<std::byte>('a' + t)));
+      for (int i = 0; i < 20; ++i)
+        store->set("race", Bytes(10000, static_cast<std::byte>('a' + t)));
     });
   }
   for (auto& w : writers) w.join();

@@ -204,8 +204,8 @@ inline std::string describe(std::span<const std::int64_t> shape) {
 
 // A C-contiguous view over `data` of `shape`.
 inline StridedView c_view(Bytes& data, std::span<const std::int64_t> shape, std::size_t es) {
-  return {data.data(), {shape.begin(), shape.end()},
-          c_strides(shape, static_cast<std::int64_t>(es))};
+  return {
+      data.data(), {shape.begin(), shape.end()}, c_strides(shape, static_cast<std::int64_t>(es))};
 }
 
 inline ChunkSpec make_spec(std::vector<std::int64_t> shape, std::string_view dtype,

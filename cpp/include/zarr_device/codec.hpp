@@ -25,7 +25,9 @@ struct ChunkSpec {
   std::vector<std::byte> fill_value;  // one element, little endian
 
   [[nodiscard]] std::int64_t num_elements() const;
-  [[nodiscard]] std::size_t nbytes() const { return static_cast<std::size_t>(num_elements()) * dtype->size; }
+  [[nodiscard]] std::size_t nbytes() const {
+    return static_cast<std::size_t>(num_elements()) * dtype->size;
+  }
 };
 
 // One dimension of a selection inside a chunk: elements start, start + step, ... (count of them).
@@ -81,16 +83,15 @@ class ArrayToBytesCodec : public Codec {
                                                      std::span<const std::byte> chunk) const = 0;
 
   // The byte order in which the array's elements end up laid out C-contiguously in the bytes,
-  // when the encoding is exactly that (the "bytes" codec); nullopt for anything else. Lets the chain
-  // decode compressed data straight into the destination.
+  // when the encoding is exactly that (the "bytes" codec); nullopt for anything else. Lets the
+  // chain decode compressed data straight into the destination.
   [[nodiscard]] virtual std::optional<Endian> plain_layout() const { return std::nullopt; }
 
   // Codecs that can decode a selection from byte ranges of the chunk (sharding) override these.
   [[nodiscard]] virtual bool supports_partial_decode() const { return false; }
   // `total_size` is the stored chunk's size, so every range can be checked before it is read.
   virtual void decode_partial(const RangeReader& read, std::uint64_t total_size,
-                              const ChunkSpec& spec,
-                              std::span<const DimSlice> selection,
+                              const ChunkSpec& spec, std::span<const DimSlice> selection,
                               const StridedView& destination) const;
 };
 
@@ -112,7 +113,7 @@ class BytesToBytesCodec : public Codec {
 
 // What a codec factory knows when it builds a codec from metadata.
 struct CodecContext {
-  ChunkSpec chunk;        // the spec of the array the codec receives (after earlier a->a codecs)
+  ChunkSpec chunk;  // the spec of the array the codec receives (after earlier a->a codecs)
   int zarr_format = 3;
 };
 

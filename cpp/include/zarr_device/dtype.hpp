@@ -21,17 +21,17 @@ struct FloatFormat {
   int exponent_bits;
   int mantissa_bits;
   int exponent_bias;
-  bool has_infinity;     // IEEE-like; the fn/fnuz float8 variants have none
-  bool nan_is_negative_zero;  // fnuz: the only NaN is 0x80, there is no -0
+  bool has_infinity;           // IEEE-like; the fn/fnuz float8 variants have none
+  bool nan_is_negative_zero;   // fnuz: the only NaN is 0x80, there is no -0
   bool exponent_only = false;  // e8m0fnu: no sign, no mantissa, no zero; NaN is 0xff
 };
 
 class DataType {
  public:
-  std::string_view name;     // Zarr v3 name, e.g. "float32", "bfloat16", "float8_e4m3fn"
+  std::string_view name;  // Zarr v3 name, e.g. "float32", "bfloat16", "float8_e4m3fn"
   DTypeClass cls;
-  std::uint8_t size;         // bytes per element
-  std::uint8_t swap_unit;    // bytes reversed by a byte-order change (size, or size / 2 for complex)
+  std::uint8_t size;       // bytes per element
+  std::uint8_t swap_unit;  // bytes reversed by a byte-order change (size, or size / 2 for complex)
   std::optional<FloatFormat> float_format;  // for kFloat and each half of kComplex
 
   // Throws FormatError for a name that is not a supported data type.

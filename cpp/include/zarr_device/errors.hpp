@@ -31,22 +31,20 @@ class Error : public std::runtime_error {
 
   // Prefixes the message with where the error happened, e.g. "array 'weights', chunk 'c/0/1'".
   // Called on the caught object before `throw;`, so the dynamic type is preserved.
-  void add_context(std::string_view context) {
-    message_ = std::string(context) + ": " + message_;
-  }
+  void add_context(std::string_view context) { message_ = std::string(context) + ": " + message_; }
 
  private:
   ErrorKind kind_;
   std::string message_;
 };
 
-#define ZARR_DEVICE_DEFINE_ERROR(Name, Kind)                          \
-  class Name : public Error {                                        \
-   public:                                                           \
+#define ZARR_DEVICE_DEFINE_ERROR(Name, Kind)                           \
+  class Name : public Error {                                          \
+   public:                                                             \
     explicit Name(const std::string& m) : Error(ErrorKind::Kind, m) {} \
-                                                                     \
-   protected:                                                        \
-    Name(ErrorKind kind, const std::string& m) : Error(kind, m) {}   \
+                                                                       \
+   protected:                                                          \
+    Name(ErrorKind kind, const std::string& m) : Error(kind, m) {}     \
   };
 
 ZARR_DEVICE_DEFINE_ERROR(FormatError, kFormat)

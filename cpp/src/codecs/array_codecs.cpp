@@ -31,7 +31,8 @@ class BytesCodec final : public ArrayToBytesCodec {
 
   std::optional<Endian> plain_layout() const override { return endian_; }
 
-  void decode_into(const Buffer& encoded, const ChunkSpec& spec, std::span<const DimSlice> selection,
+  void decode_into(const Buffer& encoded, const ChunkSpec& spec,
+                   std::span<const DimSlice> selection,
                    const StridedView& destination) const override {
     if (encoded.size() != spec.nbytes()) {
       throw CodecError("chunk holds " + std::to_string(encoded.size()) + " bytes, expected " +
@@ -103,8 +104,10 @@ std::vector<std::int64_t> parse_order(const json& config, std::size_t rank) {
   if (order.is_string()) {  // early drafts of the spec: "C" or "F"
     perm.resize(rank);
     std::iota(perm.begin(), perm.end(), 0);
-    if (order == "F") std::reverse(perm.begin(), perm.end());
-    else if (order != "C") throw FormatError("transpose order " + order.dump() + " is not valid");
+    if (order == "F")
+      std::reverse(perm.begin(), perm.end());
+    else if (order != "C")
+      throw FormatError("transpose order " + order.dump() + " is not valid");
     return perm;
   }
   if (!order.is_array() || order.size() != rank) {
@@ -132,9 +135,12 @@ void register_array_codecs(CodecRegistry& registry) {
     std::optional<Endian> endian;
     if (config.is_object() && config.contains("endian") && !config["endian"].is_null()) {
       const auto& e = config["endian"];
-      if (e == "little") endian = Endian::kLittle;
-      else if (e == "big") endian = Endian::kBig;
-      else throw FormatError("bytes codec endian " + e.dump() + " is not 'little' or 'big'");
+      if (e == "little")
+        endian = Endian::kLittle;
+      else if (e == "big")
+        endian = Endian::kBig;
+      else
+        throw FormatError("bytes codec endian " + e.dump() + " is not 'little' or 'big'");
     }
     return std::make_shared<BytesCodec>(endian, ctx.chunk.dtype->size);
   });

@@ -1,9 +1,10 @@
+#include "zarr_device/codec.hpp"
+
 #include <map>
 #include <mutex>
 #include <shared_mutex>
 
 #include "codecs/builtin.hpp"
-#include "zarr_device/codec.hpp"
 
 namespace zarr_device {
 

@@ -107,8 +107,8 @@ void CodecChain::decode_partial(const RangeReader& read, std::uint64_t total_siz
 
 std::optional<Buffer> CodecChain::encode(std::span<const std::byte> chunk) const {
   if (chunk.size() != spec_.nbytes()) {
-    throw UsageError("chunk of " + std::to_string(chunk.size()) + " bytes given to encode, expected " +
-                     std::to_string(spec_.nbytes()));
+    throw UsageError("chunk of " + std::to_string(chunk.size()) +
+                     " bytes given to encode, expected " + std::to_string(spec_.nbytes()));
   }
   std::span<const std::byte> current = chunk;
   ByteArray scratch[2];

@@ -28,8 +28,7 @@ class CodecChain {
   [[nodiscard]] bool supports_partial_decode() const;
   // Decodes from byte ranges of a stored chunk of `total_size` bytes.
   void decode_partial(const RangeReader& read, std::uint64_t total_size,
-                      std::span<const DimSlice> selection,
-                      const StridedView& destination) const;
+                      std::span<const DimSlice> selection, const StridedView& destination) const;
 
   // Whether the stored bytes are exactly the chunk's elements, C order, little endian: then a
   // chunk can be read from the store straight into its place in the output.

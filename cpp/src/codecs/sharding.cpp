@@ -186,7 +186,8 @@ class ShardingCodec final : public ArrayToBytesCodec {
   }
 
   // Decodes and validates the index. Entries must lie in [lo, hi), not wrap around and not overlap.
-  std::vector<IndexEntry> read_index(const Buffer& bytes, std::uint64_t lo, std::uint64_t hi) const {
+  std::vector<IndexEntry> read_index(const Buffer& bytes, std::uint64_t lo,
+                                     std::uint64_t hi) const {
     std::vector<std::uint64_t> flat(num_inner_ * 2);
     const auto& spec = index_.spec();
     const StridedView view{reinterpret_cast<std::byte*>(flat.data()), spec.shape,

@@ -55,7 +55,8 @@ void check_selection(std::span<const DimSlice> selection, std::span<const std::i
   }
   for (std::size_t d = 0; d < shape.size(); ++d) {
     const auto& s = selection[d];
-    if (s.step < 1) throw SelectionError("step must be at least 1 in dimension " + std::to_string(d));
+    if (s.step < 1)
+      throw SelectionError("step must be at least 1 in dimension " + std::to_string(d));
     if (s.count < 0 || s.start < 0) {
       throw SelectionError("negative start or count in dimension " + std::to_string(d));
     }
@@ -75,9 +76,7 @@ Array::Array(std::shared_ptr<Store> store, std::string path, ArrayMetadata metad
 
 Array::~Array() = default;
 
-std::string Array::describe() const {
-  return "array '" + path_ + "' in " + store_->describe();
-}
+std::string Array::describe() const { return "array '" + path_ + "' in " + store_->describe(); }
 
 std::shared_ptr<const Array> Array::open(std::shared_ptr<Store> store, const std::string& path) {
   const std::string where = "array '" + path + "' in " + store->describe();
@@ -107,7 +106,8 @@ std::shared_ptr<const Array> Array::create(std::shared_ptr<Store> store, const s
     const bool exists = store->exists(join_key(path, "zarr.json")) ||
                         store->exists(join_key(path, ".zarray")) ||
                         store->exists(join_key(path, ".zgroup"));
-    if (exists && !overwrite) throw UsageError("a node already exists there (use mode 'w' to replace it)");
+    if (exists && !overwrite)
+      throw UsageError("a node already exists there (use mode 'w' to replace it)");
     if (overwrite) store->erase_prefix(path);
     const std::string text = doc.dump(2);
     store->set(join_key(path, "zarr.json"),
@@ -132,8 +132,8 @@ void Array::read(std::span<const DimSlice> selection, std::span<std::byte> out,
   check_selection(selection, metadata_.shape);
   const std::size_t es = metadata_.dtype->size;
   if (out.size() != selection_elements(selection) * es) {
-    throw UsageError("output buffer holds " + std::to_string(out.size()) + " bytes, the selection " +
-                     std::to_string(selection_elements(selection) * es));
+    throw UsageError("output buffer holds " + std::to_string(out.size()) +
+                     " bytes, the selection " + std::to_string(selection_elements(selection) * es));
   }
   std::vector<std::int64_t> out_shape;
   for (const auto& s : selection) out_shape.push_back(s.count);

@@ -23,8 +23,8 @@ Buffer Buffer::from_string(std::string&& bytes) {
 Buffer Buffer::slice(std::size_t offset, std::size_t length) const {
   if (offset > size_ || length > size_ - offset) {
     throw CodecError("byte range [" + std::to_string(offset) + ", " +
-                     std::to_string(offset + length) + ") is outside the " +
-                     std::to_string(size_) + " bytes available");
+                     std::to_string(offset + length) + ") is outside the " + std::to_string(size_) +
+                     " bytes available");
   }
   return {owner_, data_ + offset, length};
 }

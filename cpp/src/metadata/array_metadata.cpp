@@ -30,9 +30,11 @@ std::vector<std::int64_t> parse_extents(const json& value, const char* what, boo
   if (!value.is_array()) throw FormatError(std::string(what) + " must be a list of integers");
   std::vector<std::int64_t> out;
   for (const auto& v : value) {
-    if (!v.is_number_integer()) throw FormatError(std::string(what) + " must be a list of integers");
-    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(
-                                                               std::numeric_limits<std::int64_t>::max())) {
+    if (!v.is_number_integer())
+      throw FormatError(std::string(what) + " must be a list of integers");
+    if (v.is_number_unsigned() &&
+        v.get<std::uint64_t>() >
+            static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
       throw FormatError(std::string(what) + " has an extent that does not fit in 64 bits");
     }
     const auto e = v.get<std::int64_t>();
@@ -80,10 +82,14 @@ std::optional<std::uint64_t> parse_hex(const std::string& s, std::size_t size) {
   for (std::size_t i = 2; i < s.size(); ++i) {
     const char c = s[i];
     int d = 0;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else return std::nullopt;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return std::nullopt;
     bits = (bits << 4) | static_cast<std::uint64_t>(d);
   }
   return bits;
@@ -98,14 +104,18 @@ void parse_float_component(const json& value, const DataType& dtype, std::size_t
     number = value.get<double>();
   } else if (value.is_string()) {
     const auto s = value.get<std::string>();
-    if (s == "NaN") number = std::nan("");
-    else if (s == "Infinity") number = INFINITY;
-    else if (s == "-Infinity") number = -INFINITY;
+    if (s == "NaN")
+      number = std::nan("");
+    else if (s == "Infinity")
+      number = INFINITY;
+    else if (s == "-Infinity")
+      number = -INFINITY;
     else if (auto bits = parse_hex(s, size)) {
       put_bits(out, *bits, size);
       return;
     } else {
-      throw FormatError("fill value '" + s + "' is not valid for data type " + std::string(dtype.name));
+      throw FormatError("fill value '" + s + "' is not valid for data type " +
+                        std::string(dtype.name));
     }
   } else {
     throw FormatError("fill value " + value.dump() + " is not valid for data type " +
@@ -365,16 +375,20 @@ ArrayMetadata ArrayMetadata::from_v3(const json& doc) {
     }
     std::vector<std::optional<std::string>> out;
     for (const auto& n : names) {
-      if (n.is_null()) out.emplace_back();
-      else if (n.is_string()) out.emplace_back(n.get<std::string>());
-      else throw FormatError("dimension_names must be strings or null");
+      if (n.is_null())
+        out.emplace_back();
+      else if (n.is_string())
+        out.emplace_back(n.get<std::string>());
+      else
+        throw FormatError("dimension_names must be strings or null");
     }
     m.dimension_names = std::move(out);
   }
   for (const auto& [key, value] : doc.items()) {
     static const std::vector<std::string> kKnown = {
-        "zarr_format", "node_type", "shape", "data_type", "chunk_grid", "chunk_key_encoding",
-        "fill_value", "codecs", "attributes", "storage_transformers", "dimension_names"};
+        "zarr_format",        "node_type",  "shape",  "data_type",  "chunk_grid",
+        "chunk_key_encoding", "fill_value", "codecs", "attributes", "storage_transformers",
+        "dimension_names"};
     if (std::find(kKnown.begin(), kKnown.end(), key) != kKnown.end()) continue;
     // Extensions the reader does not know are allowed only when they say so.
     if (!(value.is_object() && value.contains("must_understand") &&

@@ -102,11 +102,21 @@ const DataType& DataType::from_v2_typestr(std::string_view typestr, Endian& endi
 std::string DataType::v2_typestr(Endian endian) const {
   char kind = 0;
   switch (cls) {
-    case C::kBool: kind = 'b'; break;
-    case C::kInt: kind = 'i'; break;
-    case C::kUInt: kind = 'u'; break;
-    case C::kFloat: kind = 'f'; break;
-    case C::kComplex: kind = 'c'; break;
+    case C::kBool:
+      kind = 'b';
+      break;
+    case C::kInt:
+      kind = 'i';
+      break;
+    case C::kUInt:
+      kind = 'u';
+      break;
+    case C::kFloat:
+      kind = 'f';
+      break;
+    case C::kComplex:
+      kind = 'c';
+      break;
   }
   if (name.starts_with("bfloat") || name.starts_with("float8")) {
     throw FormatError("data type '" + std::string(name) + "' cannot be stored in Zarr v2");

@@ -30,10 +30,10 @@ class GridIntersection {
   [[nodiscard]] std::size_t rank() const { return parts_.size(); }
 
   struct Item {
-    std::vector<std::int64_t> chunk;        // chunk grid coordinates
-    std::vector<DimSlice> within;           // selection inside the chunk
-    std::vector<std::int64_t> out_offset;   // offset of the region in the output
-    std::vector<std::int64_t> count;        // shape of the region
+    std::vector<std::int64_t> chunk;       // chunk grid coordinates
+    std::vector<DimSlice> within;          // selection inside the chunk
+    std::vector<std::int64_t> out_offset;  // offset of the region in the output
+    std::vector<std::int64_t> count;       // shape of the region
   };
   // Fills `item` for the i-th chunk (C order over the grid).
   void at(std::size_t i, Item& item) const;

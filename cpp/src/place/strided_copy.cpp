@@ -86,23 +86,22 @@ bool is_c_contiguous(const StridedView& view, std::size_t element_size) {
 }
 
 void copy_strided(const std::byte* src, std::span<const std::int64_t> src_strides,
-                  const StridedView& destination, std::size_t element_size,
-                  std::size_t swap_unit) {
+                  const StridedView& destination, std::size_t element_size, std::size_t swap_unit) {
   const Loop loop = simplify(destination.shape, src_strides, destination.byte_strides);
   const auto es = static_cast<std::int64_t>(element_size);
   const bool swap = swap_unit > 1;
-  for_each_row(loop, src, destination.data,
-               [&](const std::byte* s, std::byte* d, std::int64_t n, std::int64_t ss,
-                   std::int64_t ds) {
-                 if (!swap && (n == 1 || (ss == es && ds == es))) {
-                   std::memcpy(d, s, static_cast<std::size_t>(n) * element_size);
-                   return;
-                 }
-                 for (std::int64_t i = 0; i < n; ++i, s += ss, d += ds) {
-                   std::memcpy(d, s, element_size);
-                   if (swap) swap_element(d, element_size, swap_unit);
-                 }
-               });
+  for_each_row(
+      loop, src, destination.data,
+      [&](const std::byte* s, std::byte* d, std::int64_t n, std::int64_t ss, std::int64_t ds) {
+        if (!swap && (n == 1 || (ss == es && ds == es))) {
+          std::memcpy(d, s, static_cast<std::size_t>(n) * element_size);
+          return;
+        }
+        for (std::int64_t i = 0; i < n; ++i, s += ss, d += ds) {
+          std::memcpy(d, s, element_size);
+          if (swap) swap_element(d, element_size, swap_unit);
+        }
+      });
 }
 
 void fill_strided(const StridedView& destination, std::span<const std::byte> element) {
@@ -112,8 +111,7 @@ void fill_strided(const StridedView& destination, std::span<const std::byte> ele
   const bool all_zero =
       std::all_of(element.begin(), element.end(), [](std::byte b) { return b == std::byte{0}; });
   for_each_row(loop, element.data(), destination.data,
-               [&](const std::byte*, std::byte* d, std::int64_t n, std::int64_t,
-                   std::int64_t ds) {
+               [&](const std::byte*, std::byte* d, std::int64_t n, std::int64_t, std::int64_t ds) {
                  if (ds == static_cast<std::int64_t>(es) || n == 1) {
                    if (all_zero) {
                      std::memset(d, 0, static_cast<std::size_t>(n) * es);
@@ -150,7 +148,8 @@ bool is_full(std::span<const DimSlice> selection, std::span<const std::int64_t> 
 StridedView subview(const StridedView& destination, std::span<const std::int64_t> offsets,
                     std::span<const std::int64_t> shape) {
   StridedView v{destination.data, {shape.begin(), shape.end()}, destination.byte_strides};
-  for (std::size_t i = 0; i < offsets.size(); ++i) v.data += offsets[i] * destination.byte_strides[i];
+  for (std::size_t i = 0; i < offsets.size(); ++i)
+    v.data += offsets[i] * destination.byte_strides[i];
   return v;
 }
 

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <utility>
 #include <cerrno>
 #include <cstring>
 #include <random>
 #include <system_error>
+#include <utility>
 
 #include "zarr_device/store.hpp"
 
@@ -55,7 +55,8 @@ class LocalStore final : public Store {
     return std::move(out).freeze();
   }
 
-  std::optional<std::size_t> get_into(std::string_view key, std::span<std::byte> out) const override {
+  std::optional<std::size_t> get_into(std::string_view key,
+                                      std::span<std::byte> out) const override {
     const auto path = resolve(key);
     FileHandle file(open_for_read(path));
     if (file.get() < 0) return std::nullopt;
@@ -79,13 +80,15 @@ class LocalStore final : public Store {
     const auto path = resolve(key);
     std::error_code ec;
     fs::create_directories(path.parent_path(), ec);
-    if (ec) throw StoreError("could not create directory " + path.parent_path().string() + ": " + ec.message());
+    if (ec)
+      throw StoreError("could not create directory " + path.parent_path().string() + ": " +
+                       ec.message());
     // A hidden temporary beside the target, renamed over it once complete.
     static std::atomic<std::uint64_t> counter{0};
     static const std::uint64_t salt = std::random_device{}();
-    const auto tmp = path.parent_path() /
-                     ("." + path.filename().string() + ".tmp" + std::to_string(::getpid()) + "." +
-                      std::to_string(salt ^ counter.fetch_add(1)));
+    const auto tmp =
+        path.parent_path() / ("." + path.filename().string() + ".tmp" + std::to_string(::getpid()) +
+                              "." + std::to_string(salt ^ counter.fetch_add(1)));
     FileHandle file(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (file.get() < 0) {
       throw StoreError("could not create " + tmp.string() + ": " + errno_text(errno));
@@ -168,7 +171,8 @@ class LocalStore final : public Store {
 
   static std::size_t file_size(int fd, const fs::path& path) {
     struct stat st {};
-    if (::fstat(fd, &st) != 0) throw StoreError("could not stat " + path.string() + ": " + errno_text(errno));
+    if (::fstat(fd, &st) != 0)
+      throw StoreError("could not stat " + path.string() + ": " + errno_text(errno));
     if (!S_ISREG(st.st_mode)) throw StoreError(path.string() + " is not a regular file");
     return static_cast<std::size_t>(st.st_size);
   }

@@ -12,8 +12,8 @@ std::optional<Buffer> cut(const Buffer& value, ByteRange range) {
   const auto size = static_cast<std::int64_t>(value.size());
   std::int64_t start = range.offset < 0 ? std::max<std::int64_t>(0, size + range.offset)
                                         : std::min(range.offset, size);
-  std::int64_t length = range.offset < 0 ? size - start
-                                         : (range.length < 0 ? size - start : range.length);
+  std::int64_t length =
+      range.offset < 0 ? size - start : (range.length < 0 ? size - start : range.length);
   length = std::min(length, size - start);
   return value.slice(static_cast<std::size_t>(start), static_cast<std::size_t>(length));
 }
@@ -46,8 +46,10 @@ class MemoryStore final : public Store {
     std::unique_lock lock(mutex_);
     const std::string p = prefix.empty() ? "" : std::string(prefix) + "/";
     for (auto it = values_.begin(); it != values_.end();) {
-      if (it->first.starts_with(p) || it->first == prefix) it = values_.erase(it);
-      else ++it;
+      if (it->first.starts_with(p) || it->first == prefix)
+        it = values_.erase(it);
+      else
+        ++it;
     }
   }
   std::vector<std::string> list_dir(std::string_view prefix) const override {

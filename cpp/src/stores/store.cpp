@@ -1,6 +1,6 @@
-#include <cstring>
-
 #include "zarr_device/store.hpp"
+
+#include <cstring>
 
 namespace zarr_device {
 
