@@ -11,7 +11,9 @@
 
 #include <tuple>
 
+#include "dlpack.hpp"
 #include "zarr_device/array.hpp"
+#include "zarr_device/device.hpp"
 #include "zarr_device/errors.hpp"
 #include "zarr_device/store.hpp"
 
@@ -122,6 +124,112 @@ const char* exception_name(zd::ErrorKind kind) {
 
 using Selection = std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>;
 
+nb::object json_to_python(const nlohmann::json& value) {
+  return nb::module_::import_("json").attr("loads")(value.dump());
+}
+
+zd::dlpack::DataType dlpack_type(const zd::DataType& t) {
+  namespace dl = zd::dlpack;
+  const auto bits = static_cast<std::uint8_t>(t.size * 8);
+  static const std::pair<std::string_view, std::uint8_t> kFloat8[] = {
+      {"float8_e3m4", dl::kFloat8_e3m4},      {"float8_e4m3b11fnuz", dl::kFloat8_e4m3b11fnuz},
+      {"float8_e4m3fn", dl::kFloat8_e4m3fn},  {"float8_e4m3fnuz", dl::kFloat8_e4m3fnuz},
+      {"float8_e5m2", dl::kFloat8_e5m2},      {"float8_e5m2fnuz", dl::kFloat8_e5m2fnuz},
+      {"float8_e8m0fnu", dl::kFloat8_e8m0fnu}};
+  for (const auto& [name, code] : kFloat8) {
+    if (t.name == name) return {code, bits, 1};
+  }
+  if (t.name == "bfloat16") return {dl::kBfloat, bits, 1};
+  switch (t.cls) {
+    case zd::DTypeClass::kBool:
+      return {dl::kBool, bits, 1};
+    case zd::DTypeClass::kInt:
+      return {dl::kInt, bits, 1};
+    case zd::DTypeClass::kUInt:
+      return {dl::kUInt, bits, 1};
+    case zd::DTypeClass::kFloat:
+      return {dl::kFloat, bits, 1};
+    case zd::DTypeClass::kComplex:
+      return {dl::kComplex, bits, 1};
+  }
+  return {dl::kUInt, bits, 1};
+}
+
+// A result in device memory, handed to frameworks through DLPack. The data is complete when the
+// object exists (reads synchronise before returning), so any consumer stream may use it at once.
+class DeviceArray {
+ public:
+  DeviceArray(std::shared_ptr<zd::DeviceAllocation> buffer, std::vector<std::int64_t> shape,
+              const std::string& dtype)
+      : buffer_(std::move(buffer)),
+        shape_(std::move(shape)),
+        dtype_(&zd::DataType::from_v3_name(dtype)) {
+    std::size_t n = dtype_->size;
+    for (auto e : shape_) n *= static_cast<std::size_t>(e);
+    if (n > buffer_->size()) throw zd::UsageError("the buffer is smaller than the array");
+  }
+
+  [[nodiscard]] const std::vector<std::int64_t>& shape() const { return shape_; }
+  [[nodiscard]] std::string dtype() const { return std::string(dtype_->name); }
+  [[nodiscard]] int device() const { return buffer_->device(); }
+  [[nodiscard]] std::uintptr_t ptr() const {
+    return reinterpret_cast<std::uintptr_t>(buffer_->data());
+  }
+
+  nb::object dlpack(bool versioned) const {
+    auto* ctx = new Context{buffer_, shape_};
+    zd::dlpack::Tensor t{};
+    t.data = buffer_->data();
+    t.device = {zd::dlpack::kCUDA, buffer_->device()};
+    t.ndim = static_cast<std::int32_t>(shape_.size());
+    t.dtype = dlpack_type(*dtype_);
+    t.shape = ctx->shape.data();
+    t.strides = nullptr;  // C-contiguous
+    t.byte_offset = 0;
+    if (versioned) {
+      auto* m =
+          new zd::dlpack::ManagedTensorVersioned{zd::dlpack::kVersion, ctx,
+                                                 [](zd::dlpack::ManagedTensorVersioned* self) {
+                                                   delete static_cast<Context*>(self->manager_ctx);
+                                                   delete self;
+                                                 },
+                                                 0, t};
+      return capsule(m, "dltensor_versioned");
+    }
+    auto* m = new zd::dlpack::ManagedTensor{t, ctx, [](zd::dlpack::ManagedTensor* self) {
+                                              delete static_cast<Context*>(self->manager_ctx);
+                                              delete self;
+                                            }};
+    return capsule(m, "dltensor");
+  }
+
+ private:
+  struct Context {
+    std::shared_ptr<zd::DeviceAllocation> buffer;
+    std::vector<std::int64_t> shape;
+  };
+
+  template <typename Managed>
+  static nb::object capsule(Managed* m, const char* name) {
+    // A capsule still carrying its original name was never consumed: free it with the capsule.
+    PyObject* cap = PyCapsule_New(m, name, [](PyObject* self) {
+      for (const char* n : {"dltensor", "dltensor_versioned"}) {
+        if (PyCapsule_IsValid(self, n)) {
+          auto* managed = static_cast<Managed*>(PyCapsule_GetPointer(self, n));
+          if (managed && managed->deleter) managed->deleter(managed);
+          return;
+        }
+      }
+    });
+    if (!cap) throw nb::python_error();
+    return nb::steal(cap);
+  }
+
+  std::shared_ptr<zd::DeviceAllocation> buffer_;
+  std::vector<std::int64_t> shape_;
+  const zd::DataType* dtype_;
+};
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -173,6 +281,47 @@ NB_MODULE(_core, m) {
         return std::make_shared<PythonStore>(std::move(impl));
       },
       "impl"_a);
+
+  m.def("cuda_device_count", &zd::cuda_device_count);
+  m.def("cuda_build_info", [] { return json_to_python(zd::cuda_info()); });
+
+  nb::class_<zd::DeviceAllocation>(m, "DeviceBuffer")
+      .def(nb::new_([](int device, std::size_t nbytes) {
+             return std::make_shared<zd::DeviceAllocation>(device, nbytes);
+           }),
+           "device"_a, "nbytes"_a)
+      .def_prop_ro(
+          "ptr",
+          [](const zd::DeviceAllocation& b) { return reinterpret_cast<std::uintptr_t>(b.data()); })
+      .def_prop_ro("nbytes", &zd::DeviceAllocation::size)
+      .def_prop_ro("device", &zd::DeviceAllocation::device);
+
+  nb::class_<DeviceArray>(m, "DeviceArray")
+      .def(nb::init<std::shared_ptr<zd::DeviceAllocation>, std::vector<std::int64_t>,
+                    const std::string&>(),
+           "buffer"_a, "shape"_a, "dtype"_a)
+      .def_prop_ro("shape", &DeviceArray::shape)
+      .def_prop_ro("dtype", &DeviceArray::dtype)
+      .def_prop_ro("device", &DeviceArray::device)
+      .def_prop_ro("ptr", &DeviceArray::ptr)
+      .def(
+          "__dlpack__",
+          [](const DeviceArray& a, nb::object stream, nb::object max_version, nb::object dl_device,
+             nb::object copy) {
+            if (!copy.is_none() && nb::cast<bool>(copy)) {
+              throw zd::UsageError("DeviceArray cannot export a copy; copy in the consumer");
+            }
+            bool versioned = false;
+            if (!max_version.is_none()) {
+              versioned = nb::cast<int>(max_version[0]) >= 1;
+            }
+            return a.dlpack(versioned);
+          },
+          "stream"_a = nb::none(), "max_version"_a = nb::none(), "dl_device"_a = nb::none(),
+          "copy"_a = nb::none())
+      .def("__dlpack_device__", [](const DeviceArray& a) {
+        return std::make_tuple(static_cast<int>(zd::dlpack::kCUDA), a.device());
+      });
 
   nb::class_<zd::Array>(m, "Array")
       .def_static(

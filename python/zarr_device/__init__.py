@@ -9,6 +9,26 @@ their users compute on.
 
 from __future__ import annotations
 
+import glob as _glob
+import os as _os
+
+
+def _locate_nvcomp() -> None:
+    # The GPU path opens nvCOMP on first use; point it at the library of the
+    # nvidia-libnvcomp-cu13 wheel when that is installed and nothing else was chosen.
+    if "ZARR_DEVICE_NVCOMP_LIBRARY" in _os.environ:
+        return
+    try:
+        import nvidia.libnvcomp as _nvcomp
+    except ImportError:
+        return
+    found = sorted(_glob.glob(_os.path.join(_os.path.dirname(_nvcomp.__file__), "lib64", "libnvcomp.so.*")))
+    if found:
+        _os.environ["ZARR_DEVICE_NVCOMP_LIBRARY"] = found[-1]
+
+
+_locate_nvcomp()
+
 from zarr_device.api import (
     Array,
     CreateMode,

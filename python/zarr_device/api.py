@@ -12,6 +12,7 @@ import numpy.typing as npt
 
 from zarr_device import _core
 from zarr_device.config import get_config
+from zarr_device.devices import LIKES, DeviceLike, Like, read_to_device, resolve_target
 from zarr_device.dtypes import to_numpy_dtype, to_zarr_name
 from zarr_device.errors import NodeNotFoundError, UsageError
 from zarr_device.selection import normalize_selection
@@ -149,18 +150,43 @@ class Array:
         selection: Any = Ellipsis,
         *,
         out: Any = None,
-        like: Literal["numpy", "torch"] = "numpy",
+        like: Like | None = None,
+        device: DeviceLike = None,
     ) -> Any:
         """Reads a basic selection (ints, slices with step >= 1, Ellipsis).
 
-        Returns a new NumPy array (``like="numpy"``) or torch tensor (``like="torch"``, which also
-        serves bfloat16 and float8 to torch), or fills ``out``: a C-contiguous NumPy array or torch
-        tensor of the result's shape and dtype. Chunks are fetched and decoded in parallel straight
-        into the result.
+        ``device``: where the result lives. None or "cpu": host memory. "cuda", "cuda:N", an int
+        N or ``torch.device("cuda", N)``: CUDA device N, which the engine fills directly
+        (decoding on the GPU where it can). Other torch devices ("mps", "xpu", "cuda" with a ROCm
+        build of torch): the engine fills pinned host memory and torch copies it over without
+        blocking. Without ``device``, a read lands where ``out`` lives.
+
+        ``like``: the kind of result. On the CPU: "numpy" (the default) or "torch" (which also
+        serves bfloat16 and float8 to torch). On a CUDA device: "torch", "cupy" (no bfloat16 or
+        float8: CuPy has no such types), "jax", or None, the default: a framework-neutral array
+        that hands its memory over through DLPack (``torch.from_dlpack``, ``cupy.from_dlpack``,
+        ``jax.dlpack.from_dlpack``) without a copy. On other torch devices: "torch".
+
+        ``out``: fills this array instead of allocating one: a C-contiguous NumPy array or torch
+        tensor on the CPU, a C-contiguous torch tensor or CuPy array on a CUDA device, a torch
+        tensor on another torch device; it must have the result's shape and dtype. Returns it.
+
+        Chunks are fetched and decoded in parallel straight into the result. Raises UsageError
+        for a bad ``like``/``device``/``out`` combination (or a missing framework, naming the
+        package to install) and DeviceError when the device does not exist.
         """
         sel = normalize_selection(selection, self.shape)
-        if like not in ("numpy", "torch"):
-            raise UsageError(f"like={like!r} is not 'numpy' or 'torch'")
+        if like is not None and like not in LIKES:
+            raise UsageError(f"like={like!r} is not one of {', '.join(map(repr, LIKES))} or None")
+        target_device = resolve_target(device, out)
+        config = get_config()
+        if target_device.kind != "cpu":
+            return read_to_device(self._core, sel.slices, sel.shape, target_device, like, out, config)
+        if like in ("cupy", "jax"):
+            raise UsageError(
+                f"like={like!r} reads onto a GPU: pass device='cuda' (or device='cuda:N'); on the "
+                "CPU, read NumPy (like='numpy') or torch (like='torch')"
+            )
         if out is None:
             if like == "torch":
                 from zarr_device import torch as torch_adapter
@@ -182,15 +208,10 @@ class Array:
         elif type(out).__module__ == "torch":
             from zarr_device import torch as torch_adapter
 
-            if tuple(out.shape) != sel.shape or out.dtype != torch_adapter.torch_dtype(self._core.dtype):
-                raise UsageError(
-                    f"out has shape {tuple(out.shape)} and dtype {out.dtype}; the selection "
-                    f"needs shape {sel.shape} and dtype {self._core.dtype}"
-                )
+            torch_adapter.check_out_shape(out, sel.shape, self._core.dtype)
             target = torch_adapter.byte_view(out)
         else:
             raise UsageError("out must be a NumPy array or a torch tensor")
-        config = get_config()
         self._core.read(list(sel.slices), target, config.threads, config.max_inflight_bytes)
         return out
 

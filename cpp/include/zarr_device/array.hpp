@@ -40,6 +40,8 @@ class Array {
   [[nodiscard]] const std::shared_ptr<Store>& store() const { return store_; }
   // The chunk codec chain with every default filled in, as {"name", "configuration"} entries.
   [[nodiscard]] nlohmann::json codecs_json() const;
+  // The prepared codec chain of the chunks (for readers that run stages elsewhere).
+  [[nodiscard]] const codecs::CodecChain& chain() const { return *chain_; }
   // The shape of the inner chunks when sharded, else of the chunks.
   [[nodiscard]] std::vector<std::int64_t> inner_chunk_shape() const;
 

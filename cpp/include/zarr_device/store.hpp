@@ -33,6 +33,12 @@ class Store {
   // Stores that can avoid the intermediate buffer (local files) override it.
   [[nodiscard]] virtual std::optional<std::size_t> get_into(std::string_view key,
                                                             std::span<std::byte> out) const;
+  // Reads bytes [offset, offset + out.size()) of the value at `key` into `out` (cut short at its
+  // end). Returns the bytes read, nullopt when there is no value. Used to fill staging buffers
+  // piece by piece from many threads.
+  [[nodiscard]] virtual std::optional<std::size_t> get_range_into(std::string_view key,
+                                                                  std::uint64_t offset,
+                                                                  std::span<std::byte> out) const;
   // Stores a value atomically: readers see the old value or the new one, never a part.
   virtual void set(std::string_view key, std::span<const std::byte> value) = 0;
   // Removes a value; no error when there is none.

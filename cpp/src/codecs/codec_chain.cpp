@@ -38,16 +38,36 @@ CodecChain::CodecChain(const nlohmann::json& codecs, ChunkSpec spec, int zarr_fo
 }
 
 nlohmann::json CodecChain::to_json() const {
+  // numcodecs codecs describe themselves as v2 compressor entries ({"id": ...}); in a codec chain
+  // they take the v3 form zarr-python 3 writes: {"name": "numcodecs.<id>", "configuration": ...}.
+  auto as_v3 = [](nlohmann::json entry) {
+    if (!entry.contains("id")) return entry;
+    nlohmann::json config = entry;
+    config.erase("id");
+    return nlohmann::json{{"name", "numcodecs." + entry["id"].get<std::string>()},
+                          {"configuration", config}};
+  };
   auto out = nlohmann::json::array();
-  for (const auto& c : array_to_array_) out.push_back(c->to_json());
-  out.push_back(array_to_bytes_->to_json());
-  for (const auto& c : bytes_to_bytes_) out.push_back(c->to_json());
+  for (const auto& c : array_to_array_) out.push_back(as_v3(c->to_json()));
+  out.push_back(as_v3(array_to_bytes_->to_json()));
+  for (const auto& c : bytes_to_bytes_) out.push_back(as_v3(c->to_json()));
   return out;
 }
 
 bool CodecChain::is_plain() const {
   return array_to_array_.empty() && bytes_to_bytes_.empty() &&
          (array_to_bytes_->plain_layout() == Endian::kLittle);
+}
+
+const ChunkSpec& CodecChain::map_to_encoded(std::vector<DimSlice>& selection,
+                                            StridedView& destination) const {
+  for (const auto& c : array_to_array_) c->map_to_encoded(selection, destination);
+  return specs_.back();
+}
+
+const ShardLayout* CodecChain::shard_layout() const {
+  if (!array_to_array_.empty() || !bytes_to_bytes_.empty()) return nullptr;
+  return dynamic_cast<const ShardLayout*>(array_to_bytes_.get());
 }
 
 bool CodecChain::supports_partial_decode() const {

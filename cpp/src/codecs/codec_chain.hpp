@@ -11,6 +11,8 @@
 
 namespace zarr_device::codecs {
 
+class ShardLayout;
+
 class CodecChain {
  public:
   // Builds the chain from metadata (a list of {"name", "configuration"} entries). Throws
@@ -40,12 +42,39 @@ class CodecChain {
   // The encoded size of a chunk when every codec knows it (shard indexes); nullopt otherwise.
   [[nodiscard]] std::optional<std::size_t> fixed_encoded_size() const;
 
+  // For readers that run some stages elsewhere (the GPU path): the codecs of each kind, and the
+  // selection and destination rewritten onto the array the array->bytes codec sees (returns
+  // that array's spec).
+  [[nodiscard]] const ArrayToBytesCodec& array_to_bytes() const { return *array_to_bytes_; }
+  [[nodiscard]] std::span<const std::shared_ptr<const BytesToBytesCodec>> bytes_to_bytes() const {
+    return bytes_to_bytes_;
+  }
+  const ChunkSpec& map_to_encoded(std::vector<DimSlice>& selection, StridedView& destination) const;
+  // The shard structure when the chain is one sharding codec with nothing around it.
+  [[nodiscard]] const ShardLayout* shard_layout() const;
+
  private:
   ChunkSpec spec_;
   std::vector<std::shared_ptr<const ArrayToArrayCodec>> array_to_array_;
   std::vector<ChunkSpec> specs_;  // spec seen by each array->array codec, then by array->bytes
   std::shared_ptr<const ArrayToBytesCodec> array_to_bytes_;
   std::vector<std::shared_ptr<const BytesToBytesCodec>> bytes_to_bytes_;
+};
+
+// What a shard is made of, for readers that fetch and decode its inner chunks themselves.
+class ShardLayout {
+ public:
+  struct Entry {
+    std::uint64_t offset;
+    std::uint64_t nbytes;
+  };
+  virtual ~ShardLayout() = default;
+  [[nodiscard]] virtual const CodecChain& inner() const = 0;
+  [[nodiscard]] virtual std::span<const std::int64_t> chunks_per_shard() const = 0;
+  // Reads and validates the index of a stored shard of `total_size` bytes: one entry per inner
+  // chunk in C order, nullopt for chunks not stored.
+  [[nodiscard]] virtual std::vector<std::optional<Entry>> read_index(
+      const RangeReader& read, std::uint64_t total_size) const = 0;
 };
 
 }  // namespace zarr_device::codecs

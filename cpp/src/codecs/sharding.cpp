@@ -20,7 +20,7 @@ struct IndexEntry {
   [[nodiscard]] bool missing() const { return offset == kMissing && nbytes == kMissing; }
 };
 
-class ShardingCodec final : public ArrayToBytesCodec {
+class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
  public:
   ShardingCodec(const json& config, const CodecContext& ctx)
       : config_(config),
@@ -71,18 +71,7 @@ class ShardingCodec final : public ArrayToBytesCodec {
   void decode_partial(const RangeReader& read, std::uint64_t total_size, const ChunkSpec& spec,
                       std::span<const DimSlice> selection,
                       const StridedView& destination) const override {
-    if (total_size < index_size_) {
-      throw CodecError("shard of " + std::to_string(total_size) +
-                       " bytes is smaller than its index (" + std::to_string(index_size_) + ")");
-    }
-    const std::uint64_t lo = index_at_start_ ? index_size_ : 0;
-    const std::uint64_t hi = index_at_start_ ? total_size : total_size - index_size_;
-    const auto n = static_cast<std::int64_t>(index_size_);
-    auto bytes = read(index_at_start_ ? 0 : static_cast<std::int64_t>(hi), n);
-    if (!bytes || bytes->size() != index_size_) {
-      throw CodecError("shard changed or vanished while its index was read");
-    }
-    const auto index = read_index(*bytes, lo, hi);
+    const auto index = fetch_index(read, total_size);
     decode_chunks(index, spec, selection, destination, [&](const IndexEntry& e) {
       auto data = read(static_cast<std::int64_t>(e.offset), static_cast<std::int64_t>(e.nbytes));
       if (!data || data->size() != e.nbytes) {
@@ -91,6 +80,21 @@ class ShardingCodec final : public ArrayToBytesCodec {
       }
       return *data;
     });
+  }
+
+  const CodecChain& inner() const override { return inner_; }
+  std::span<const std::int64_t> chunks_per_shard() const override { return chunks_per_shard_; }
+
+  std::vector<std::optional<Entry>> read_index(const RangeReader& read,
+                                               std::uint64_t total_size) const override {
+    std::vector<std::optional<Entry>> out;
+    for (const auto& e : fetch_index(read, total_size)) {
+      if (e.missing())
+        out.emplace_back();
+      else
+        out.push_back(Entry{e.offset, e.nbytes});
+    }
+    return out;
   }
 
   std::optional<Buffer> encode(const ChunkSpec& spec,
@@ -183,6 +187,22 @@ class ShardingCodec final : public ArrayToBytesCodec {
     spec.dtype = &DataType::from_v3_name("uint64");
     spec.fill_value.assign(8, std::byte{0xff});
     return spec;
+  }
+
+  // Reads the index of a stored shard of `total_size` bytes through `read`, then validates it.
+  std::vector<IndexEntry> fetch_index(const RangeReader& read, std::uint64_t total_size) const {
+    if (total_size < index_size_) {
+      throw CodecError("shard of " + std::to_string(total_size) +
+                       " bytes is smaller than its index (" + std::to_string(index_size_) + ")");
+    }
+    const std::uint64_t lo = index_at_start_ ? index_size_ : 0;
+    const std::uint64_t hi = index_at_start_ ? total_size : total_size - index_size_;
+    auto bytes = read(index_at_start_ ? 0 : static_cast<std::int64_t>(hi),
+                      static_cast<std::int64_t>(index_size_));
+    if (!bytes || bytes->size() != index_size_) {
+      throw CodecError("shard changed or vanished while its index was read");
+    }
+    return read_index(*bytes, lo, hi);
   }
 
   // Decodes and validates the index. Entries must lie in [lo, hi), not wrap around and not overlap.

@@ -10,30 +10,7 @@ void swap_element(std::byte* p, std::size_t size, std::size_t unit) {
   for (std::size_t u = 0; u < size; u += unit) std::reverse(p + u, p + u + unit);
 }
 
-// Dimensions after dropping extent-1 dimensions and merging ones that are contiguous in both
-// views, so that the innermost loop is as long as possible.
-struct Loop {
-  std::vector<std::int64_t> shape, src, dst;
-};
-
-Loop simplify(std::span<const std::int64_t> shape, std::span<const std::int64_t> src,
-              std::span<const std::int64_t> dst) {
-  Loop loop;
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 1) continue;
-    if (!loop.shape.empty() && loop.src.back() == src[i] * shape[i] &&
-        loop.dst.back() == dst[i] * shape[i]) {
-      loop.shape.back() *= shape[i];
-      loop.src.back() = src[i];
-      loop.dst.back() = dst[i];
-      continue;
-    }
-    loop.shape.push_back(shape[i]);
-    loop.src.push_back(src[i]);
-    loop.dst.push_back(dst[i]);
-  }
-  return loop;
-}
+using Loop = CopyLoop;
 
 template <typename Inner>
 void for_each_row(const Loop& loop, const std::byte* src, std::byte* dst, Inner inner) {
@@ -66,6 +43,25 @@ void for_each_row(const Loop& loop, const std::byte* src, std::byte* dst, Inner 
 
 }  // namespace
 
+CopyLoop simplify_copy(std::span<const std::int64_t> shape, std::span<const std::int64_t> src,
+                       std::span<const std::int64_t> dst) {
+  CopyLoop loop;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 1) continue;
+    if (!loop.shape.empty() && loop.src.back() == src[i] * shape[i] &&
+        loop.dst.back() == dst[i] * shape[i]) {
+      loop.shape.back() *= shape[i];
+      loop.src.back() = src[i];
+      loop.dst.back() = dst[i];
+      continue;
+    }
+    loop.shape.push_back(shape[i]);
+    loop.src.push_back(src[i]);
+    loop.dst.push_back(dst[i]);
+  }
+  return loop;
+}
+
 std::vector<std::int64_t> c_strides(std::span<const std::int64_t> shape, std::size_t element_size) {
   std::vector<std::int64_t> strides(shape.size());
   std::int64_t s = static_cast<std::int64_t>(element_size);
@@ -87,7 +83,7 @@ bool is_c_contiguous(const StridedView& view, std::size_t element_size) {
 
 void copy_strided(const std::byte* src, std::span<const std::int64_t> src_strides,
                   const StridedView& destination, std::size_t element_size, std::size_t swap_unit) {
-  const Loop loop = simplify(destination.shape, src_strides, destination.byte_strides);
+  const Loop loop = simplify_copy(destination.shape, src_strides, destination.byte_strides);
   const auto es = static_cast<std::int64_t>(element_size);
   const bool swap = swap_unit > 1;
   for_each_row(
@@ -107,7 +103,7 @@ void copy_strided(const std::byte* src, std::span<const std::int64_t> src_stride
 void fill_strided(const StridedView& destination, std::span<const std::byte> element) {
   const std::size_t es = element.size();
   std::vector<std::int64_t> zero(destination.shape.size(), 0);
-  const Loop loop = simplify(destination.shape, zero, destination.byte_strides);
+  const Loop loop = simplify_copy(destination.shape, zero, destination.byte_strides);
   const bool all_zero =
       std::all_of(element.begin(), element.end(), [](std::byte b) { return b == std::byte{0}; });
   for_each_row(loop, element.data(), destination.data,

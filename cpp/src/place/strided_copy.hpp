@@ -11,6 +11,14 @@
 
 namespace zarr_device::place {
 
+// A copy's dimensions with extent-1 dimensions dropped and dimensions contiguous in both source
+// and destination merged, so that the innermost loop is as long as possible.
+struct CopyLoop {
+  std::vector<std::int64_t> shape, src, dst;
+};
+CopyLoop simplify_copy(std::span<const std::int64_t> shape, std::span<const std::int64_t> src,
+                       std::span<const std::int64_t> dst);
+
 std::vector<std::int64_t> c_strides(std::span<const std::int64_t> shape, std::size_t element_size);
 
 // True when the view covers one C-ordered run of bytes.

@@ -76,6 +76,14 @@ class LocalStore final : public Store {
     return static_cast<std::uint64_t>(st.st_size);
   }
 
+  std::optional<std::size_t> get_range_into(std::string_view key, std::uint64_t offset,
+                                            std::span<std::byte> out) const override {
+    const auto path = resolve(key);
+    FileHandle file(open_for_read(path));
+    if (file.get() < 0) return std::nullopt;
+    return read_at(file.get(), out, static_cast<std::int64_t>(offset), path);
+  }
+
   void set(std::string_view key, std::span<const std::byte> value) override {
     const auto path = resolve(key);
     std::error_code ec;

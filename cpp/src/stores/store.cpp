@@ -13,6 +13,14 @@ std::optional<std::size_t> Store::get_into(std::string_view key, std::span<std::
   return value->size();
 }
 
+std::optional<std::size_t> Store::get_range_into(std::string_view key, std::uint64_t offset,
+                                                 std::span<std::byte> out) const {
+  auto value = get(key, {static_cast<std::int64_t>(offset), static_cast<std::int64_t>(out.size())});
+  if (!value) return std::nullopt;
+  if (!value->empty()) std::memcpy(out.data(), value->data(), value->size());
+  return value->size();
+}
+
 bool Store::exists(std::string_view key) const { return get(key, {0, 0}).has_value(); }
 
 std::optional<std::uint64_t> Store::size(std::string_view key) const {

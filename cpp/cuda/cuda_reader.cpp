@@ -1,0 +1,780 @@
+// The GPU read path: plan the chunks (and inner chunks of shards) a selection touches, fetch their
+// bytes into a ring of pinned staging slots from many threads, copy each slot to the GPU in one
+// transfer, decode there (nvCOMP) or place directly (kernels), while the next slot is filled.
+#include <cuda_runtime_api.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "codecs/codec_chain.hpp"
+#include "codecs/crc32c.hpp"
+#include "cuda_check.hpp"
+#include "engine/thread_pool.hpp"
+#include "kernels.hpp"
+#include "nvcomp_api.hpp"
+#include "place/chunk_grid.hpp"
+#include "place/strided_copy.hpp"
+#include "zarr_device/device.hpp"
+
+namespace zarr_device {
+namespace cuda {
+namespace {
+
+constexpr std::size_t kMaxBatch = 8192;       // leaves per slot
+constexpr std::size_t kPieceBytes = 4 << 20;  // unit of parallel reads
+constexpr std::size_t kStagingAlignment = 256;
+
+std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+// How one stored chunk reaches its place on the GPU.
+enum class Route {
+  kFill,       // not stored: fill value
+  kCopy,       // stored bytes are the elements: copy or scatter from staging
+  kGpuDecode,  // one compressor nvCOMP decodes, then copy or scatter
+  kCpuDecode,  // decoded on a CPU thread into staging, then copy or scatter
+};
+
+struct Leaf {
+  std::string key;
+  std::uint64_t offset = 0;  // byte range of the stored value to fetch
+  std::uint64_t length = 0;
+  const codecs::CodecChain* chain = nullptr;
+  const ChunkSpec* spec = nullptr;          // the array the array->bytes codec sees
+  std::vector<DimSlice> selection;          // inside that array (after array->array codecs)
+  StridedView destination;                  // device memory, likewise
+  std::vector<DimSlice> decoded_selection;  // the same before array->array codecs
+  StridedView decoded_destination;
+  Route route = Route::kFill;
+  GpuCodec codec = GpuCodec::kZstd;
+  std::size_t header = 0;   // framing bytes nvCOMP does not take (numcodecs zlib/lz4)
+  std::size_t trailer = 0;  // checksum and framing bytes at the end
+  int crc32c = 0;           // crc32c codecs to verify (on the CPU) and strip
+  bool swap = false;        // big-endian elements
+  // Filled while batching:
+  std::size_t staging = 0;         // offset in the slot
+  std::size_t staged = 0;          // bytes in the slot
+  std::size_t scratch = SIZE_MAX;  // offset in the slot's scratch, for decodes not done in place
+};
+
+Leaf make_leaf(std::string key, const codecs::CodecChain& chain, std::vector<DimSlice> selection,
+               const StridedView& destination) {
+  Leaf leaf;
+  leaf.key = std::move(key);
+  leaf.chain = &chain;
+  leaf.decoded_selection = selection;
+  leaf.decoded_destination = destination;
+  leaf.selection = std::move(selection);
+  leaf.destination = destination;
+  leaf.spec = &chain.map_to_encoded(leaf.selection, leaf.destination);
+  return leaf;
+}
+
+// The decoded selection's shape and its C-contiguous strides (CPU decodes stage data so).
+std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> staged_layout(const Leaf& leaf) {
+  std::vector<std::int64_t> counts;
+  for (const auto& s : leaf.decoded_selection) counts.push_back(s.count);
+  auto strides = place::c_strides(counts, leaf.spec->dtype->size);
+  return {std::move(counts), std::move(strides)};
+}
+
+[[nodiscard]] std::size_t selection_bytes(const Leaf& leaf) {
+  std::size_t n = leaf.spec->dtype->size;
+  for (const auto& s : leaf.selection) n *= static_cast<std::size_t>(s.count);
+  return n;
+}
+
+[[nodiscard]] bool in_place(const Leaf& leaf, std::size_t alignment) {
+  return !leaf.swap && place::is_full(leaf.selection, leaf.spec->shape) &&
+         place::is_c_contiguous(leaf.destination, leaf.spec->dtype->size) &&
+         reinterpret_cast<std::uintptr_t>(leaf.destination.data) % alignment == 0;
+}
+
+// Decides how a chunk decoded by `chain` travels.
+void choose_route(Leaf& leaf, const Nvcomp& nvcomp) {
+  const auto& chain = *leaf.chain;
+  const auto layout = chain.array_to_bytes().plain_layout();
+  if (!layout) {
+    leaf.route = Route::kCpuDecode;
+    return;
+  }
+  leaf.swap = *layout == Endian::kBig && leaf.spec->dtype->swap_unit > 1;
+  auto b2b = chain.bytes_to_bytes();
+  std::size_t n = b2b.size();
+  while (n > 0 && b2b[n - 1]->name() == "crc32c") {
+    ++leaf.crc32c;
+    --n;
+  }
+  leaf.trailer = 4 * static_cast<std::size_t>(leaf.crc32c);
+  if (n == 0) {
+    leaf.route = Route::kCopy;
+    return;
+  }
+  const std::string_view name = b2b[0]->name();
+  if (n == 1 && (name == "zstd" || name == "numcodecs.zstd")) {
+    leaf.codec = GpuCodec::kZstd;
+  } else if (n == 1 && (name == "gzip" || name == "numcodecs.gzip")) {
+    leaf.codec = GpuCodec::kGzip;
+  } else if (n == 1 && name == "numcodecs.zlib") {
+    leaf.codec = GpuCodec::kDeflate;
+    leaf.header = 2;
+    leaf.trailer += 4;
+  } else if (n == 1 && name == "numcodecs.lz4") {
+    leaf.codec = GpuCodec::kLz4;
+    leaf.header = 4;
+  } else {
+    leaf.route = Route::kCpuDecode;
+    return;
+  }
+  leaf.route = nvcomp.decompressor(leaf.codec) ? Route::kGpuDecode : Route::kCpuDecode;
+}
+
+// Checks what the CPU can check cheaply before a GPU decoder, which trusts its input, sees the
+// bytes. Returns false when the stream is not of the plain form the GPU path takes (several zstd
+// frames, unknown sizes, ...): the chunk is then decoded on the CPU, which raises on corruption.
+[[nodiscard]] bool gpu_can_take(const Leaf& leaf, std::span<const std::byte> stored,
+                                std::size_t expected) {
+  if (stored.size() < leaf.header + leaf.trailer) return false;
+  const auto* p = reinterpret_cast<const unsigned char*>(stored.data());
+  const std::size_t n = stored.size() - 4 * static_cast<std::size_t>(leaf.crc32c);
+  switch (leaf.codec) {
+    case GpuCodec::kZstd:
+      return ZSTD_getFrameContentSize(p, n) == expected && ZSTD_findFrameCompressedSize(p, n) == n;
+    case GpuCodec::kGzip: {
+      if (n < 18 || p[0] != 0x1f || p[1] != 0x8b || p[2] != 8) return false;
+      const std::uint32_t isize = static_cast<std::uint32_t>(p[n - 4]) | (p[n - 3] << 8) |
+                                  (p[n - 2] << 16) | (static_cast<std::uint32_t>(p[n - 1]) << 24);
+      return isize == static_cast<std::uint32_t>(expected);
+    }
+    case GpuCodec::kDeflate:
+      return n >= 6 && (p[0] & 0x0f) == 8 && (p[1] & 0x20) == 0 && ((p[0] << 8) | p[1]) % 31 == 0;
+    case GpuCodec::kLz4: {
+      if (n < 4) return false;
+      const std::uint32_t size = static_cast<std::uint32_t>(p[0]) | (p[1] << 8) | (p[2] << 16) |
+                                 (static_cast<std::uint32_t>(p[3]) << 24);
+      return size == expected;
+    }
+  }
+  return false;
+}
+
+// Device memory that grows on demand (only between batches, when its slot is idle).
+class DeviceScratch {
+ public:
+  ~DeviceScratch() {
+    if (data_) cudaFree(data_);
+  }
+  std::byte* reserve(std::size_t bytes) {
+    if (bytes > size_) {
+      if (data_) ZD_CUDA_CHECK(cudaFree(data_));
+      data_ = nullptr;
+      size_ = 0;
+      ZD_CUDA_CHECK(cudaMalloc(&data_, bytes));
+      size_ = bytes;
+    }
+    return static_cast<std::byte*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+struct PendingCheck {
+  std::string key;
+  std::size_t index;     // in the batch's status arrays
+  std::size_t expected;  // decoded bytes
+};
+
+// The per-batch arrays nvCOMP reads and writes, at the end of each slot (host and device).
+struct BatchArrays {
+  const void** inputs;
+  std::size_t* input_sizes;
+  std::size_t* capacities;
+  std::size_t* sizes;
+  void** outputs;
+  int* statuses;
+  static constexpr std::size_t bytes() { return kMaxBatch * (5 * sizeof(void*) + sizeof(int)); }
+  static BatchArrays at(std::byte* base) {
+    BatchArrays a{};
+    a.inputs = reinterpret_cast<const void**>(base);
+    a.input_sizes = reinterpret_cast<std::size_t*>(base + kMaxBatch * 8);
+    a.capacities = reinterpret_cast<std::size_t*>(base + kMaxBatch * 16);
+    a.sizes = reinterpret_cast<std::size_t*>(base + kMaxBatch * 24);
+    a.outputs = reinterpret_cast<void**>(base + kMaxBatch * 32);
+    a.statuses = reinterpret_cast<int*>(base + kMaxBatch * 40);
+    return a;
+  }
+};
+
+struct Slot {
+  std::byte* host = nullptr;    // pinned: data, then batch arrays
+  std::byte* device = nullptr;  // the same layout on the GPU
+  std::size_t capacity = 0;     // data bytes
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done = nullptr;
+  DeviceScratch scratch;
+  DeviceScratch temp;
+  std::vector<PendingCheck> checks;
+  bool busy = false;
+};
+
+// A device's staging ring, made once and kept: pinned allocations are slow and synchronise.
+class DeviceContext {
+ public:
+  DeviceContext(int device, std::size_t staging_bytes, int slots) : device_(device) {
+    ZD_CUDA_CHECK(cudaSetDevice(device));
+    const std::size_t per_slot =
+        align_up(std::max<std::size_t>(staging_bytes / std::max(slots, 1), 1 << 20), 1 << 20);
+    slots_.resize(static_cast<std::size_t>(std::max(slots, 1)));
+    for (auto& s : slots_) {
+      s.capacity = per_slot;
+      const std::size_t total = per_slot + BatchArrays::bytes();
+      ZD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&s.host), total, cudaHostAllocDefault));
+      ZD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.device), total));
+      ZD_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+      ZD_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    }
+  }
+  // Kept for the life of the process (freeing at exit races with the driver's own teardown).
+
+  std::mutex mutex;  // one read at a time per device
+  std::vector<Slot> slots_;
+  int device_;
+  std::size_t staging_bytes_ = 0;
+  int slot_count_ = 0;
+};
+
+DeviceContext& context_for(int device, const CudaReadOptions& options) {
+  static std::mutex mutex;
+  static std::map<int, DeviceContext*> contexts;
+  std::lock_guard lock(mutex);
+  auto& ctx = contexts[device];
+  if (!ctx) {
+    ctx = new DeviceContext(device, options.staging_bytes, options.slots);
+    ctx->staging_bytes_ = options.staging_bytes;
+    ctx->slot_count_ = options.slots;
+  }
+  return *ctx;
+}
+
+void check_device(int device) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    throw DeviceError(std::string("no CUDA device is usable: ") + cudaGetErrorString(status));
+  }
+  if (device < 0 || device >= count) {
+    throw DeviceError("CUDA device " + std::to_string(device) +
+                      " does not exist (this machine has " + std::to_string(count) + ")");
+  }
+}
+
+StridedCopy make_copy(const std::byte* src, std::span<const std::int64_t> src_strides,
+                      const StridedView& dst, std::size_t element_size, bool swap,
+                      std::size_t swap_unit) {
+  const auto loop = place::simplify_copy(dst.shape, src_strides, dst.byte_strides);
+  if (loop.shape.size() > static_cast<std::size_t>(kMaxKernelRank)) {
+    throw UsageError("selections of more than " + std::to_string(kMaxKernelRank) +
+                     " non-contiguous dimensions are not supported on the GPU");
+  }
+  StridedCopy c;
+  c.rank = static_cast<int>(loop.shape.size());
+  for (int d = 0; d < c.rank; ++d) {
+    c.shape[d] = loop.shape[d];
+    c.src_strides[d] = loop.src[d];
+    c.dst_strides[d] = loop.dst[d];
+  }
+  c.src = src;
+  c.dst = dst.data;
+  c.element_size = static_cast<int>(element_size);
+  c.swap_unit = swap ? static_cast<int>(swap_unit) : 1;
+  return c;
+}
+
+// Moves a C-ordered chunk of `spec` in device memory (`src`), restricted to `selection`, into
+// `dst`: one copy when the layouts agree, else the strided kernel.
+void place_on_device(const std::byte* src, const ChunkSpec& spec,
+                     std::span<const DimSlice> selection, const StridedView& dst, bool swap,
+                     cudaStream_t stream) {
+  const std::size_t es = spec.dtype->size;
+  const auto source = place::select_in_c_order(spec.shape, selection, es);
+  if (!swap && place::is_full(selection, spec.shape) && place::is_c_contiguous(dst, es)) {
+    ZD_CUDA_CHECK(cudaMemcpyAsync(dst.data, src, spec.nbytes(), cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  launch_strided_copy(
+      make_copy(src + source.offset, source.strides, dst, es, swap, spec.dtype->swap_unit), stream);
+  ZD_CUDA_CHECK(cudaGetLastError());
+}
+
+class Reader {
+ public:
+  Reader(const Array& array, int device, const CudaReadOptions& options)
+      : array_(array),
+        device_(device),
+        options_(options),
+        nvcomp_(Nvcomp::instance()),
+        workers_(options.io.threads > 0 ? static_cast<std::size_t>(options.io.threads)
+                                        : std::max(1U, std::thread::hardware_concurrency())),
+        pool_(engine::ThreadPool::shared(workers_)) {}
+
+  void read(std::span<const DimSlice> selection, void* out, std::size_t out_nbytes);
+
+ private:
+  std::vector<Leaf> plan(std::span<const DimSlice> selection, const StridedView& out);
+  void run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch);
+  void finish(Slot& slot);
+  [[nodiscard]] std::string where(const std::string& key) const {
+    return array_.describe() + ", chunk '" + key + "'";
+  }
+
+  const Array& array_;
+  int device_;
+  CudaReadOptions options_;
+  const Nvcomp& nvcomp_;
+  std::size_t workers_;
+  engine::ThreadPool& pool_;
+};
+
+std::vector<Leaf> Reader::plan(std::span<const DimSlice> selection, const StridedView& out) {
+  const auto& meta = array_.metadata();
+  const auto& chain = array_.chain();
+  const place::GridIntersection grid(selection, meta.chunk_shape);
+  const auto* shard = chain.shard_layout();
+  std::vector<std::vector<Leaf>> per_chunk(grid.size());
+  const Store& store = *array_.store();
+  pool_.parallel_for(grid.size(), workers_, [&](std::size_t i) {
+    place::GridIntersection::Item item;
+    grid.at(i, item);
+    const std::string key = join_key(array_.path(), meta.chunk_key_encoding.key(item.chunk));
+    try {
+      const StridedView region = place::subview(out, item.out_offset, item.count);
+      const auto size = store.size(key);
+      auto& leaves = per_chunk[i];
+      if (!shard) {
+        Leaf leaf = make_leaf(key, chain, item.within, region);
+        if (size) {
+          leaf.length = *size;
+          choose_route(leaf, nvcomp_);
+        }
+        leaves.push_back(std::move(leaf));
+        return;
+      }
+      const auto& inner = shard->inner();
+      if (!size) {
+        leaves.push_back(make_leaf(key, chain, item.within, region));
+        return;
+      }
+      const RangeReader reader = [&](std::int64_t offset, std::int64_t length) {
+        return store.get(key, {offset, length});
+      };
+      const auto index = shard->read_index(reader, *size);
+      const auto cps = shard->chunks_per_shard();
+      const place::GridIntersection inner_grid(item.within, inner.spec().shape);
+      place::GridIntersection::Item sub;
+      for (std::size_t j = 0; j < inner_grid.size(); ++j) {
+        inner_grid.at(j, sub);
+        std::size_t linear = 0;
+        for (std::size_t d = 0; d < sub.chunk.size(); ++d) {
+          linear =
+              linear * static_cast<std::size_t>(cps[d]) + static_cast<std::size_t>(sub.chunk[d]);
+        }
+        Leaf leaf =
+            make_leaf(key, inner, sub.within, place::subview(region, sub.out_offset, sub.count));
+        if (index[linear]) {
+          leaf.offset = index[linear]->offset;
+          leaf.length = index[linear]->nbytes;
+          choose_route(leaf, nvcomp_);
+        }
+        leaves.push_back(std::move(leaf));
+      }
+    } catch (Error& e) {
+      e.add_context(where(key));
+      throw;
+    }
+  });
+  std::vector<Leaf> leaves;
+  for (auto& chunk : per_chunk) {
+    for (auto& leaf : chunk) leaves.push_back(std::move(leaf));
+  }
+  return leaves;
+}
+
+// Bytes a leaf needs in the staging slot.
+std::size_t staged_bytes(const Leaf& leaf) {
+  switch (leaf.route) {
+    case Route::kFill:
+      return leaf.spec->dtype->size;
+    case Route::kCopy:
+    case Route::kGpuDecode:
+      return leaf.length;
+    case Route::kCpuDecode:
+      return selection_bytes(leaf);
+  }
+  return 0;
+}
+
+void Reader::finish(Slot& slot) {
+  if (!slot.busy) return;
+  slot.busy = false;
+  ZD_CUDA_CHECK(cudaEventSynchronize(slot.done));
+  const auto arrays = BatchArrays::at(slot.host + slot.capacity);
+  for (const auto& check : slot.checks) {
+    const int status = arrays.statuses[check.index];
+    const std::size_t size = arrays.sizes[check.index];
+    if (status != 0 || size != check.expected) {
+      throw CodecError(where(check.key) + ": the GPU decoder reported status " +
+                       std::to_string(status) + " and " + std::to_string(size) +
+                       " bytes, expected " + std::to_string(check.expected));
+    }
+  }
+  slot.checks.clear();
+}
+
+void Reader::run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
+  const Store& store = *array_.store();
+  // 1. Fetch: pieces of at most kPieceBytes, read in parallel into the pinned slot.
+  struct Piece {
+    std::size_t leaf;
+    std::uint64_t offset;
+    std::size_t length;
+  };
+  std::vector<Piece> pieces;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const auto& leaf = batch[i];
+    if (leaf.route == Route::kCopy || leaf.route == Route::kGpuDecode) {
+      for (std::uint64_t o = 0; o < leaf.length; o += kPieceBytes) {
+        pieces.push_back(
+            {i, o,
+             static_cast<std::size_t>(std::min<std::uint64_t>(kPieceBytes, leaf.length - o))});
+      }
+    } else {
+      pieces.push_back({i, 0, 0});  // fill element or CPU decode: one task
+    }
+  }
+  pool_.parallel_for(pieces.size(), workers_, [&](std::size_t p) {
+    const auto& piece = pieces[p];
+    auto& leaf = batch[piece.leaf];
+    try {
+      std::byte* dst = slot.host + leaf.staging;
+      switch (leaf.route) {
+        case Route::kFill:
+          std::memcpy(dst, leaf.chain->spec().fill_value.data(), leaf.spec->dtype->size);
+          return;
+        case Route::kCpuDecode: {
+          auto stored = store.get(leaf.key, {static_cast<std::int64_t>(leaf.offset),
+                                             static_cast<std::int64_t>(leaf.length)});
+          if (!stored || stored->size() != leaf.length) {
+            throw CodecError("chunk changed or vanished while it was read");
+          }
+          auto [counts, strides] = staged_layout(leaf);
+          leaf.chain->decode_into(*stored, leaf.decoded_selection,
+                                  StridedView{dst, counts, strides});
+          return;
+        }
+        default: {
+          const auto got = store.get_range_into(leaf.key, leaf.offset + piece.offset,
+                                                {dst + piece.offset, piece.length});
+          if (!got || *got != piece.length) {
+            throw CodecError("chunk changed or vanished while it was read");
+          }
+        }
+      }
+    } catch (Error& e) {
+      e.add_context(where(leaf.key));
+      throw;
+    }
+  });
+  // 2. Check on the CPU what the GPU will trust: checksums, framing, sizes. Chunks the GPU path
+  // does not take are decoded here instead (that raises the CPU's typed error when corrupt).
+  pool_.parallel_for(batch.size(), workers_, [&](std::size_t i) {
+    auto& leaf = batch[i];
+    if (leaf.route != Route::kCopy && leaf.route != Route::kGpuDecode) return;
+    try {
+      std::span<const std::byte> stored{slot.host + leaf.staging, leaf.length};
+      for (int c = 0; c < leaf.crc32c; ++c) {
+        const std::size_t n = stored.size();
+        if (n < 4)
+          throw CodecError("crc32c: chunk of " + std::to_string(n) + " bytes is too short");
+        std::uint32_t want = 0;
+        std::memcpy(&want, stored.data() + n - 4, 4);
+        const std::uint32_t got = codecs::crc32c(stored.first(n - 4));
+        if (got != want) {
+          char text[64];
+          std::snprintf(text, sizeof text, "crc32c mismatch: stored %08x, computed %08x", want,
+                        got);
+          throw ChecksumError(text);
+        }
+        stored = stored.first(n - 4);
+      }
+      if (leaf.route == Route::kCopy && stored.size() != leaf.spec->nbytes()) {
+        throw CodecError("chunk holds " + std::to_string(stored.size()) + " bytes, expected " +
+                         std::to_string(leaf.spec->nbytes()) + " for its shape and data type");
+      }
+      if (leaf.route == Route::kGpuDecode &&
+          !gpu_can_take(leaf, {slot.host + leaf.staging, leaf.length}, leaf.spec->nbytes())) {
+        // Decode on the CPU into pageable memory, then copy that region over.
+        Buffer bytes = Buffer::copy_of({slot.host + leaf.staging, leaf.length});
+        const std::size_t nbytes = selection_bytes(leaf);
+        ByteArray decoded(nbytes);
+        auto [counts, strides] = staged_layout(leaf);
+        leaf.chain->decode_into(bytes, leaf.decoded_selection,
+                                StridedView{decoded.data(), counts, strides});
+        // Rare (unusual framing): a synchronous detour through a temporary device buffer.
+        ZD_CUDA_CHECK(cudaSetDevice(device_));
+        std::byte* tmp = nullptr;
+        ZD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&tmp), std::max<std::size_t>(nbytes, 1)));
+        ZD_CUDA_CHECK(cudaMemcpy(tmp, decoded.data(), nbytes, cudaMemcpyHostToDevice));
+        launch_strided_copy(
+            make_copy(tmp, strides, leaf.decoded_destination, leaf.spec->dtype->size, false, 1),
+            nullptr);
+        const cudaError_t launched = cudaGetLastError();
+        const cudaError_t synced = cudaDeviceSynchronize();
+        cudaFree(tmp);
+        ZD_CUDA_CHECK(launched);
+        ZD_CUDA_CHECK(synced);
+        leaf.scratch = SIZE_MAX - 1;  // placed already
+      }
+    } catch (Error& e) {
+      e.add_context(where(leaf.key));
+      throw;
+    }
+  });
+
+  // 3. One transfer of the slot's data, then decode and place on the GPU.
+  std::size_t used = 0;
+  for (const auto& leaf : batch) used = std::max(used, leaf.staging + leaf.staged);
+  ZD_CUDA_CHECK(cudaSetDevice(device_));
+  ZD_CUDA_CHECK(cudaMemcpyAsync(slot.device, slot.host, used, cudaMemcpyHostToDevice, slot.stream));
+
+  // Group the GPU decodes by codec: one batched call each.
+  std::map<GpuCodec, std::vector<std::size_t>> decodes;
+  std::size_t scratch_bytes = 0;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    auto& leaf = batch[i];
+    if (leaf.route != Route::kGpuDecode || leaf.scratch == SIZE_MAX - 1) continue;
+    leaf.scratch = SIZE_MAX;
+    const auto* d = nvcomp_.decompressor(leaf.codec);
+    decodes[leaf.codec].push_back(i);
+    if (!in_place(leaf, d->output_alignment)) {
+      leaf.scratch = scratch_bytes;
+      scratch_bytes += align_up(leaf.spec->nbytes(), kStagingAlignment);
+    }
+  }
+  std::byte* scratch = scratch_bytes ? slot.scratch.reserve(scratch_bytes) : nullptr;
+  auto host_arrays = BatchArrays::at(slot.host + slot.capacity);
+  auto device_arrays = BatchArrays::at(slot.device + slot.capacity);
+  std::size_t next = 0;
+  for (const auto& [codec, members] : decodes) {
+    const auto* d = nvcomp_.decompressor(codec);
+    const std::size_t first = next;
+    std::size_t max_chunk = 0;
+    std::size_t total = 0;
+    for (std::size_t i : members) {
+      const auto& leaf = batch[i];
+      const std::size_t expected = leaf.spec->nbytes();
+      host_arrays.inputs[next] = slot.device + leaf.staging + leaf.header;
+      host_arrays.input_sizes[next] = leaf.length - leaf.header - leaf.trailer;
+      host_arrays.capacities[next] = expected;
+      host_arrays.outputs[next] = leaf.scratch == SIZE_MAX
+                                      ? static_cast<void*>(leaf.destination.data)
+                                      : scratch + leaf.scratch;
+      slot.checks.push_back({leaf.key, next, expected});
+      max_chunk = std::max(max_chunk, expected);
+      total += expected;
+      ++next;
+    }
+    const std::size_t count = next - first;
+    const std::size_t temp_bytes = d->temp_size(count, max_chunk, total);
+    std::byte* temp = temp_bytes ? slot.temp.reserve(temp_bytes) : nullptr;
+    // The arrays travel with the batch (small: a few entries per chunk).
+    ZD_CUDA_CHECK(cudaMemcpyAsync(device_arrays.inputs + first, host_arrays.inputs + first,
+                                  count * sizeof(void*), cudaMemcpyHostToDevice, slot.stream));
+    ZD_CUDA_CHECK(cudaMemcpyAsync(device_arrays.input_sizes + first,
+                                  host_arrays.input_sizes + first, count * sizeof(std::size_t),
+                                  cudaMemcpyHostToDevice, slot.stream));
+    ZD_CUDA_CHECK(cudaMemcpyAsync(device_arrays.capacities + first, host_arrays.capacities + first,
+                                  count * sizeof(std::size_t), cudaMemcpyHostToDevice,
+                                  slot.stream));
+    ZD_CUDA_CHECK(cudaMemcpyAsync(device_arrays.outputs + first, host_arrays.outputs + first,
+                                  count * sizeof(void*), cudaMemcpyHostToDevice, slot.stream));
+    d->decompress(device_arrays.inputs + first, device_arrays.input_sizes + first,
+                  device_arrays.capacities + first, device_arrays.sizes + first, count, temp,
+                  temp_bytes, device_arrays.outputs + first, device_arrays.statuses + first,
+                  slot.stream);
+    ZD_CUDA_CHECK(cudaMemcpyAsync(host_arrays.statuses + first, device_arrays.statuses + first,
+                                  count * sizeof(int), cudaMemcpyDeviceToHost, slot.stream));
+    ZD_CUDA_CHECK(cudaMemcpyAsync(host_arrays.sizes + first, device_arrays.sizes + first,
+                                  count * sizeof(std::size_t), cudaMemcpyDeviceToHost,
+                                  slot.stream));
+  }
+
+  for (auto& leaf : batch) {
+    if (leaf.scratch == SIZE_MAX - 1) continue;
+    const std::byte* staged = slot.device + leaf.staging;
+    const std::size_t es = leaf.spec->dtype->size;
+    switch (leaf.route) {
+      case Route::kFill: {
+        const auto& fill = leaf.chain->spec().fill_value;
+        const bool zero =
+            std::all_of(fill.begin(), fill.end(), [](std::byte b) { return b == std::byte{0}; });
+        const auto& dst = leaf.decoded_destination;
+        if (zero && place::is_c_contiguous(dst, es)) {
+          std::size_t n = es;
+          for (auto e : dst.shape) n *= static_cast<std::size_t>(e);
+          ZD_CUDA_CHECK(cudaMemsetAsync(dst.data, 0, n, slot.stream));
+        } else {
+          const std::vector<std::int64_t> zeros(dst.shape.size(), 0);
+          launch_strided_copy(make_copy(staged, zeros, dst, es, false, 1), slot.stream);
+          ZD_CUDA_CHECK(cudaGetLastError());
+        }
+        break;
+      }
+      case Route::kCopy:
+        place_on_device(staged, *leaf.spec, leaf.selection, leaf.destination, leaf.swap,
+                        slot.stream);
+        break;
+      case Route::kGpuDecode:
+        if (leaf.scratch != SIZE_MAX) {
+          place_on_device(scratch + leaf.scratch, *leaf.spec, leaf.selection, leaf.destination,
+                          leaf.swap, slot.stream);
+        }
+        break;
+      case Route::kCpuDecode: {
+        const auto [counts, strides] = staged_layout(leaf);
+        const auto& dst = leaf.decoded_destination;
+        if (place::is_c_contiguous(dst, es)) {
+          ZD_CUDA_CHECK(cudaMemcpyAsync(dst.data, staged, leaf.staged, cudaMemcpyDeviceToDevice,
+                                        slot.stream));
+        } else {
+          launch_strided_copy(make_copy(staged, strides, dst, es, false, 1), slot.stream);
+          ZD_CUDA_CHECK(cudaGetLastError());
+        }
+        break;
+      }
+    }
+  }
+  ZD_CUDA_CHECK(cudaEventRecord(slot.done, slot.stream));
+  slot.busy = true;
+  (void)ctx;
+}
+
+void Reader::read(std::span<const DimSlice> selection, void* out, std::size_t out_nbytes) {
+  check_selection(selection, array_.metadata().shape);
+  const std::size_t es = array_.metadata().dtype->size;
+  std::vector<std::int64_t> shape;
+  std::size_t n = es;
+  for (const auto& s : selection) {
+    shape.push_back(s.count);
+    n *= static_cast<std::size_t>(s.count);
+  }
+  if (n != out_nbytes) {
+    throw UsageError("output buffer holds " + std::to_string(out_nbytes) +
+                     " bytes, the selection " + std::to_string(n));
+  }
+  check_device(device_);
+  ZD_CUDA_CHECK(cudaSetDevice(device_));
+  if (options_.consumer_stream != 0) {
+    // `out` may have been freed and reallocated on that stream: let its earlier work finish.
+    ZD_CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(options_.consumer_stream)));
+  }
+  auto& ctx = context_for(device_, options_);
+  std::lock_guard lock(ctx.mutex);
+  const StridedView out_view{static_cast<std::byte*>(out), shape, place::c_strides(shape, es)};
+  auto leaves = plan(selection, out_view);
+
+  std::size_t next_slot = 0;
+  try {
+    std::size_t begin = 0;
+    while (begin < leaves.size()) {
+      Slot& slot = ctx.slots_[next_slot];
+      next_slot = (next_slot + 1) % ctx.slots_.size();
+      finish(slot);
+      // Pack leaves while they fit.
+      std::size_t used = 0;
+      std::size_t end = begin;
+      while (end < leaves.size() && end - begin < kMaxBatch) {
+        auto& leaf = leaves[end];
+        const std::size_t need = staged_bytes(leaf);
+        const std::size_t at = align_up(used, kStagingAlignment);
+        if (at + need > slot.capacity) {
+          if (end == begin) {
+            // A chunk larger than a whole slot: decode it on the CPU into pageable memory.
+            throw OutOfMemoryError(where(leaf.key) + ": chunk of " + std::to_string(need) +
+                                   " bytes is larger than a staging slot (" +
+                                   std::to_string(slot.capacity) + " bytes); raise staging_bytes");
+          }
+          break;
+        }
+        leaf.staging = at;
+        leaf.staged = need;
+        used = at + need;
+        ++end;
+      }
+      run_batch(ctx, slot, {leaves.data() + begin, end - begin});
+      begin = end;
+    }
+    for (auto& slot : ctx.slots_) finish(slot);
+  } catch (...) {
+    // Drain what was enqueued before the error, so nothing writes into `out` after we return.
+    for (auto& slot : ctx.slots_) {
+      cudaStreamSynchronize(slot.stream);
+      slot.busy = false;
+      slot.checks.clear();
+    }
+    throw;
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+nlohmann::json cuda_info() {
+  nlohmann::json info = {{"compiled", true}, {"devices", cuda_device_count()}};
+  int runtime = 0;
+  int driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  info["runtime_version"] = runtime;
+  info["driver_version"] = driver;
+  const auto& nvcomp = cuda::Nvcomp::instance();
+  info["nvcomp"] = nvcomp.loaded() ? nlohmann::json(nvcomp.library()) : nlohmann::json(nullptr);
+  if (!nvcomp.loaded()) info["nvcomp_error"] = nvcomp.error();
+  return info;
+}
+
+void read_to_cuda(const Array& array, std::span<const DimSlice> selection, int device, void* out,
+                  std::size_t out_nbytes, const CudaReadOptions& options) {
+  cuda::Reader(array, device, options).read(selection, out, out_nbytes);
+}
+
+DeviceAllocation::DeviceAllocation(int device, std::size_t nbytes)
+    : device_(device), size_(nbytes) {
+  cuda::check_device(device);
+  ZD_CUDA_CHECK(cudaSetDevice(device));
+  ZD_CUDA_CHECK(cudaMalloc(&data_, std::max<std::size_t>(nbytes, 1)));
+}
+
+DeviceAllocation::~DeviceAllocation() {
+  if (data_) {
+    cudaSetDevice(device_);
+    cudaFree(data_);
+  }
+}
+
+}  // namespace zarr_device

@@ -1,0 +1,48 @@
+// nvCOMP's batched decompressors, loaded at run time (libnvcomp ships as an optional wheel,
+// nvidia-libnvcomp-cu13). Without it, compressed chunks are decoded on CPU threads.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace zarr_device::cuda {
+
+enum class GpuCodec { kZstd, kGzip, kDeflate, kLz4 };
+
+// One batched decompressor: the same calling convention for every algorithm.
+struct BatchedDecompressor {
+  // Temporary device memory for `chunks` chunks of at most `max_chunk` decoded bytes.
+  std::size_t (*temp_size)(std::size_t chunks, std::size_t max_chunk, std::size_t total) = nullptr;
+  // Enqueues the decompression; device arrays of pointers and sizes; statuses per chunk.
+  void (*decompress)(const void* const* inputs, const std::size_t* input_sizes,
+                     const std::size_t* output_capacities, std::size_t* output_sizes,
+                     std::size_t chunks, void* temp, std::size_t temp_bytes, void* const* outputs,
+                     int* statuses, cudaStream_t stream) = nullptr;
+  std::size_t input_alignment = 8;
+  std::size_t output_alignment = 8;
+  std::size_t temp_alignment = 8;
+};
+
+class Nvcomp {
+ public:
+  // The process-wide instance; loads libnvcomp on first use.
+  static const Nvcomp& instance();
+
+  [[nodiscard]] bool loaded() const { return loaded_; }
+  [[nodiscard]] const std::string& library() const { return library_; }
+  [[nodiscard]] const std::string& error() const { return error_; }
+  // nullptr when the codec has no GPU decoder here.
+  [[nodiscard]] const BatchedDecompressor* decompressor(GpuCodec codec) const;
+
+ private:
+  Nvcomp();
+  bool loaded_ = false;
+  std::string library_;
+  std::string error_;
+  BatchedDecompressor zstd_, gzip_, deflate_, lz4_;
+};
+
+}  // namespace zarr_device::cuda

@@ -1,0 +1,60 @@
+// Reading into accelerator memory. CUDA support is compiled in where the toolkit is found at build
+// time; the CUDA runtime is linked statically and loads the driver lazily, so one build runs on
+// machines with and without GPUs (asking for a GPU where there is none raises DeviceError).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <span>
+
+#include "zarr_device/array.hpp"
+
+namespace zarr_device {
+
+struct CudaReadOptions {
+  IoOptions io;
+  // Pinned host memory that chunk bytes pass through on their way to the GPU, split into slots
+  // that are filled, copied and decoded in turn (so reads overlap copies and decoding). Allocated
+  // once per device and reused.
+  std::size_t staging_bytes = std::size_t{256} << 20;
+  int slots = 4;
+  // A cudaStream_t whose earlier work must finish before the output is written (the stream the
+  // caller allocated `out` on); 0 for none.
+  std::uintptr_t consumer_stream = 0;
+};
+
+// Number of CUDA devices; 0 when built without CUDA or when no driver or GPU is present.
+int cuda_device_count();
+
+// What the build and the machine offer: {"compiled": bool, "devices": n, "nvcomp": path or null,
+// "nvcomp_error": why nvCOMP could not be loaded, ...}.
+nlohmann::json cuda_info();
+
+// Reads `selection` of `array` into device memory: `out` on CUDA device `device`, C-contiguous,
+// `out_nbytes` long. Returns once the data is complete and visible to every stream. Decodes on the
+// GPU what nvCOMP and the engine's kernels can (zstd, gzip, zlib, lz4 after a CPU check of the
+// stream's framing; byte order, transpose and placement), everything else on CPU threads; each
+// chunk crosses PCIe once.
+void read_to_cuda(const Array& array, std::span<const DimSlice> selection, int device, void* out,
+                  std::size_t out_nbytes, const CudaReadOptions& options = {});
+
+// Device memory owned by the engine (for results handed over through DLPack).
+class DeviceAllocation {
+ public:
+  DeviceAllocation(int device, std::size_t nbytes);
+  ~DeviceAllocation();
+  DeviceAllocation(const DeviceAllocation&) = delete;
+  DeviceAllocation& operator=(const DeviceAllocation&) = delete;
+
+  [[nodiscard]] void* data() const { return data_; }
+  [[nodiscard]] std::size_t size() const { return size_; }
+  [[nodiscard]] int device() const { return device_; }
+
+ private:
+  int device_;
+  std::size_t size_;
+  void* data_ = nullptr;
+};
+
+}  // namespace zarr_device

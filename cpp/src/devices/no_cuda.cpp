@@ -1,0 +1,33 @@
+// The device entry points of a build without the CUDA toolkit.
+#ifndef ZARR_DEVICE_WITH_CUDA
+
+#include "zarr_device/device.hpp"
+
+namespace zarr_device {
+
+namespace {
+[[noreturn]] void no_cuda() {
+  throw DeviceError(
+      "this build of zarr-device has no CUDA support (the CUDA toolkit was not found when it "
+      "was built); rebuild with nvcc on the PATH");
+}
+}  // namespace
+
+int cuda_device_count() { return 0; }
+
+nlohmann::json cuda_info() { return {{"compiled", false}, {"devices", 0}}; }
+
+void read_to_cuda(const Array&, std::span<const DimSlice>, int, void*, std::size_t,
+                  const CudaReadOptions&) {
+  no_cuda();
+}
+
+DeviceAllocation::DeviceAllocation(int device, std::size_t nbytes)
+    : device_(device), size_(nbytes) {
+  no_cuda();
+}
+DeviceAllocation::~DeviceAllocation() = default;
+
+}  // namespace zarr_device
+
+#endif
