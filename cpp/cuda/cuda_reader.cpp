@@ -95,7 +95,7 @@ std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> staged_layout(co
 }
 
 // Decides how a chunk decoded by `chain` travels.
-void choose_route(Leaf& leaf, const Nvcomp& nvcomp) {
+void choose_route(Leaf& leaf, const Nvcomp& nvcomp, GpuDecode policy) {
   const auto& chain = *leaf.chain;
   const auto layout = chain.array_to_bytes().plain_layout();
   if (!layout) {
@@ -130,7 +130,9 @@ void choose_route(Leaf& leaf, const Nvcomp& nvcomp) {
     leaf.route = Route::kCpuDecode;
     return;
   }
-  leaf.route = nvcomp.decompressor(leaf.codec) ? Route::kGpuDecode : Route::kCpuDecode;
+  const bool allowed = policy == GpuDecode::kTrusted ||
+                       (policy == GpuDecode::kChecked && leaf.crc32c > 0);
+  leaf.route = allowed && nvcomp.decompressor(leaf.codec) ? Route::kGpuDecode : Route::kCpuDecode;
 }
 
 // Checks what the CPU can check cheaply before a GPU decoder, which trusts its input, sees the
@@ -361,7 +363,7 @@ std::vector<Leaf> Reader::plan(std::span<const DimSlice> selection, const Stride
         Leaf leaf = make_leaf(key, chain, item.within, region);
         if (size) {
           leaf.length = *size;
-          choose_route(leaf, nvcomp_);
+          choose_route(leaf, nvcomp_, options_.gpu_decode);
         }
         leaves.push_back(std::move(leaf));
         return;
@@ -390,7 +392,7 @@ std::vector<Leaf> Reader::plan(std::span<const DimSlice> selection, const Stride
         if (index[linear]) {
           leaf.offset = index[linear]->offset;
           leaf.length = index[linear]->nbytes;
-          choose_route(leaf, nvcomp_);
+          choose_route(leaf, nvcomp_, options_.gpu_decode);
         }
         leaves.push_back(std::move(leaf));
       }

@@ -124,7 +124,7 @@ TEST(Place, IsAllFill) {
   for (int i = 0; i < 9; ++i) ones.insert(ones.end(), one_f32.begin(), one_f32.end());
   EXPECT_TRUE(place::is_all_fill(ones, one_f32));
   EXPECT_FALSE(place::is_all_fill(ones, Bytes(4, std::byte{0})));
-  ones[33] = std::byte{0};
+  ones[35] = std::byte{0};  // the last element's top byte: 0x3f -> 0
   EXPECT_FALSE(place::is_all_fill(ones, one_f32));
   EXPECT_TRUE(place::is_all_fill(Bytes(16, std::byte{0}), Bytes(8, std::byte{0})));
   EXPECT_FALSE(place::is_all_fill(test::le_bytes(0x100, 8), Bytes(8, std::byte{0})));

@@ -25,6 +25,8 @@ struct StoreKind {
   bool local;
 };
 
+void PrintTo(const StoreKind& kind, std::ostream* os) { *os << kind.name; }
+
 class Stores : public ::testing::TestWithParam<StoreKind> {
  protected:
   void SetUp() override {
@@ -47,6 +49,17 @@ class Stores : public ::testing::TestWithParam<StoreKind> {
   std::unique_ptr<test::TempDir> dir_;
   std::shared_ptr<Store> store_;
 };
+
+// Runs `f`, turning an exception into a failure that names `what`, so that one failing call does
+// not hide the others.
+template <typename F>
+void check(const char* what, F f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << what << " threw: " << e.what();
+  }
+}
 
 TEST_P(Stores, SetGetOverwrite) {
   EXPECT_EQ(get("a"), std::nullopt);
@@ -112,6 +125,36 @@ TEST_P(Stores, GetInto) {
   set("empty", "");
   Bytes none;
   EXPECT_EQ(store_->get_into("empty", none), 0u);
+}
+
+TEST_P(Stores, GetRangeInto) {
+  set("k", "0123456789");
+  Bytes out(4, std::byte{'.'});
+  EXPECT_EQ(store_->get_range_into("k", 0, out), 4u);
+  EXPECT_EQ(out, bytes_of("0123"));
+  EXPECT_EQ(store_->get_range_into("k", 5, out), 4u);
+  EXPECT_EQ(out, bytes_of("5678"));
+  // Cut short at the end: the count says how much is valid.
+  out.assign(4, std::byte{'.'});
+  EXPECT_EQ(store_->get_range_into("k", 8, out), 2u);
+  EXPECT_EQ(out, bytes_of("89.."));
+  EXPECT_EQ(store_->get_range_into("k", 10, out), 0u);
+  EXPECT_EQ(store_->get_range_into("k", 1000, out), 0u);
+  // An offset beyond any value is past the end too, never read as "the last n bytes". The span
+  // sits at the start of a larger buffer so that a write past its end shows up as changed bytes
+  // (instead of aborting the whole run under AddressSanitizer).
+  for (const std::uint64_t offset : {std::uint64_t{1} << 63, ~std::uint64_t{0} - 3}) {
+    SCOPED_TRACE(offset);
+    Bytes backing(64, std::byte{'.'});
+    check("huge offset", [&] {
+      EXPECT_EQ(store_->get_range_into("k", offset, std::span<std::byte>(backing.data(), 4)), 0u);
+    });
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(backing.data()), backing.size()),
+              std::string(64, '.'));
+  }
+  Bytes none;
+  EXPECT_EQ(store_->get_range_into("k", 3, none), 0u);
+  EXPECT_EQ(store_->get_range_into("missing", 0, out), std::nullopt);
 }
 
 TEST_P(Stores, Size) {
@@ -185,12 +228,23 @@ TEST_P(Stores, ListDir) {
 
 TEST_P(Stores, APrefixIsNotAValue) {
   set("group/array/zarr.json", "{}");
-  EXPECT_EQ(get("group"), std::nullopt);
-  EXPECT_EQ(get("group/array"), std::nullopt);
-  EXPECT_FALSE(store_->exists("group/array"));
-  EXPECT_EQ(store_->size("group/array"), std::nullopt);
-  Bytes out(2);
-  EXPECT_EQ(store_->get_into("group/array", out), std::nullopt);
+  check("get(group)", [&] { EXPECT_EQ(get("group"), std::nullopt); });
+  check("get(group/array)", [&] { EXPECT_EQ(get("group/array"), std::nullopt); });
+  check("ranged get", [&] { EXPECT_EQ(get("group/array", {0, 1}), std::nullopt); });
+  check("exists", [&] { EXPECT_FALSE(store_->exists("group/array")); });
+  check("size", [&] { EXPECT_EQ(store_->size("group/array"), std::nullopt); });
+  check("get_into", [&] {
+    Bytes out(2);
+    EXPECT_EQ(store_->get_into("group/array", out), std::nullopt);
+  });
+}
+
+TEST_P(Stores, ErasingAPrefixAsAKeyIsANoOp) {
+  // Like erasing any key that holds no value: nothing happens, and nothing below it goes.
+  set("group/array/zarr.json", "{}");
+  check("erase(group/array)", [&] { store_->erase("group/array"); });
+  check("erase(group)", [&] { store_->erase("group"); });
+  EXPECT_EQ(get("group/array/zarr.json"), "{}");
 }
 
 TEST_P(Stores, KeysLeavingTheStoreAreRejected) {

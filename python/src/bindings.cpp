@@ -386,5 +386,28 @@ NB_MODULE(_core, m) {
             nb::gil_scoped_release release;
             a.write(sel, bytes, io_options(threads, max_inflight_bytes));
           },
-          "selection"_a, "values"_a, "threads"_a = 0, "max_inflight_bytes"_a = 0);
+          "selection"_a, "values"_a, "threads"_a = 0, "max_inflight_bytes"_a = 0)
+      .def(
+          "read_cuda",
+          [](const zd::Array& a, const Selection& selection, int device, std::uintptr_t out_ptr,
+             std::size_t out_nbytes, std::uintptr_t stream, int threads,
+             std::size_t max_inflight_bytes, const std::string& gpu_decode) {
+            const auto sel = to_selection(selection);
+            zd::CudaReadOptions options;
+            if (gpu_decode == "checked") {
+              options.gpu_decode = zd::GpuDecode::kChecked;
+            } else if (gpu_decode == "trusted") {
+              options.gpu_decode = zd::GpuDecode::kTrusted;
+            } else if (gpu_decode == "off") {
+              options.gpu_decode = zd::GpuDecode::kOff;
+            } else {
+              throw zd::UsageError("gpu_decode must be 'checked', 'trusted' or 'off'");
+            }
+            options.io = io_options(threads, max_inflight_bytes);
+            options.consumer_stream = stream;
+            nb::gil_scoped_release release;
+            zd::read_to_cuda(a, sel, device, reinterpret_cast<void*>(out_ptr), out_nbytes, options);
+          },
+          "selection"_a, "device"_a, "out_ptr"_a, "out_nbytes"_a, "stream"_a = 0, "threads"_a = 0,
+          "max_inflight_bytes"_a = 0, "gpu_decode"_a = "checked");
 }

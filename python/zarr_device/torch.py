@@ -1,13 +1,26 @@
 """PyTorch adapter: results allocated as torch tensors (every Zarr type torch has, bfloat16 and
-float8 included, which NumPy cannot hand over through DLPack)."""
+float8 included, which NumPy cannot hand over through DLPack), on the CPU, on CUDA devices the
+engine writes to directly, or on any other torch device through one non-blocking copy."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from zarr_device.errors import UsageError
+from zarr_device.errors import DeviceError, OutOfMemoryError, UsageError
 
-__all__ = ["torch_dtype", "empty", "byte_view"]
+__all__ = [
+    "torch_dtype",
+    "empty",
+    "pinned_empty",
+    "byte_view",
+    "is_tensor",
+    "pointer",
+    "check_out",
+    "check_out_shape",
+    "ready_stream",
+    "to_device",
+]
 
 
 def _torch() -> Any:
@@ -24,13 +37,38 @@ def torch_dtype(zarr_name: str) -> Any:
     names = {"bool": "bool", "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz"}
     dtype = getattr(torch, names.get(zarr_name, zarr_name), None)
     if not isinstance(dtype, torch.dtype):
-        raise UsageError(f"torch has no dtype for Zarr data type '{zarr_name}'")
+        raise UsageError(
+            f"torch {torch.__version__} has no dtype for Zarr data type '{zarr_name}': read it with "
+            "like='jax' or like=None (a DLPack array), or as NumPy on the CPU"
+        )
     return dtype
 
 
-def empty(shape: tuple[int, ...], zarr_name: str) -> Any:
-    """An uninitialised CPU tensor to read into."""
-    return _torch().empty(shape, dtype=torch_dtype(zarr_name))
+def _allocate(shape: tuple[int, ...], zarr_name: str, device: str, pin_memory: bool = False) -> Any:
+    torch = _torch()
+    dtype = torch_dtype(zarr_name)
+    try:
+        return torch.empty(shape, dtype=dtype, device=device, pin_memory=pin_memory)
+    except torch.OutOfMemoryError as e:
+        raise OutOfMemoryError(f"torch could not allocate {shape} {zarr_name} on {device}: {e}") from None
+    except (RuntimeError, AssertionError) as e:
+        if pin_memory:
+            raise
+        raise DeviceError(f"torch could not allocate a tensor on {device}: {e}") from None
+
+
+def empty(shape: tuple[int, ...], zarr_name: str, device: str = "cpu") -> Any:
+    """An uninitialised contiguous tensor to read into."""
+    return _allocate(shape, zarr_name, device)
+
+
+def pinned_empty(shape: tuple[int, ...], zarr_name: str) -> Any:
+    """An uninitialised CPU tensor in page-locked memory where torch can pin (it needs an
+    accelerator backend), else in ordinary memory."""
+    try:
+        return _allocate(shape, zarr_name, "cpu", pin_memory=True)
+    except (RuntimeError, AssertionError, OutOfMemoryError):  # no accelerator, or a pinning limit
+        return _allocate(shape, zarr_name, "cpu")
 
 
 def byte_view(tensor: Any) -> Any:
@@ -39,3 +77,54 @@ def byte_view(tensor: Any) -> Any:
     if not tensor.is_contiguous() or tensor.device.type != "cpu":
         raise UsageError("out must be a contiguous CPU tensor")
     return tensor.reshape(-1).view(torch.uint8)
+
+
+def is_tensor(obj: Any) -> bool:
+    """Whether ``obj`` is a torch tensor (without importing torch)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def pointer(tensor: Any) -> tuple[int, int]:
+    """The device address of a contiguous tensor's first element and its size in bytes."""
+    return int(tensor.data_ptr()), int(tensor.numel()) * int(tensor.element_size())
+
+
+def check_out_shape(out: Any, shape: tuple[int, ...], zarr_name: str) -> None:
+    """UsageError unless ``out`` has the selection's shape and dtype."""
+    if tuple(out.shape) != shape or out.dtype != torch_dtype(zarr_name):
+        raise UsageError(
+            f"out has shape {tuple(out.shape)} and dtype {out.dtype}; the selection needs shape "
+            f"{shape} and dtype {zarr_name}"
+        )
+
+
+def check_out(out: Any, shape: tuple[int, ...], zarr_name: str, device: str) -> tuple[int, int]:
+    """Checks a tensor the engine is to fill on ``device`` (shape, dtype, device, contiguity) and
+    returns its address and size in bytes."""
+    check_out_shape(out, shape, zarr_name)
+    torch = _torch()
+    if out.device != torch.device(device):
+        raise UsageError(f"out lives on {out.device}, not on {device}")
+    if not out.is_contiguous():
+        raise UsageError("out must be C-contiguous (tensor.is_contiguous())")
+    return pointer(out)
+
+
+def ready_stream(device_index: int) -> int:
+    """The handle of torch's current stream on a CUDA device, once the work queued on it has
+    finished: torch's caching allocator may hand out memory that queued kernels still use, and
+    the engine writes from its own streams."""
+    torch = _torch()
+    stream = torch.cuda.current_stream(device_index)
+    stream.synchronize()
+    return int(stream.cuda_stream)
+
+
+def to_device(host: Any, device: str, out: Any = None) -> Any:
+    """Copies a CPU tensor to ``device`` without blocking the host (into ``out`` when given).
+    Pinned memory stays reserved by torch until the copy has finished."""
+    if out is not None:
+        out.copy_(host, non_blocking=True)
+        return out
+    return host.to(device, non_blocking=True)

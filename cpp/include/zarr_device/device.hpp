@@ -12,6 +12,15 @@
 
 namespace zarr_device {
 
+// Which compressed chunks the GPU decodes. nvCOMP's decoders trust their input: a corrupt stream
+// can fault the GPU context (not just fail the read), and framing checks on the CPU cannot catch
+// damage inside a compressed block.
+enum class GpuDecode {
+  kChecked,  // only chunks whose bytes a checksum (crc32c) verified on the CPU vouches for
+  kTrusted,  // every chunk nvCOMP can decode, after the CPU's framing checks
+  kOff,      // none: decode on CPU threads, copy the result once
+};
+
 struct CudaReadOptions {
   IoOptions io;
   // Pinned host memory that chunk bytes pass through on their way to the GPU, split into slots
@@ -22,6 +31,7 @@ struct CudaReadOptions {
   // A cudaStream_t whose earlier work must finish before the output is written (the stream the
   // caller allocated `out` on); 0 for none.
   std::uintptr_t consumer_stream = 0;
+  GpuDecode gpu_decode = GpuDecode::kChecked;
 };
 
 // Number of CUDA devices; 0 when built without CUDA or when no driver or GPU is present.
