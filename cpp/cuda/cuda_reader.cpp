@@ -130,8 +130,8 @@ void choose_route(Leaf& leaf, const Nvcomp& nvcomp, GpuDecode policy) {
     leaf.route = Route::kCpuDecode;
     return;
   }
-  const bool allowed = policy == GpuDecode::kTrusted ||
-                       (policy == GpuDecode::kChecked && leaf.crc32c > 0);
+  const bool allowed =
+      policy == GpuDecode::kTrusted || (policy == GpuDecode::kChecked && leaf.crc32c > 0);
   leaf.route = allowed && nvcomp.decompressor(leaf.codec) ? Route::kGpuDecode : Route::kCpuDecode;
 }
 

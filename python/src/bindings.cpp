@@ -309,7 +309,9 @@ NB_MODULE(_core, m) {
           [](const DeviceArray& a, nb::object stream, nb::object max_version, nb::object dl_device,
              nb::object copy) {
             if (!copy.is_none() && nb::cast<bool>(copy)) {
-              throw zd::UsageError("DeviceArray cannot export a copy; copy in the consumer");
+              PyErr_SetString(PyExc_BufferError,
+                              "DeviceArray exports its memory only; copy in the consumer");
+              throw nb::python_error();
             }
             bool versioned = false;
             if (!max_version.is_none()) {

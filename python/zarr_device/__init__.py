@@ -19,7 +19,7 @@ def _locate_nvcomp() -> None:
     if "ZARR_DEVICE_NVCOMP_LIBRARY" in _os.environ:
         return
     try:
-        import nvidia.libnvcomp as _nvcomp
+        import nvidia.libnvcomp as _nvcomp  # type: ignore[import-untyped]
     except ImportError:
         return
     found = sorted(_glob.glob(_os.path.join(_os.path.dirname(_nvcomp.__file__), "lib64", "libnvcomp.so.*")))
@@ -41,6 +41,7 @@ from zarr_device.api import (
     open_group,
 )
 from zarr_device.config import IoConfig, get_config, set_config
+from zarr_device.devices import DeviceSpec, cuda_build_info, cuda_device_count, parse_device
 from zarr_device.dtypes import ZARR_DTYPE_NAMES
 from zarr_device.errors import (
     ChecksumError,
@@ -72,6 +73,10 @@ __all__ = [
     "get_config",
     "set_config",
     "ZARR_DTYPE_NAMES",
+    "DeviceSpec",
+    "parse_device",
+    "cuda_device_count",
+    "cuda_build_info",
     "LocalStore",
     "MemoryStore",
     "ZarrStoreAdapter",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["IoConfig", "get_config", "set_config"]
 
@@ -16,15 +16,21 @@ class IoConfig:
     ``threads``: worker threads fetching and decoding chunks (0: one per core).
     ``max_inflight_bytes``: host memory that fetched and decoded chunks may hold at once; it bounds
     a read's memory beyond its output, whatever the array's size.
+    ``gpu_decode``: which compressed chunks reads to a CUDA device decode on the GPU. nvCOMP trusts
+    its input, and corrupt data can fault the GPU context, so by default ("checked") only chunks a
+    crc32c checksum vouches for (verified on the CPU first) decode there; "trusted" sends every
+    chunk nvCOMP can decode after framing checks (for data you trust); "off" decodes on the CPU.
     """
 
     threads: int = 0
     max_inflight_bytes: int = 256 << 20
+    gpu_decode: Literal["checked", "trusted", "off"] = "checked"
 
 
 _config = IoConfig(
     threads=int(os.environ.get("ZARR_DEVICE_THREADS", "0")),
     max_inflight_bytes=int(os.environ.get("ZARR_DEVICE_MAX_INFLIGHT_BYTES", str(256 << 20))),
+    gpu_decode=os.environ.get("ZARR_DEVICE_GPU_DECODE", "checked"),  # type: ignore[arg-type]
 )
 
 
@@ -34,8 +40,13 @@ def get_config() -> IoConfig:
 
 
 def set_config(**changes: Any) -> IoConfig:
-    """Changes settings (``threads=``, ``max_inflight_bytes=``) and returns the previous ones."""
+    """Changes settings (``threads=``, ``max_inflight_bytes=``, ``gpu_decode=``) and returns the
+    previous ones."""
     global _config
+    if changes.get("gpu_decode", "checked") not in ("checked", "trusted", "off"):
+        from zarr_device.errors import UsageError
+
+        raise UsageError("gpu_decode must be 'checked', 'trusted' or 'off'")
     previous = _config
     _config = replace(_config, **changes)
     return previous

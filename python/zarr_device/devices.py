@@ -256,7 +256,16 @@ def _read_cuda(
 ) -> None:
     if nbytes == 0:
         return  # nothing to decode (an empty selection); the selection was validated already
-    core.read_cuda(list(slices), index, ptr, nbytes, stream, config.threads, config.max_inflight_bytes)
+    core.read_cuda(
+        list(slices),
+        index,
+        ptr,
+        nbytes,
+        stream,
+        config.threads,
+        config.max_inflight_bytes,
+        config.gpu_decode,
+    )
 
 
 def read_to_device(

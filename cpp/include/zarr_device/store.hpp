@@ -61,6 +61,9 @@ std::shared_ptr<Store> make_local_store(const std::filesystem::path& root);
 // An in-process map of keys to values.
 std::shared_ptr<Store> make_memory_store();
 
+// Throws UsageError for keys that would leave the store ("..", a leading '/').
+void validate_key(std::string_view key);
+
 // Joins path components with '/', skipping empty ones.
 std::string join_key(std::string_view a, std::string_view b);
 

@@ -9,8 +9,13 @@ CodecChain::CodecChain(const nlohmann::json& codecs, ChunkSpec spec, int zarr_fo
   if (!codecs.is_array() || codecs.empty()) throw FormatError("codecs must be a non-empty list");
   auto& registry = CodecRegistry::instance();
   ChunkSpec current = spec_;
-  for (const auto& entry : codecs) {
-    const std::string name = entry.value("name", "");
+  for (const auto& given : codecs) {
+    // An entry is a bare name ("bytes") or {"name", "configuration"}.
+    const nlohmann::json entry = given.is_string() ? nlohmann::json{{"name", given}} : given;
+    if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string()) {
+      throw FormatError("codec entry " + given.dump() + " has no name");
+    }
+    const std::string name = entry["name"].get<std::string>();
     const nlohmann::json config =
         entry.contains("configuration") ? entry["configuration"] : nlohmann::json::object();
     auto codec = registry.create(name, config, CodecContext{current, zarr_format});

@@ -265,6 +265,9 @@ std::vector<std::byte> parse_fill_value(const json& value, const DataType& dtype
         const auto v = value.get<std::int64_t>();
         if (dtype.cls == DTypeClass::kUInt) {
           if (v < 0) throw invalid();
+          if (bitsz < 64 && static_cast<std::uint64_t>(v) > (std::uint64_t{1} << bitsz) - 1) {
+            throw invalid();
+          }
         } else if (bitsz < 64) {
           const std::int64_t lo = -(std::int64_t{1} << (bitsz - 1));
           const std::int64_t hi = (std::int64_t{1} << (bitsz - 1)) - 1;
@@ -273,7 +276,12 @@ std::vector<std::byte> parse_fill_value(const json& value, const DataType& dtype
         bits = static_cast<std::uint64_t>(v);
       } else if (value.is_number_float()) {
         const double d = value.get<double>();
-        if (d != std::floor(d)) throw invalid();
+        if (d != std::floor(d) || !(d >= -9223372036854775808.0 && d < 18446744073709551616.0)) {
+          throw invalid();
+        }
+        if (d >= 9223372036854775808.0) {
+          return parse_fill_value(json(static_cast<std::uint64_t>(d)), dtype);
+        }
         return parse_fill_value(json(static_cast<std::int64_t>(d)), dtype);
       } else if (value.is_string()) {
         auto hex = parse_hex(value.get<std::string>(), dtype.size);

@@ -127,10 +127,15 @@ std::string DataType::v2_typestr(Endian endian) const {
 
 std::uint64_t encode_float(double value, const FloatFormat& f, int total_bits) {
   if (f.exponent_only) {
-    if (std::isnan(value) || std::isinf(value)) return 0xff;
-    if (!(value > 0)) return 0;  // no zero: the smallest value, 2^-127, stands in (as tensorstore)
-    const long e = std::lround(std::log2(value)) + f.exponent_bias;
-    return static_cast<std::uint64_t>(std::clamp<long>(e, 0, 254));
+    if (std::isnan(value) || std::isinf(value) || value < 0) return 0xff;
+    if (value == 0) return 0;  // no zero: the smallest value, 2^-127, stands in (as tensorstore)
+    int exp2 = 0;
+    const double frac = std::frexp(value, &exp2);  // value = frac * 2^exp2, frac in [0.5, 1)
+    long e = exp2 - 1 + f.exponent_bias;
+    const double rest = frac * 2.0 - 1.0;  // what a mantissa of no bits rounds away
+    if (rest >= 0.5) ++e;                  // nearest, ties away from zero (as ml_dtypes)
+    if (e > 254) return 0xff;
+    return static_cast<std::uint64_t>(std::max<long>(e, 0));
   }
   const int e_bits = f.exponent_bits;
   const int m_bits = f.mantissa_bits;

@@ -43,7 +43,9 @@ class LocalStore final : public Store {
     const auto path = resolve(key);
     FileHandle file(open_for_read(path));
     if (file.get() < 0) return std::nullopt;
-    const auto size = static_cast<std::int64_t>(file_size(file.get(), path));
+    const auto found = file_size(file.get(), path);
+    if (!found) return std::nullopt;
+    const auto size = static_cast<std::int64_t>(*found);
     std::int64_t start = range.offset < 0 ? std::max<std::int64_t>(0, size + range.offset)
                                           : std::min(range.offset, size);
     std::int64_t length =
@@ -61,7 +63,8 @@ class LocalStore final : public Store {
     FileHandle file(open_for_read(path));
     if (file.get() < 0) return std::nullopt;
     const auto size = file_size(file.get(), path);
-    if (size != out.size()) return size;
+    if (!size) return std::nullopt;
+    if (*size != out.size()) return *size;
     return read_at(file.get(), out, 0, path);
   }
 
@@ -72,6 +75,7 @@ class LocalStore final : public Store {
       if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
       throw StoreError("could not stat " + path.string() + ": " + errno_text(errno));
     }
+    if (S_ISDIR(st.st_mode)) return std::nullopt;  // a prefix, not a value
     if (!S_ISREG(st.st_mode)) throw StoreError(path.string() + " is not a regular file");
     return static_cast<std::uint64_t>(st.st_size);
   }
@@ -81,7 +85,11 @@ class LocalStore final : public Store {
     const auto path = resolve(key);
     FileHandle file(open_for_read(path));
     if (file.get() < 0) return std::nullopt;
-    return read_at(file.get(), out, static_cast<std::int64_t>(offset), path);
+    const auto size = file_size(file.get(), path);
+    if (!size) return std::nullopt;
+    if (offset >= *size) return 0;
+    return read_at(file.get(), out.first(std::min<std::uint64_t>(out.size(), *size - offset)),
+                   static_cast<std::int64_t>(offset), path);
   }
 
   void set(std::string_view key, std::span<const std::byte> value) override {
@@ -126,7 +134,9 @@ class LocalStore final : public Store {
 
   void erase(std::string_view key) override {
     const auto path = resolve(key);
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR) {
+    // Erasing a prefix as if it were a key does nothing, as in the memory store.
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR && errno != EISDIR &&
+        errno != EPERM) {
       throw StoreError("could not remove " + path.string() + ": " + errno_text(errno));
     }
   }
@@ -160,12 +170,8 @@ class LocalStore final : public Store {
 
  private:
   fs::path resolve(std::string_view key) const {
-    fs::path rel(key);
-    for (const auto& part : rel) {
-      if (part == "..") throw UsageError("key '" + std::string(key) + "' leaves the store");
-    }
-    if (rel.is_absolute()) throw UsageError("key '" + std::string(key) + "' is absolute");
-    return key.empty() ? root_ : root_ / rel;
+    validate_key(key);
+    return key.empty() ? root_ : root_ / fs::path(key);
   }
 
   static int open_for_read(const fs::path& path) {
@@ -177,10 +183,13 @@ class LocalStore final : public Store {
     return fd;
   }
 
-  static std::size_t file_size(int fd, const fs::path& path) {
+  // The size of an open file; nullopt for a directory (a prefix of keys, not a value).
+  static std::optional<std::size_t> file_size(int fd, const fs::path& path) {
     struct stat st {};
-    if (::fstat(fd, &st) != 0)
+    if (::fstat(fd, &st) != 0) {
       throw StoreError("could not stat " + path.string() + ": " + errno_text(errno));
+    }
+    if (S_ISDIR(st.st_mode)) return std::nullopt;
     if (!S_ISREG(st.st_mode)) throw StoreError(path.string() + " is not a regular file");
     return static_cast<std::size_t>(st.st_size);
   }

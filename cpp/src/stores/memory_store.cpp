@@ -21,28 +21,33 @@ std::optional<Buffer> cut(const Buffer& value, ByteRange range) {
 class MemoryStore final : public Store {
  public:
   std::optional<Buffer> get(std::string_view key, ByteRange range) const override {
+    validate_key(key);
     std::shared_lock lock(mutex_);
     auto it = values_.find(key);
     if (it == values_.end()) return std::nullopt;
     return cut(it->second, range);
   }
   std::optional<std::uint64_t> size(std::string_view key) const override {
+    validate_key(key);
     std::shared_lock lock(mutex_);
     auto it = values_.find(key);
     if (it == values_.end()) return std::nullopt;
     return it->second.size();
   }
   void set(std::string_view key, std::span<const std::byte> value) override {
+    validate_key(key);
     auto copy = Buffer::copy_of(value);
     std::unique_lock lock(mutex_);
     values_[std::string(key)] = std::move(copy);
   }
   void erase(std::string_view key) override {
+    validate_key(key);
     std::unique_lock lock(mutex_);
     auto it = values_.find(key);
     if (it != values_.end()) values_.erase(it);
   }
   void erase_prefix(std::string_view prefix) override {
+    validate_key(prefix);
     std::unique_lock lock(mutex_);
     const std::string p = prefix.empty() ? "" : std::string(prefix) + "/";
     for (auto it = values_.begin(); it != values_.end();) {
@@ -53,6 +58,7 @@ class MemoryStore final : public Store {
     }
   }
   std::vector<std::string> list_dir(std::string_view prefix) const override {
+    validate_key(prefix);
     std::shared_lock lock(mutex_);
     const std::string p = prefix.empty() ? "" : std::string(prefix) + "/";
     std::set<std::string> names;

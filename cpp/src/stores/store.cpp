@@ -1,6 +1,8 @@
 #include "zarr_device/store.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 namespace zarr_device {
 
@@ -15,10 +17,16 @@ std::optional<std::size_t> Store::get_into(std::string_view key, std::span<std::
 
 std::optional<std::size_t> Store::get_range_into(std::string_view key, std::uint64_t offset,
                                                  std::span<std::byte> out) const {
+  // Offsets past what a signed range can name are past any value's end.
+  if (offset > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    if (!exists(key)) return std::nullopt;
+    return 0;
+  }
   auto value = get(key, {static_cast<std::int64_t>(offset), static_cast<std::int64_t>(out.size())});
   if (!value) return std::nullopt;
-  if (!value->empty()) std::memcpy(out.data(), value->data(), value->size());
-  return value->size();
+  const std::size_t n = std::min(value->size(), out.size());
+  if (n) std::memcpy(out.data(), value->data(), n);
+  return n;
 }
 
 bool Store::exists(std::string_view key) const { return get(key, {0, 0}).has_value(); }
@@ -27,6 +35,20 @@ std::optional<std::uint64_t> Store::size(std::string_view key) const {
   auto value = get(key);
   if (!value) return std::nullopt;
   return value->size();
+}
+
+void validate_key(std::string_view key) {
+  if (!key.empty() && key.front() == '/') {
+    throw UsageError("key '" + std::string(key) + "' is absolute");
+  }
+  std::size_t start = 0;
+  while (start <= key.size()) {
+    const std::size_t end = std::min(key.find('/', start), key.size());
+    if (key.substr(start, end - start) == "..") {
+      throw UsageError("key '" + std::string(key) + "' leaves the store");
+    }
+    start = end + 1;
+  }
 }
 
 std::string join_key(std::string_view a, std::string_view b) {
