@@ -327,6 +327,7 @@ class Reader {
         pool_(engine::ThreadPool::shared(workers_)) {}
 
   void read(std::span<const DimSlice> selection, void* out, std::size_t out_nbytes);
+  nlohmann::json measure_decode(std::span<const DimSlice> selection, int repeats);
 
  private:
   std::vector<Leaf> plan(std::span<const DimSlice> selection, const StridedView& out);
@@ -448,17 +449,29 @@ void Reader::run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
     std::size_t length;
   };
   std::vector<Piece> pieces;
-  for (std::size_t i = 0; i < batch.size(); ++i) {
+  for (std::size_t i = 0; i < batch.size();) {
     const auto& leaf = batch[i];
-    if (leaf.route == Route::kCopy || leaf.route == Route::kGpuDecode) {
-      for (std::uint64_t o = 0; o < leaf.length; o += kPieceBytes) {
-        pieces.push_back(
-            {i, o,
-             static_cast<std::size_t>(std::min<std::uint64_t>(kPieceBytes, leaf.length - o))});
-      }
-    } else {
+    if (leaf.route != Route::kCopy && leaf.route != Route::kGpuDecode) {
       pieces.push_back({i, 0, 0});  // fill element or CPU decode: one task
+      ++i;
+      continue;
     }
+    // Inner chunks stored back to back in one shard, staged back to back, are read as one run
+    // (a whole shard is then a few large reads, not thousands of small ones).
+    std::size_t j = i + 1;
+    std::uint64_t length = leaf.length;
+    while (j < batch.size() &&
+           (batch[j].route == Route::kCopy || batch[j].route == Route::kGpuDecode) &&
+           batch[j].key == leaf.key && batch[j].offset == leaf.offset + length &&
+           batch[j].staging == leaf.staging + length) {
+      length += batch[j].length;
+      ++j;
+    }
+    for (std::uint64_t o = 0; o < length; o += kPieceBytes) {
+      pieces.push_back(
+          {i, o, static_cast<std::size_t>(std::min<std::uint64_t>(kPieceBytes, length - o))});
+    }
+    i = j;
   }
   pool_.parallel_for(pieces.size(), workers_, [&](std::size_t p) {
     const auto& piece = pieces[p];
@@ -617,6 +630,27 @@ void Reader::run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
                                   slot.stream));
   }
 
+  // Whole chunks that land in contiguous, adjacent places are copied together.
+  struct CopyMerger {
+    cudaStream_t stream;
+    std::byte* dst = nullptr;
+    const std::byte* src = nullptr;
+    std::size_t n = 0;
+    void add(std::byte* d, const std::byte* s, std::size_t bytes) {
+      if (n && d == dst + n && s == src + n) {
+        n += bytes;
+        return;
+      }
+      flush();
+      dst = d;
+      src = s;
+      n = bytes;
+    }
+    void flush() {
+      if (n) ZD_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
+      n = 0;
+    }
+  } copies{slot.stream};
   for (auto& leaf : batch) {
     if (leaf.scratch == SIZE_MAX - 1) continue;
     const std::byte* staged = slot.device + leaf.staging;
@@ -639,6 +673,11 @@ void Reader::run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
         break;
       }
       case Route::kCopy:
+        if (!leaf.swap && place::is_full(leaf.selection, leaf.spec->shape) &&
+            place::is_c_contiguous(leaf.destination, es)) {
+          copies.add(leaf.destination.data, staged, leaf.spec->nbytes());
+          break;
+        }
         place_on_device(staged, *leaf.spec, leaf.selection, leaf.destination, leaf.swap,
                         slot.stream);
         break;
@@ -662,6 +701,7 @@ void Reader::run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
       }
     }
   }
+  copies.flush();
   ZD_CUDA_CHECK(cudaEventRecord(slot.done, slot.stream));
   slot.busy = true;
   (void)ctx;
@@ -691,36 +731,62 @@ void Reader::read(std::span<const DimSlice> selection, void* out, std::size_t ou
   const StridedView out_view{static_cast<std::byte*>(out), shape, place::c_strides(shape, es)};
   auto leaves = plan(selection, out_view);
 
+  // Pack the leaves into batches of one slot each.
+  const std::size_t capacity = ctx.slots_.front().capacity;
+  std::vector<std::pair<std::size_t, std::size_t>> batches;
+  for (std::size_t begin = 0; begin < leaves.size();) {
+    std::size_t used = 0;
+    std::size_t end = begin;
+    while (end < leaves.size() && end - begin < kMaxBatch) {
+      auto& leaf = leaves[end];
+      const std::size_t need = staged_bytes(leaf);
+      const std::size_t at = align_up(used, kStagingAlignment);
+      if (at + need > capacity) {
+        if (end == begin) {
+          throw OutOfMemoryError(where(leaf.key) + ": chunk of " + std::to_string(need) +
+                                 " bytes is larger than a staging slot (" +
+                                 std::to_string(capacity) + " bytes); raise staging_bytes");
+        }
+        break;
+      }
+      leaf.staging = at;
+      leaf.staged = need;
+      used = at + need;
+      ++end;
+    }
+    batches.emplace_back(begin, end);
+    begin = end;
+  }
+  // Tells the store which bytes the next batch needs, so cold data is being read from the disk
+  // while this batch is copied and decoded.
+  auto announce = [&](std::size_t b) {
+    if (b >= batches.size()) return;
+    const Store& store = *array_.store();
+    for (std::size_t i = batches[b].first; i < batches[b].second;) {
+      const auto& leaf = leaves[i];
+      std::size_t j = i + 1;
+      std::uint64_t end = leaf.offset + leaf.length;
+      while (j < batches[b].second && leaves[j].key == leaf.key && leaves[j].offset == end) {
+        end += leaves[j].length;
+        ++j;
+      }
+      if (leaf.route == Route::kCopy || leaf.route == Route::kGpuDecode) {
+        store.will_need(leaf.key, leaf.offset, end - leaf.offset);
+      }
+      i = j;
+    }
+  };
+
   std::size_t next_slot = 0;
   try {
-    std::size_t begin = 0;
-    while (begin < leaves.size()) {
+    announce(0);
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+      announce(b + 1);
       Slot& slot = ctx.slots_[next_slot];
       next_slot = (next_slot + 1) % ctx.slots_.size();
       finish(slot);
-      // Pack leaves while they fit.
-      std::size_t used = 0;
-      std::size_t end = begin;
-      while (end < leaves.size() && end - begin < kMaxBatch) {
-        auto& leaf = leaves[end];
-        const std::size_t need = staged_bytes(leaf);
-        const std::size_t at = align_up(used, kStagingAlignment);
-        if (at + need > slot.capacity) {
-          if (end == begin) {
-            // A chunk larger than a whole slot: decode it on the CPU into pageable memory.
-            throw OutOfMemoryError(where(leaf.key) + ": chunk of " + std::to_string(need) +
-                                   " bytes is larger than a staging slot (" +
-                                   std::to_string(slot.capacity) + " bytes); raise staging_bytes");
-          }
-          break;
-        }
-        leaf.staging = at;
-        leaf.staged = need;
-        used = at + need;
-        ++end;
-      }
-      run_batch(ctx, slot, {leaves.data() + begin, end - begin});
-      begin = end;
+      run_batch(ctx, slot,
+                {leaves.data() + batches[b].first, batches[b].second - batches[b].first});
     }
     for (auto& slot : ctx.slots_) finish(slot);
   } catch (...) {
@@ -732,6 +798,104 @@ void Reader::read(std::span<const DimSlice> selection, void* out, std::size_t ou
     }
     throw;
   }
+}
+
+// Times the GPU decode stage alone: every chunk of the selection that nvCOMP would decode is put
+// in device memory first, then decoded in batches of kMaxBatch (as a read does, without the
+// fetches and copies around it). Chunks are decoded into one device buffer; nothing is placed.
+nlohmann::json Reader::measure_decode(std::span<const DimSlice> selection, int repeats) {
+  check_selection(selection, array_.metadata().shape);
+  check_device(device_);
+  ZD_CUDA_CHECK(cudaSetDevice(device_));
+  std::vector<std::int64_t> shape;
+  for (const auto& s : selection) shape.push_back(s.count);
+  const StridedView nowhere{nullptr, shape, place::c_strides(shape, array_.metadata().dtype->size)};
+  auto leaves = plan(selection, nowhere);
+  std::erase_if(leaves, [](const Leaf& l) { return l.route != Route::kGpuDecode; });
+  if (leaves.empty()) throw UsageError("no chunk of the selection is decoded on the GPU");
+  const GpuCodec codec = leaves.front().codec;
+  std::erase_if(leaves, [&](const Leaf& l) { return l.codec != codec; });
+  const auto* d = nvcomp_.decompressor(codec);
+  std::size_t in_bytes = 0;
+  std::size_t out_bytes = 0;
+  for (auto& leaf : leaves) {
+    leaf.staging = in_bytes;
+    in_bytes += align_up(leaf.length, kStagingAlignment);
+    leaf.scratch = out_bytes;
+    out_bytes += align_up(leaf.spec->nbytes(), kStagingAlignment);
+  }
+  DeviceScratch input, output, temp, arrays;
+  std::byte* in = input.reserve(in_bytes);
+  std::byte* out = output.reserve(out_bytes);
+  {  // stage the compressed bytes
+    std::vector<std::byte> host(in_bytes);
+    pool_.parallel_for(leaves.size(), workers_, [&](std::size_t i) {
+      const auto& leaf = leaves[i];
+      const auto got = array_.store()->get_range_into(leaf.key, leaf.offset,
+                                                      {host.data() + leaf.staging, leaf.length});
+      if (!got || *got != leaf.length) throw CodecError(where(leaf.key) + ": short read");
+    });
+    ZD_CUDA_CHECK(cudaMemcpy(in, host.data(), in_bytes, cudaMemcpyHostToDevice));
+  }
+  const std::size_t n = leaves.size();
+  std::vector<const void*> inputs(n);
+  std::vector<std::size_t> input_sizes(n), capacities(n);
+  std::vector<void*> outputs(n);
+  std::size_t max_chunk = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& leaf = leaves[i];
+    inputs[i] = in + leaf.staging + leaf.header;
+    input_sizes[i] = leaf.length - leaf.header - leaf.trailer;
+    capacities[i] = leaf.spec->nbytes();
+    outputs[i] = out + leaf.scratch;
+    max_chunk = std::max(max_chunk, capacities[i]);
+  }
+  std::byte* dev = arrays.reserve(n * (5 * sizeof(void*) + sizeof(int)) + 64);
+  auto* d_inputs = reinterpret_cast<const void**>(dev);
+  auto* d_input_sizes = reinterpret_cast<std::size_t*>(dev + n * 8);
+  auto* d_capacities = reinterpret_cast<std::size_t*>(dev + n * 16);
+  auto* d_sizes = reinterpret_cast<std::size_t*>(dev + n * 24);
+  auto* d_outputs = reinterpret_cast<void**>(dev + n * 32);
+  auto* d_statuses = reinterpret_cast<int*>(dev + n * 40);
+  ZD_CUDA_CHECK(cudaMemcpy(d_inputs, inputs.data(), n * 8, cudaMemcpyHostToDevice));
+  ZD_CUDA_CHECK(cudaMemcpy(d_input_sizes, input_sizes.data(), n * 8, cudaMemcpyHostToDevice));
+  ZD_CUDA_CHECK(cudaMemcpy(d_capacities, capacities.data(), n * 8, cudaMemcpyHostToDevice));
+  ZD_CUDA_CHECK(cudaMemcpy(d_outputs, outputs.data(), n * 8, cudaMemcpyHostToDevice));
+  const std::size_t batch = std::min(n, kMaxBatch);
+  const std::size_t temp_bytes = d->temp_size(batch, max_chunk, batch * max_chunk);
+  std::byte* t = temp_bytes ? temp.reserve(temp_bytes) : nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ZD_CUDA_CHECK(cudaEventCreate(&start));
+  ZD_CUDA_CHECK(cudaEventCreate(&stop));
+  double best = 1e30;
+  for (int r = 0; r < std::max(repeats, 1) + 1; ++r) {  // the first run warms up
+    ZD_CUDA_CHECK(cudaEventRecord(start, nullptr));
+    for (std::size_t b = 0; b < n; b += batch) {
+      const std::size_t m = std::min(batch, n - b);
+      d->decompress(d_inputs + b, d_input_sizes + b, d_capacities + b, d_sizes + b, m, t,
+                    temp_bytes, d_outputs + b, d_statuses + b, nullptr);
+    }
+    ZD_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+    ZD_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    ZD_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (r > 0) best = std::min(best, static_cast<double>(ms) / 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::vector<int> statuses(n);
+  ZD_CUDA_CHECK(cudaMemcpy(statuses.data(), d_statuses, n * sizeof(int), cudaMemcpyDeviceToHost));
+  const auto failed = std::count_if(statuses.begin(), statuses.end(), [](int s) { return s != 0; });
+  std::size_t decoded = 0;
+  for (const auto& leaf : leaves) decoded += leaf.spec->nbytes();
+  std::size_t compressed = 0;
+  for (const auto& leaf : leaves) compressed += leaf.length;
+  return {{"seconds", best},
+          {"chunks", n},
+          {"compressed_bytes", compressed},
+          {"decoded_bytes", decoded},
+          {"failed_chunks", failed},
+          {"batch", batch}};
 }
 
 }  // namespace
@@ -763,6 +927,11 @@ nlohmann::json cuda_info() {
 void read_to_cuda(const Array& array, std::span<const DimSlice> selection, int device, void* out,
                   std::size_t out_nbytes, const CudaReadOptions& options) {
   cuda::Reader(array, device, options).read(selection, out, out_nbytes);
+}
+
+nlohmann::json measure_cuda_decode(const Array& array, std::span<const DimSlice> selection,
+                                   int device, int repeats, const CudaReadOptions& options) {
+  return cuda::Reader(array, device, options).measure_decode(selection, repeats);
 }
 
 DeviceAllocation::DeviceAllocation(int device, std::size_t nbytes)

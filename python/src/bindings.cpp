@@ -124,6 +124,13 @@ const char* exception_name(zd::ErrorKind kind) {
 
 using Selection = std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>;
 
+zd::GpuDecode parse_gpu_decode(const std::string& mode) {
+  if (mode == "checked") return zd::GpuDecode::kChecked;
+  if (mode == "trusted") return zd::GpuDecode::kTrusted;
+  if (mode == "off") return zd::GpuDecode::kOff;
+  throw zd::UsageError("gpu_decode must be 'checked', 'trusted' or 'off', not '" + mode + "'");
+}
+
 nb::object json_to_python(const nlohmann::json& value) {
   return nb::module_::import_("json").attr("loads")(value.dump());
 }
@@ -396,20 +403,27 @@ NB_MODULE(_core, m) {
              std::size_t max_inflight_bytes, const std::string& gpu_decode) {
             const auto sel = to_selection(selection);
             zd::CudaReadOptions options;
-            if (gpu_decode == "checked") {
-              options.gpu_decode = zd::GpuDecode::kChecked;
-            } else if (gpu_decode == "trusted") {
-              options.gpu_decode = zd::GpuDecode::kTrusted;
-            } else if (gpu_decode == "off") {
-              options.gpu_decode = zd::GpuDecode::kOff;
-            } else {
-              throw zd::UsageError("gpu_decode must be 'checked', 'trusted' or 'off'");
-            }
+            options.gpu_decode = parse_gpu_decode(gpu_decode);
             options.io = io_options(threads, max_inflight_bytes);
             options.consumer_stream = stream;
             nb::gil_scoped_release release;
             zd::read_to_cuda(a, sel, device, reinterpret_cast<void*>(out_ptr), out_nbytes, options);
           },
           "selection"_a, "device"_a, "out_ptr"_a, "out_nbytes"_a, "stream"_a = 0, "threads"_a = 0,
-          "max_inflight_bytes"_a = 0, "gpu_decode"_a = "checked");
+          "max_inflight_bytes"_a = 0, "gpu_decode"_a = "checked")
+      .def(
+          "bench_decode_cuda",
+          [](const zd::Array& a, const Selection& selection, int device, int repeats,
+             const std::string& gpu_decode) {
+            const auto sel = to_selection(selection);
+            zd::CudaReadOptions options;
+            options.gpu_decode = parse_gpu_decode(gpu_decode);
+            nlohmann::json result;
+            {
+              nb::gil_scoped_release release;
+              result = zd::measure_cuda_decode(a, sel, device, repeats, options);
+            }
+            return json_to_python(result);
+          },
+          "selection"_a, "device"_a, "repeats"_a = 3, "gpu_decode"_a = "checked");
 }

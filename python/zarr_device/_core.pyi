@@ -71,6 +71,13 @@ class Array:
         max_inflight_bytes: int = 0,
         gpu_decode: str = "checked",
     ) -> None: ...
+    def bench_decode_cuda(
+        self,
+        selection: list[tuple[int, int, int]],
+        device: int,
+        repeats: int = 3,
+        gpu_decode: str = "checked",
+    ) -> dict[str, Any]: ...
 
 def cuda_device_count() -> int: ...
 def cuda_build_info() -> dict[str, Any]: ...

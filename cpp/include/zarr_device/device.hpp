@@ -49,6 +49,12 @@ nlohmann::json cuda_info();
 void read_to_cuda(const Array& array, std::span<const DimSlice> selection, int device, void* out,
                   std::size_t out_nbytes, const CudaReadOptions& options = {});
 
+// Times the GPU decode stage alone over the chunks of `selection` that a read would decode with
+// nvCOMP (their compressed bytes staged in device memory beforehand): {"seconds",
+// "compressed_bytes", "decoded_bytes", "chunks", ...}. For benchmarks.
+nlohmann::json measure_cuda_decode(const Array& array, std::span<const DimSlice> selection,
+                                   int device, int repeats, const CudaReadOptions& options = {});
+
 // Device memory owned by the engine (for results handed over through DLPack).
 class DeviceAllocation {
  public:

@@ -48,6 +48,10 @@ class Store {
   // The names directly under `prefix` (values and sub-prefixes), without the prefix, sorted.
   [[nodiscard]] virtual std::vector<std::string> list_dir(std::string_view prefix) const = 0;
   [[nodiscard]] virtual bool exists(std::string_view key) const;
+  // A hint that bytes [offset, offset + length) of `key` will be read soon (local files: start
+  // reading them from the disk now). Does nothing by default.
+  virtual void will_need(std::string_view /*key*/, std::uint64_t /*offset*/,
+                         std::uint64_t /*length*/) const {}
   // The size of the value at `key`, nullopt when there is none. The default reads the value.
   [[nodiscard]] virtual std::optional<std::uint64_t> size(std::string_view key) const;
   // Where the store is, for messages ("file:///data/x.zarr", "memory://").

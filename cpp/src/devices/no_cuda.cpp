@@ -22,6 +22,11 @@ void read_to_cuda(const Array&, std::span<const DimSlice>, int, void*, std::size
   no_cuda();
 }
 
+nlohmann::json measure_cuda_decode(const Array&, std::span<const DimSlice>, int, int,
+                                   const CudaReadOptions&) {
+  no_cuda();
+}
+
 DeviceAllocation::DeviceAllocation(int device, std::size_t nbytes)
     : device_(device), size_(nbytes) {
   no_cuda();

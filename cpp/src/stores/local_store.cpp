@@ -92,6 +92,14 @@ class LocalStore final : public Store {
                    static_cast<std::int64_t>(offset), path);
   }
 
+  void will_need(std::string_view key, std::uint64_t offset, std::uint64_t length) const override {
+    const auto path = resolve(key);
+    FileHandle file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (file.get() < 0) return;  // only a hint
+    ::posix_fadvise(file.get(), static_cast<off_t>(offset), static_cast<off_t>(length),
+                    POSIX_FADV_WILLNEED);
+  }
+
   void set(std::string_view key, std::span<const std::byte> value) override {
     const auto path = resolve(key);
     std::error_code ec;
