@@ -26,7 +26,7 @@ namespace cuda {
 namespace {
 
 constexpr std::size_t kMaxBatch = 8192;       // leaves per slot
-constexpr std::size_t kPieceBytes = 4 << 20;  // unit of parallel reads
+constexpr std::size_t kPieceBytes = 1 << 20;  // unit of parallel reads: small enough to balance
 constexpr std::size_t kStagingAlignment = 256;
 
 std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
@@ -508,7 +508,17 @@ void Reader::run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
   });
   // 2. Check on the CPU what the GPU will trust: checksums, framing, sizes. Chunks the GPU path
   // does not take are decoded here instead (that raises the CPU's typed error when corrupt).
-  pool_.parallel_for(batch.size(), workers_, [&](std::size_t i) {
+  const bool checks = std::any_of(batch.begin(), batch.end(), [](const Leaf& l) {
+    return l.route == Route::kGpuDecode || (l.route == Route::kCopy && l.crc32c > 0);
+  });
+  for (const auto& leaf : batch) {
+    if (!checks && leaf.route == Route::kCopy && leaf.length != leaf.spec->nbytes()) {
+      throw CodecError(where(leaf.key) + ": chunk holds " + std::to_string(leaf.length) +
+                       " bytes, expected " + std::to_string(leaf.spec->nbytes()) +
+                       " for its shape and data type");
+    }
+  }
+  pool_.parallel_for(checks ? batch.size() : 0, workers_, [&](std::size_t i) {
     auto& leaf = batch[i];
     if (leaf.route != Route::kCopy && leaf.route != Route::kGpuDecode) return;
     try {
