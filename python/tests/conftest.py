@@ -12,13 +12,14 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
+
+from zarr_device.dtypes import ZARR_DTYPE_NAMES, to_numpy_dtype  # noqa: E402
 
 GOLDEN_DIR = TESTS_DIR / "golden"
 MANIFEST_PATH = GOLDEN_DIR / "manifest.json"
@@ -33,33 +34,14 @@ def pytest_configure(config: pytest.Config) -> None:
 # ----------------------------------------------------------------------------------------------
 # Data types
 
+# The data types come from the package's own table (one list of names to keep current).
 EXTENSION_DTYPES: dict[str, np.dtype[Any]] = {
-    "bfloat16": np.dtype(ml_dtypes.bfloat16),
-    "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
-    "float8_e4m3fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz),
-    "float8_e4m3b11fnuz": np.dtype(ml_dtypes.float8_e4m3b11fnuz),
-    "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "float8_e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),
-    "float8_e3m4": np.dtype(ml_dtypes.float8_e3m4),
-    "float8_e8m0fnu": np.dtype(ml_dtypes.float8_e8m0fnu),
+    name: to_numpy_dtype(name)
+    for name in ZARR_DTYPE_NAMES
+    if name.startswith(("bfloat", "float8"))
 }
 
-CORE_DTYPES: list[str] = [
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-]
+CORE_DTYPES: list[str] = [name for name in ZARR_DTYPE_NAMES if name not in EXTENSION_DTYPES]
 
 
 def numpy_dtype(name: str) -> np.dtype[Any]:

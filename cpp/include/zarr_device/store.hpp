@@ -31,8 +31,16 @@ class Store {
   // Reads the whole value straight into `out` when its size is out.size(). Returns the value's
   // size (when it differs from out.size(), `out` holds nothing useful) or nullopt when missing.
   // Stores that can avoid the intermediate buffer (local files) override it.
-  [[nodiscard]] virtual std::optional<std::size_t> get_into(std::string_view key,
-                                                            std::span<std::byte> out) const;
+  [[nodiscard]] std::optional<std::size_t> get_into(std::string_view key,
+                                                    std::span<std::byte> out) const {
+    const std::span<std::byte> one[1] = {out};
+    return get_into(key, std::span<const std::span<std::byte>>(one));
+  }
+  // The same into several pieces of memory, filled in order (a chunk read straight into the rows
+  // of its region in the output). Returns the value's size; the pieces hold the value only when
+  // that size is their total.
+  [[nodiscard]] virtual std::optional<std::size_t> get_into(
+      std::string_view key, std::span<const std::span<std::byte>> pieces) const;
   // Reads bytes [offset, offset + out.size()) of the value at `key` into `out` (cut short at its
   // end). Returns the bytes read, nullopt when there is no value. Used to fill staging buffers
   // piece by piece from many threads.

@@ -28,6 +28,9 @@ std::size_t worker_count(const IoOptions& options) {
   return std::max(1U, std::thread::hardware_concurrency());
 }
 
+// Below this length, reading a chunk row by row costs more than reading it whole and copying.
+constexpr std::size_t kMinRunBytes = 512;
+
 std::size_t selection_elements(std::span<const DimSlice> selection) {
   std::size_t n = 1;
   for (const auto& s : selection) n *= static_cast<std::size_t>(s.count);
@@ -163,10 +166,12 @@ void Array::read(std::span<const DimSlice> selection, std::span<std::byte> out,
     const std::string key = join_key(path_, metadata_.chunk_key_encoding.key(item.chunk));
     const StridedView region = place::subview(out_view, item.out_offset, item.count);
     try {
+      std::vector<std::span<std::byte>> rows;
       if (plain && place::is_full(item.within, metadata_.chunk_shape) &&
-          place::is_c_contiguous(region, es)) {
-        // Stored bytes are the elements as the output wants them: read straight into place.
-        auto size = store_->get_into(key, {region.data, chunk_bytes});
+          place::contiguous_runs(region, es, kMinRunBytes, rows)) {
+        // Stored bytes are the elements as the output wants them: read straight into place (into
+        // the rows of the region when it is not one block: no intermediate buffer, no copy).
+        auto size = store_->get_into(key, std::span<const std::span<std::byte>>(rows));
         if (!size) {
           place::fill_strided(region, metadata_.fill_value);
         } else if (*size != chunk_bytes) {

@@ -100,6 +100,29 @@ void copy_strided(const std::byte* src, std::span<const std::int64_t> src_stride
       });
 }
 
+bool contiguous_runs(const StridedView& view, std::size_t element_size, std::size_t min_run,
+                     std::vector<std::span<std::byte>>& runs) {
+  runs.clear();
+  const auto es = static_cast<std::int64_t>(element_size);
+  const auto elements = c_strides(view.shape, element_size);  // the view's own C order
+  const CopyLoop loop = simplify_copy(view.shape, elements, view.byte_strides);
+  if (loop.shape.empty()) {
+    runs.emplace_back(view.data, element_size);
+    return true;
+  }
+  for (auto e : loop.shape) {
+    if (e == 0) return true;
+  }
+  if (loop.dst.back() != es) return false;
+  const auto run = static_cast<std::size_t>(loop.shape.back()) * element_size;
+  if (loop.shape.size() > 1 && run < min_run) return false;
+  for_each_row(loop, view.data, view.data,
+               [&](const std::byte*, std::byte* d, std::int64_t, std::int64_t, std::int64_t) {
+                 runs.emplace_back(d, run);
+               });
+  return true;
+}
+
 void fill_strided(const StridedView& destination, std::span<const std::byte> element) {
   const std::size_t es = element.size();
   std::vector<std::int64_t> zero(destination.shape.size(), 0);

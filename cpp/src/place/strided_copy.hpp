@@ -31,6 +31,11 @@ void copy_strided(const std::byte* src, std::span<const std::int64_t> src_stride
                   const StridedView& destination, std::size_t element_size,
                   std::size_t swap_unit = 1);
 
+// The view's memory as runs of contiguous bytes in C order of its elements, when every run is at
+// least `min_run` bytes long (or the view is one run); false otherwise (`runs` is then undefined).
+bool contiguous_runs(const StridedView& view, std::size_t element_size, std::size_t min_run,
+                     std::vector<std::span<std::byte>>& runs);
+
 // Writes `element` into every position of `destination`.
 void fill_strided(const StridedView& destination, std::span<const std::byte> element);
 

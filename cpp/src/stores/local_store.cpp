@@ -1,10 +1,12 @@
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <random>
 #include <system_error>
@@ -57,15 +59,52 @@ class LocalStore final : public Store {
     return std::move(out).freeze();
   }
 
+  using Store::get_into;
   std::optional<std::size_t> get_into(std::string_view key,
-                                      std::span<std::byte> out) const override {
+                                      std::span<const std::span<std::byte>> pieces) const override {
     const auto path = resolve(key);
     FileHandle file(open_for_read(path));
     if (file.get() < 0) return std::nullopt;
     const auto size = file_size(file.get(), path);
     if (!size) return std::nullopt;
-    if (*size != out.size()) return *size;
-    return read_at(file.get(), out, 0, path);
+    std::size_t total = 0;
+    for (const auto& p : pieces) total += p.size();
+    if (*size != total) return *size;
+    // preadv fills the pieces in order, IOV_MAX of them per call.
+    std::vector<iovec> vec;
+    vec.reserve(std::min<std::size_t>(pieces.size(), IOV_MAX));
+    std::size_t done = 0;
+    std::size_t next = 0;
+    while (next < pieces.size()) {
+      vec.clear();
+      std::size_t batch = 0;
+      for (; next < pieces.size() && vec.size() < IOV_MAX; ++next) {
+        vec.push_back({pieces[next].data(), pieces[next].size()});
+        batch += pieces[next].size();
+      }
+      std::size_t got = 0;
+      std::size_t first = 0;
+      while (got < batch) {
+        const auto n =
+            ::preadv(file.get(), vec.data() + first, static_cast<int>(vec.size() - first),
+                     static_cast<off_t>(done + got));
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          throw StoreError("could not read " + path.string() + ": " + errno_text(errno));
+        }
+        if (n == 0) return done + got;  // the file shrank
+        got += static_cast<std::size_t>(n);
+        // Skip the pieces that are full, trim the one that is partly read.
+        auto left = static_cast<std::size_t>(n);
+        while (first < vec.size() && left >= vec[first].iov_len) left -= vec[first++].iov_len;
+        if (first < vec.size()) {
+          vec[first].iov_base = static_cast<std::byte*>(vec[first].iov_base) + left;
+          vec[first].iov_len -= left;
+        }
+      }
+      done += batch;
+    }
+    return done;
   }
 
   std::optional<std::uint64_t> size(std::string_view key) const override {

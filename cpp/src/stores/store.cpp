@@ -6,13 +6,19 @@
 
 namespace zarr_device {
 
-std::optional<std::size_t> Store::get_into(std::string_view key, std::span<std::byte> out) const {
+std::optional<std::size_t> Store::get_into(std::string_view key,
+                                           std::span<const std::span<std::byte>> pieces) const {
   auto value = get(key);
   if (!value) return std::nullopt;
-  if (value->size() == out.size() && !out.empty()) {
-    std::memcpy(out.data(), value->data(), out.size());
+  std::size_t total = 0;
+  for (const auto& p : pieces) total += p.size();
+  if (value->size() != total) return value->size();
+  const std::byte* src = value->data();
+  for (const auto& p : pieces) {
+    if (!p.empty()) std::memcpy(p.data(), src, p.size());
+    src += p.size();
   }
-  return value->size();
+  return total;
 }
 
 std::optional<std::size_t> Store::get_range_into(std::string_view key, std::uint64_t offset,
