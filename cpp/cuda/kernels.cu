@@ -8,17 +8,6 @@ struct alignas(kSize <= 16 ? kSize : 16) Element {
   unsigned char bytes[kSize];
 };
 
-// The byte offsets of the i-th element (C order over the region) in source and destination.
-__device__ inline void element_offsets(const StridedCopy& p, std::int64_t i, std::int64_t& src,
-                                       std::int64_t& dst) {
-  for (int d = p.rank - 1; d >= 0; --d) {
-    const std::int64_t index = i % p.shape[d];
-    i /= p.shape[d];
-    src += index * p.src_strides[d];
-    dst += index * p.dst_strides[d];
-  }
-}
-
 // One thread per element; the index arithmetic is cheap next to the memory traffic. Elements are
 // moved as whole words when the pointers allow it.
 template <int kSize>
@@ -26,9 +15,15 @@ __global__ void strided_copy_kernel(StridedCopy p, std::int64_t count) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
+    std::int64_t rest = i;
     std::int64_t src = 0;
     std::int64_t dst = 0;
-    element_offsets(p, i, src, dst);
+    for (int d = p.rank - 1; d >= 0; --d) {
+      const std::int64_t index = rest % p.shape[d];
+      rest /= p.shape[d];
+      src += index * p.src_strides[d];
+      dst += index * p.dst_strides[d];
+    }
     Element<kSize> e = *reinterpret_cast<const Element<kSize>*>(p.src + src);
     if (p.swap_unit > 1) {
       for (int u = 0; u < kSize; u += p.swap_unit) {
@@ -47,9 +42,15 @@ __global__ void strided_copy_bytes_kernel(StridedCopy p, std::int64_t count) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
+    std::int64_t rest = i;
     std::int64_t src = 0;
     std::int64_t dst = 0;
-    element_offsets(p, i, src, dst);
+    for (int d = p.rank - 1; d >= 0; --d) {
+      const std::int64_t index = rest % p.shape[d];
+      rest /= p.shape[d];
+      src += index * p.src_strides[d];
+      dst += index * p.dst_strides[d];
+    }
     for (int b = 0; b < p.element_size; ++b) {
       int from = b;
       if (p.swap_unit > 1)
