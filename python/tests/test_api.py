@@ -186,3 +186,16 @@ def test_numpy_interop(tmp_path: Path) -> None:
     arr[:] = 5
     assert np.asarray(arr).sum() == 45
     assert len(arr) == 3
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float32", "int64"])
+def test_write_from_torch_tensors(tmp_path: Path, name: str) -> None:
+    torch = pytest.importorskip("torch")
+    arr = zd.create(tmp_path / "a.zarr", shape=(6, 10), dtype=name, chunks=(4, 4))
+    data = (np.arange(60).reshape(6, 10) % 9).astype(arr.dtype)
+    tensor = torch.from_numpy(data.view(np.uint8)).view(getattr(torch, name)).reshape(6, 10)
+    arr[:] = tensor
+    assert arr[:].tobytes() == data.tobytes()
+    arr[1:3, ::3] = tensor[:2, :4]  # a non-contiguous view of a tensor
+    data[1:3, ::3] = data[:2, :4]
+    assert arr[:].tobytes() == data.tobytes()

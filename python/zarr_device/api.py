@@ -218,11 +218,12 @@ class Array:
     def write(self, selection: Any, values: Any) -> None:
         """Writes values (broadcast to the selection's shape) into a basic selection. Chunks that
         are only partly written are read, updated and written back; each chunk is replaced
-        atomically."""
+        atomically. ``values``: anything NumPy takes, or a torch tensor, CuPy or JAX array on any
+        device (copied to the host once, then encoded on CPU threads)."""
         if self._read_only:
             raise UsageError(f"array '{self.path}' is open read-only (open it with mode='r+')")
         sel = normalize_selection(selection, self.shape)
-        array = np.asarray(values)
+        array = _host_values(values)
         if array.dtype != self._dtype:
             array = array.astype(self._dtype)
         try:
@@ -262,6 +263,19 @@ class Array:
             merged = {**self.attrs, **attributes}
             _write_json(self._store, _join(self.path, ".zattrs"), merged)
         self._core = _core.Array.open(self._store.handle, self.path)
+
+
+def _host_values(values: Any) -> npt.NDArray[Any]:
+    """Values to write, as a NumPy array in host memory."""
+    framework = type(values).__module__.split(".")[0]
+    if framework == "torch":
+        from zarr_device import torch as torch_adapter
+
+        host: npt.NDArray[Any] = torch_adapter.to_numpy(values)
+        return host
+    if framework == "cupy":
+        return np.asarray(values.get())
+    return np.asarray(values)
 
 
 class Group(Mapping[str, Union["Array", "Group"]]):

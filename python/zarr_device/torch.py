@@ -79,6 +79,23 @@ def byte_view(tensor: Any) -> Any:
     return tensor.reshape(-1).view(torch.uint8)
 
 
+def to_numpy(tensor: Any) -> Any:
+    """A tensor's values as a NumPy array on the host (one copy from a device; none on the CPU),
+    bfloat16 and float8 included (as ml_dtypes arrays)."""
+    from zarr_device.dtypes import to_numpy_dtype
+
+    torch = _torch()
+    host = tensor.detach()
+    if host.device.type != "cpu":
+        host = host.to("cpu")
+    host = host.contiguous()
+    name = str(host.dtype).removeprefix("torch.")
+    if name in ("bfloat16",) or name.startswith("float8"):
+        raw = host.reshape(-1).view(torch.uint8).numpy()
+        return raw.view(to_numpy_dtype(name)).reshape(tuple(host.shape))
+    return host.numpy()
+
+
 def is_tensor(obj: Any) -> bool:
     """Whether ``obj`` is a torch tensor (without importing torch)."""
     torch = sys.modules.get("torch")
