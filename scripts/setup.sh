@@ -14,7 +14,7 @@ python="${PYTHON:-python3}"
 apt_packages=(
   build-essential cmake ninja-build pkg-config git
   libzstd-dev liblz4-dev zlib1g-dev libblosc-dev nlohmann-json3-dev
-  libgtest-dev libbenchmark-dev clang-format
+  libgtest-dev libbenchmark-dev clang-format clang-tidy
 )
 missing=()
 for p in "${apt_packages[@]}"; do

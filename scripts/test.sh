@@ -26,6 +26,13 @@ cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/nul
 ninja -C build/release -j "$jobs"
 ctest --test-dir build/release --output-on-failure -j "$jobs"
 
+step "clang-tidy"
+mapfile -t tidy_files < <(git ls-files 'cpp/src/*.cpp')
+if grep -q 'cpp/cuda/cuda_reader.cpp' build/release/compile_commands.json; then
+  mapfile -t -O "${#tidy_files[@]}" tidy_files < <(git ls-files 'cpp/cuda/*.cpp')
+fi
+printf '%s\n' "${tidy_files[@]}" | xargs -P "$jobs" -n 4 clang-tidy -p build/release --quiet
+
 if [ -z "${SKIP_SANITIZERS:-}" ]; then
   step "C++ tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
   cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DZARR_DEVICE_SANITIZE=ON >/dev/null

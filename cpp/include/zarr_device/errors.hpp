@@ -38,6 +38,7 @@ class Error : public std::runtime_error {
   std::string message_;
 };
 
+// NOLINTBEGIN(bugprone-macro-parentheses): the arguments are a class name and an enumerator.
 #define ZARR_DEVICE_DEFINE_ERROR(Name, Kind)                           \
   class Name : public Error {                                          \
    public:                                                             \
@@ -56,6 +57,7 @@ ZARR_DEVICE_DEFINE_ERROR(UsageError, kUsage)
 ZARR_DEVICE_DEFINE_ERROR(DeviceError, kDevice)
 ZARR_DEVICE_DEFINE_ERROR(OutOfMemoryError, kOutOfMemory)
 #undef ZARR_DEVICE_DEFINE_ERROR
+// NOLINTEND(bugprone-macro-parentheses)
 
 // A checksum mismatch is a codec error too: callers that catch CodecError see it.
 class ChecksumError : public CodecError {

@@ -245,6 +245,7 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
       if (!covers) existing = store_->get(key);
       if (existing) {
         std::vector<DimSlice> all;
+        all.reserve(chunk_shape.size());
         for (auto e : chunk_shape) all.push_back({0, 1, e});
         chain_->decode_into(*existing, all, chunk_view);
       } else {

@@ -243,7 +243,8 @@ std::vector<std::byte> parse_fill_value(const json& value, const DataType& dtype
     case DTypeClass::kBool:
       if (value.is_boolean()) {
         out.assign(1, std::byte{value.get<bool>() ? std::uint8_t{1} : std::uint8_t{0}});
-      } else if (value.is_number_integer() && (value == 0 || value == 1)) {
+      } else if (value.is_number_integer() &&
+                 (value.get<std::int64_t>() == 0 || value.get<std::int64_t>() == 1)) {
         out.assign(1, std::byte{value.get<std::uint8_t>()});
       } else {
         throw invalid();

@@ -171,7 +171,7 @@ std::uint64_t encode_float(double value, const FloatFormat& f, int total_bits) {
     exp_field = 0;
   } else {
     scaled = std::ldexp(frac * 2.0 - 1.0, m_bits);
-    exp_field = static_cast<std::uint64_t>(unbiased + f.exponent_bias);
+    exp_field = static_cast<std::uint64_t>(unbiased) + static_cast<std::uint64_t>(f.exponent_bias);
   }
   double integral = std::nearbyint(scaled);  // round half to even (default rounding mode)
   std::uint64_t mant = static_cast<std::uint64_t>(integral);
