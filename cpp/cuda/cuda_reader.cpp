@@ -331,7 +331,7 @@ class Reader {
 
  private:
   std::vector<Leaf> plan(std::span<const DimSlice> selection, const StridedView& out);
-  void run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch);
+  void run_batch(Slot& slot, std::span<Leaf> batch);
   void finish(Slot& slot);
   [[nodiscard]] std::string where(const std::string& key) const {
     return array_.describe() + ", chunk '" + key + "'";
@@ -440,7 +440,7 @@ void Reader::finish(Slot& slot) {
   slot.checks.clear();
 }
 
-void Reader::run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
+void Reader::run_batch(Slot& slot, std::span<Leaf> batch) {
   const Store& store = *array_.store();
   // 1. Fetch: pieces of at most kPieceBytes, read in parallel into the pinned slot.
   struct Piece {
@@ -714,7 +714,6 @@ void Reader::run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
   copies.flush();
   ZD_CUDA_CHECK(cudaEventRecord(slot.done, slot.stream));
   slot.busy = true;
-  (void)ctx;
 }
 
 void Reader::read(std::span<const DimSlice> selection, void* out, std::size_t out_nbytes) {
@@ -795,8 +794,7 @@ void Reader::read(std::span<const DimSlice> selection, void* out, std::size_t ou
       Slot& slot = ctx.slots_[next_slot];
       next_slot = (next_slot + 1) % ctx.slots_.size();
       finish(slot);
-      run_batch(ctx, slot,
-                {leaves.data() + batches[b].first, batches[b].second - batches[b].first});
+      run_batch(slot, {leaves.data() + batches[b].first, batches[b].second - batches[b].first});
     }
     for (auto& slot : ctx.slots_) finish(slot);
   } catch (...) {

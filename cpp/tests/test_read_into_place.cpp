@@ -90,3 +90,51 @@ TEST(ReadIntoPlace, UncompressedChunksLandInTheRowsOfTheOutput) {
 
 }  // namespace
 }  // namespace zarr_device
+
+namespace zarr_device {
+namespace {
+
+// Direct (O_DIRECT) reads return exactly what buffered reads return, at any offset and length,
+// across the 4 KiB blocks and the 4 MiB bounce buffer, for every read entry point.
+TEST(ReadIntoPlace, DirectReadsMatchBufferedOnes) {
+  test::TempDir dir;
+  auto buffered = make_local_store(dir.path());
+  auto direct = make_local_store(dir.path(), LocalIo::kDirect);
+  std::vector<std::byte> value((std::size_t{9} << 20) + 12345);
+  for (std::size_t i = 0; i < value.size(); ++i) value[i] = std::byte((i * 131 + i / 4099) % 256);
+  buffered->set("v", value);
+  const std::pair<std::int64_t, std::int64_t> ranges[] = {
+      {0, -1},
+      {1, 10},
+      {4095, 2},
+      {4096, 4096},
+      {5000, (4 << 20) + 7},
+      {-100, -1},
+      {(9 << 20), 12345},
+      {static_cast<std::int64_t>(value.size()) - 1, 5}};
+  for (const auto& [offset, length] : ranges) {
+    auto a = buffered->get("v", {offset, length});
+    auto b = direct->get("v", {offset, length});
+    ASSERT_TRUE(a && b);
+    ASSERT_EQ(a->size(), b->size()) << offset;
+    EXPECT_EQ(std::memcmp(a->data(), b->data(), a->size()), 0) << offset;
+  }
+  std::vector<std::byte> out(value.size());
+  ASSERT_EQ(direct->get_into("v", std::span<std::byte>(out)), value.size());
+  EXPECT_EQ(out, value);
+  std::vector<std::span<std::byte>> rows;
+  for (std::size_t at = 0; at < out.size(); at += 3000) {
+    rows.emplace_back(out.data() + at, std::min<std::size_t>(3000, out.size() - at));
+  }
+  std::fill(out.begin(), out.end(), std::byte{0});
+  ASSERT_EQ(direct->get_into("v", std::span<const std::span<std::byte>>(rows)), value.size());
+  EXPECT_EQ(out, value);
+  std::vector<std::byte> part(70000);
+  ASSERT_EQ(direct->get_range_into("v", 123457, part), part.size());
+  EXPECT_EQ(std::memcmp(part.data(), value.data() + 123457, part.size()), 0);
+  EXPECT_EQ(direct->get_range_into("v", value.size() - 10, part), 10U);
+  EXPECT_FALSE(direct->get("missing"));
+}
+
+}  // namespace
+}  // namespace zarr_device

@@ -280,7 +280,15 @@ NB_MODULE(_core, m) {
       .def("describe", &zd::Store::describe);
 
   m.def(
-      "local_store", [](const std::string& root) { return zd::make_local_store(root); }, "root"_a);
+      "local_store",
+      [](const std::string& root, const std::string& io) {
+        if (io != "buffered" && io != "direct") {
+          throw zd::UsageError("io must be 'buffered' or 'direct', not '" + io + "'");
+        }
+        return zd::make_local_store(root,
+                                    io == "direct" ? zd::LocalIo::kDirect : zd::LocalIo::kBuffered);
+      },
+      "root"_a, "io"_a = "buffered");
   m.def("memory_store", [] { return zd::make_memory_store(); });
   m.def(
       "python_store",

@@ -199,3 +199,16 @@ def test_write_from_torch_tensors(tmp_path: Path, name: str) -> None:
     arr[1:3, ::3] = tensor[:2, :4]  # a non-contiguous view of a tensor
     data[1:3, ::3] = data[:2, :4]
     assert arr[:].tobytes() == data.tobytes()
+
+
+def test_direct_io_local_store_reads_the_same(tmp_path: Path) -> None:
+    arr = zd.create(tmp_path / "a.zarr", shape=(300, 700), dtype="float64", chunks=(64, 256),
+                    shards=(128, 512), compressors=None)
+    data = np.random.default_rng(5).standard_normal((300, 700))
+    arr[:] = data
+    direct = zd.LocalStore(tmp_path / "a.zarr", io="direct")
+    assert "direct" in repr(direct)
+    np.testing.assert_array_equal(zd.open_array(direct)[:], data)
+    np.testing.assert_array_equal(zd.open_array(direct)[7:290:3, 5:], data[7:290:3, 5:])
+    with pytest.raises(zd.UsageError):
+        zd.LocalStore(tmp_path, io="mmap")  # type: ignore[arg-type]

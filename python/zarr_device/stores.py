@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import Any, Literal, Protocol, Union, runtime_checkable
 
 from zarr_device import _core
 from zarr_device.errors import UsageError
@@ -23,18 +23,26 @@ class EngineStore(Protocol):
 
 
 class LocalStore:
-    """A directory on the local file system. Writes are atomic (temporary file, then rename)."""
+    """A directory on the local file system. Writes are atomic (temporary file, then rename).
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    ``io``: "buffered" reads through the page cache; "direct" reads around it (O_DIRECT), for
+    cold data read once, where caching it costs memory and a copy for nothing. File systems
+    without O_DIRECT fall back to the cache.
+    """
+
+    def __init__(
+        self, root: str | os.PathLike[str], *, io: Literal["buffered", "direct"] = "buffered"
+    ) -> None:
         self.root = Path(root).absolute()
-        self._handle = _core.local_store(str(self.root))
+        self.io = io
+        self._handle = _core.local_store(str(self.root), io)
 
     @property
     def handle(self) -> _core.Store:
         return self._handle
 
     def __repr__(self) -> str:
-        return f"LocalStore({str(self.root)!r})"
+        return f"LocalStore({str(self.root)!r}, io={self.io!r})"
 
 
 class MemoryStore:

@@ -66,9 +66,15 @@ class Store {
   [[nodiscard]] virtual std::string describe() const = 0;
 };
 
+// How a local store reads: through the page cache, or around it (O_DIRECT: for cold data read once,
+// where the cache's copy is work and memory spent for nothing). Where the file system has no
+// O_DIRECT, direct reads fall back to the cache.
+enum class LocalIo { kBuffered, kDirect };
+
 // A directory on a local file system. Values are files; writes go to a temporary file that is
 // then renamed over the key, so a crash never leaves a half-written chunk visible.
-std::shared_ptr<Store> make_local_store(const std::filesystem::path& root);
+std::shared_ptr<Store> make_local_store(const std::filesystem::path& root,
+                                        LocalIo io = LocalIo::kBuffered);
 
 // An in-process map of keys to values.
 std::shared_ptr<Store> make_memory_store();

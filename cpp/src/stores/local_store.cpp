@@ -7,7 +7,9 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <system_error>
 #include <utility>
@@ -39,11 +41,12 @@ std::string errno_text(int err) { return std::system_category().message(err); }
 
 class LocalStore final : public Store {
  public:
-  explicit LocalStore(fs::path root) : root_(std::move(root)) {}
+  LocalStore(fs::path root, LocalIo io) : root_(std::move(root)), direct_(io == LocalIo::kDirect) {}
 
   std::optional<Buffer> get(std::string_view key, ByteRange range) const override {
     const auto path = resolve(key);
-    FileHandle file(open_for_read(path));
+    bool direct = false;
+    FileHandle file(open_for_read(path, direct));
     if (file.get() < 0) return std::nullopt;
     const auto found = file_size(file.get(), path);
     if (!found) return std::nullopt;
@@ -54,7 +57,7 @@ class LocalStore final : public Store {
         range.offset < 0 ? size - start : (range.length < 0 ? size - start : range.length);
     length = std::min(length, size - start);
     ByteArray out(static_cast<std::size_t>(length));
-    const auto n = read_at(file.get(), out.span(), start, path);
+    const auto n = read_at(file.get(), direct, out.span(), start, path);
     out.shrink(n);
     return std::move(out).freeze();
   }
@@ -63,13 +66,31 @@ class LocalStore final : public Store {
   std::optional<std::size_t> get_into(std::string_view key,
                                       std::span<const std::span<std::byte>> pieces) const override {
     const auto path = resolve(key);
-    FileHandle file(open_for_read(path));
+    bool direct = false;
+    FileHandle file(open_for_read(path, direct));
     if (file.get() < 0) return std::nullopt;
     const auto size = file_size(file.get(), path);
     if (!size) return std::nullopt;
     std::size_t total = 0;
     for (const auto& p : pieces) total += p.size();
     if (*size != total) return *size;
+    if (direct) {
+      std::size_t piece = 0;
+      std::size_t within = 0;
+      return read_direct(file.get(), 0, total, path, [&](const std::byte* data, std::size_t n) {
+        while (n > 0) {
+          const std::size_t take = std::min(n, pieces[piece].size() - within);
+          std::memcpy(pieces[piece].data() + within, data, take);
+          data += take;
+          n -= take;
+          within += take;
+          if (within == pieces[piece].size()) {
+            ++piece;
+            within = 0;
+          }
+        }
+      });
+    }
     // preadv fills the pieces in order, IOV_MAX of them per call.
     std::vector<iovec> vec;
     vec.reserve(std::min<std::size_t>(pieces.size(), IOV_MAX));
@@ -122,12 +143,14 @@ class LocalStore final : public Store {
   std::optional<std::size_t> get_range_into(std::string_view key, std::uint64_t offset,
                                             std::span<std::byte> out) const override {
     const auto path = resolve(key);
-    FileHandle file(open_for_read(path));
+    bool direct = false;
+    FileHandle file(open_for_read(path, direct));
     if (file.get() < 0) return std::nullopt;
     const auto size = file_size(file.get(), path);
     if (!size) return std::nullopt;
     if (offset >= *size) return 0;
-    return read_at(file.get(), out.first(std::min<std::uint64_t>(out.size(), *size - offset)),
+    return read_at(file.get(), direct,
+                   out.first(std::min<std::uint64_t>(out.size(), *size - offset)),
                    static_cast<std::int64_t>(offset), path);
   }
 
@@ -221,7 +244,21 @@ class LocalStore final : public Store {
     return key.empty() ? root_ : root_ / fs::path(key);
   }
 
-  static int open_for_read(const fs::path& path) {
+  // Opens a value for reading, bypassing the page cache in direct mode where the file system
+  // allows it (`direct` says whether it did); -1 when there is no such file.
+  int open_for_read(const fs::path& path, bool& direct) const {
+    direct = false;
+    if (direct_) {
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+      if (fd >= 0) {
+        direct = true;
+        return fd;
+      }
+      if (errno != EINVAL) {  // EINVAL: no O_DIRECT on this file system; read through the cache
+        if (errno == ENOENT || errno == ENOTDIR) return -1;
+        throw StoreError("could not open " + path.string() + ": " + errno_text(errno));
+      }
+    }
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       if (errno == ENOENT || errno == ENOTDIR) return -1;
@@ -242,8 +279,16 @@ class LocalStore final : public Store {
   }
 
   // Reads until `out` is full or the file ends; returns the bytes read.
-  static std::size_t read_at(int fd, std::span<std::byte> out, std::int64_t offset,
+  static std::size_t read_at(int fd, bool direct, std::span<std::byte> out, std::int64_t offset,
                              const fs::path& path) {
+    if (direct) {
+      std::byte* to = out.data();
+      return read_direct(fd, static_cast<std::uint64_t>(offset), out.size(), path,
+                         [&](const std::byte* data, std::size_t n) {
+                           std::memcpy(to, data, n);
+                           to += n;
+                         });
+    }
     std::size_t done = 0;
     while (done < out.size()) {
       const auto n = ::pread(fd, out.data() + done, out.size() - done,
@@ -258,13 +303,53 @@ class LocalStore final : public Store {
     return done;
   }
 
+  // O_DIRECT reads must start, end and land on block boundaries: read the aligned blocks around
+  // [offset, offset + length) into a per-thread aligned buffer and hand `sink` the bytes asked
+  // for, in order. Returns how many it handed over (fewer at the end of the file).
+  template <typename Sink>
+  static std::size_t read_direct(int fd, std::uint64_t offset, std::size_t length,
+                                 const fs::path& path, Sink sink) {
+    constexpr std::size_t kBlock = 4096;
+    constexpr std::size_t kBounce = std::size_t{4} << 20;
+    struct Free {
+      void operator()(std::byte* p) const { std::free(p); }
+    };
+    thread_local std::unique_ptr<std::byte, Free> bounce(
+        static_cast<std::byte*>(std::aligned_alloc(kBlock, kBounce)));
+    if (!bounce) throw OutOfMemoryError("could not allocate an O_DIRECT read buffer");
+    std::uint64_t position = offset / kBlock * kBlock;  // file offset of bounce[0]
+    const std::uint64_t end = offset + length;
+    std::size_t delivered = 0;
+    while (position < end) {
+      const std::size_t want = static_cast<std::size_t>(
+          std::min<std::uint64_t>(kBounce, (end - position + kBlock - 1) / kBlock * kBlock));
+      ssize_t n = 0;
+      do {
+        n = ::pread(fd, bounce.get(), want, static_cast<off_t>(position));
+      } while (n < 0 && errno == EINTR);
+      if (n < 0) throw StoreError("could not read " + path.string() + ": " + errno_text(errno));
+      if (n == 0) break;
+      const std::uint64_t got_end = position + static_cast<std::uint64_t>(n);
+      const std::uint64_t from = std::max(position, offset);
+      const std::uint64_t to = std::min(got_end, end);
+      if (to > from) {
+        sink(bounce.get() + (from - position), static_cast<std::size_t>(to - from));
+        delivered += static_cast<std::size_t>(to - from);
+      }
+      if (static_cast<std::size_t>(n) < want) break;  // end of the file
+      position = got_end;
+    }
+    return delivered;
+  }
+
   fs::path root_;
+  bool direct_ = false;
 };
 
 }  // namespace
 
-std::shared_ptr<Store> make_local_store(const std::filesystem::path& root) {
-  return std::make_shared<LocalStore>(root);
+std::shared_ptr<Store> make_local_store(const std::filesystem::path& root, LocalIo io) {
+  return std::make_shared<LocalStore>(root, io);
 }
 
 }  // namespace zarr_device
