@@ -27,6 +27,8 @@ class FileHandle {
   explicit FileHandle(int fd) : fd_(fd) {}
   FileHandle(const FileHandle&) = delete;
   FileHandle& operator=(const FileHandle&) = delete;
+  FileHandle(FileHandle&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileHandle& operator=(FileHandle&&) = delete;
   ~FileHandle() {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -44,20 +46,16 @@ class LocalStore final : public Store {
   LocalStore(fs::path root, LocalIo io) : root_(std::move(root)), direct_(io == LocalIo::kDirect) {}
 
   std::optional<Buffer> get(std::string_view key, ByteRange range) const override {
-    const auto path = resolve(key);
-    bool direct = false;
-    FileHandle file(open_for_read(path, direct));
-    if (file.get() < 0) return std::nullopt;
-    const auto found = file_size(file.get(), path);
-    if (!found) return std::nullopt;
-    const auto size = static_cast<std::int64_t>(*found);
+    auto value = open_value(key);
+    if (!value) return std::nullopt;
+    const auto size = static_cast<std::int64_t>(value->size);
     std::int64_t start = range.offset < 0 ? std::max<std::int64_t>(0, size + range.offset)
                                           : std::min(range.offset, size);
     std::int64_t length =
         range.offset < 0 ? size - start : (range.length < 0 ? size - start : range.length);
     length = std::min(length, size - start);
     ByteArray out(static_cast<std::size_t>(length));
-    const auto n = read_at(file.get(), direct, out.span(), start, path);
+    const auto n = read_at(value->file.get(), value->direct, out.span(), start, value->path);
     out.shrink(n);
     return std::move(out).freeze();
   }
@@ -65,19 +63,17 @@ class LocalStore final : public Store {
   using Store::get_into;
   std::optional<std::size_t> get_into(std::string_view key,
                                       std::span<const std::span<std::byte>> pieces) const override {
-    const auto path = resolve(key);
-    bool direct = false;
-    FileHandle file(open_for_read(path, direct));
-    if (file.get() < 0) return std::nullopt;
-    const auto size = file_size(file.get(), path);
-    if (!size) return std::nullopt;
+    auto value = open_value(key);
+    if (!value) return std::nullopt;
     std::size_t total = 0;
     for (const auto& p : pieces) total += p.size();
-    if (*size != total) return *size;
-    if (direct) {
+    if (value->size != total) return value->size;
+    const int fd = value->file.get();
+    const fs::path& path = value->path;
+    if (value->direct) {
       std::size_t piece = 0;
       std::size_t within = 0;
-      return read_direct(file.get(), 0, total, path, [&](const std::byte* data, std::size_t n) {
+      return read_direct(fd, 0, total, path, [&](const std::byte* data, std::size_t n) {
         while (n > 0) {
           const std::size_t take = std::min(n, pieces[piece].size() - within);
           std::memcpy(pieces[piece].data() + within, data, take);
@@ -106,9 +102,8 @@ class LocalStore final : public Store {
       std::size_t got = 0;
       std::size_t first = 0;
       while (got < batch) {
-        const auto n =
-            ::preadv(file.get(), vec.data() + first, static_cast<int>(vec.size() - first),
-                     static_cast<off_t>(done + got));
+        const auto n = ::preadv(fd, vec.data() + first, static_cast<int>(vec.size() - first),
+                                static_cast<off_t>(done + got));
         if (n < 0) {
           if (errno == EINTR) continue;
           throw StoreError("could not read " + path.string() + ": " + errno_text(errno));
@@ -142,16 +137,12 @@ class LocalStore final : public Store {
 
   std::optional<std::size_t> get_range_into(std::string_view key, std::uint64_t offset,
                                             std::span<std::byte> out) const override {
-    const auto path = resolve(key);
-    bool direct = false;
-    FileHandle file(open_for_read(path, direct));
-    if (file.get() < 0) return std::nullopt;
-    const auto size = file_size(file.get(), path);
-    if (!size) return std::nullopt;
-    if (offset >= *size) return 0;
-    return read_at(file.get(), direct,
-                   out.first(std::min<std::uint64_t>(out.size(), *size - offset)),
-                   static_cast<std::int64_t>(offset), path);
+    auto value = open_value(key);
+    if (!value) return std::nullopt;
+    if (offset >= value->size) return 0;
+    return read_at(value->file.get(), value->direct,
+                   out.first(std::min<std::uint64_t>(out.size(), value->size - offset)),
+                   static_cast<std::int64_t>(offset), value->path);
   }
 
   void will_need(std::string_view key, std::uint64_t offset, std::uint64_t length) const override {
@@ -242,6 +233,24 @@ class LocalStore final : public Store {
   fs::path resolve(std::string_view key) const {
     validate_key(key);
     return key.empty() ? root_ : root_ / fs::path(key);
+  }
+
+  // A value opened for reading, with its size.
+  struct OpenValue {
+    FileHandle file;
+    std::size_t size;
+    bool direct;
+    fs::path path;
+  };
+  // nullopt when there is no value at `key` (no file, or a directory: a prefix of keys).
+  std::optional<OpenValue> open_value(std::string_view key) const {
+    auto path = resolve(key);
+    bool direct = false;
+    FileHandle file(open_for_read(path, direct));
+    if (file.get() < 0) return std::nullopt;
+    const auto size = file_size(file.get(), path);
+    if (!size) return std::nullopt;
+    return OpenValue{std::move(file), *size, direct, std::move(path)};
   }
 
   // Opens a value for reading, bypassing the page cache in direct mode where the file system
