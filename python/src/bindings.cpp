@@ -408,17 +408,21 @@ NB_MODULE(_core, m) {
           "read_cuda",
           [](const zd::Array& a, const Selection& selection, int device, std::uintptr_t out_ptr,
              std::size_t out_nbytes, std::uintptr_t stream, int threads,
-             std::size_t max_inflight_bytes, const std::string& gpu_decode) {
+             std::size_t max_inflight_bytes, const std::string& gpu_decode,
+             std::size_t staging_bytes, int staging_slots) {
             const auto sel = to_selection(selection);
             zd::CudaReadOptions options;
             options.gpu_decode = parse_gpu_decode(gpu_decode);
             options.io = io_options(threads, max_inflight_bytes);
             options.consumer_stream = stream;
+            if (staging_bytes > 0) options.staging_bytes = staging_bytes;
+            if (staging_slots > 0) options.slots = staging_slots;
             nb::gil_scoped_release release;
             zd::read_to_cuda(a, sel, device, reinterpret_cast<void*>(out_ptr), out_nbytes, options);
           },
           "selection"_a, "device"_a, "out_ptr"_a, "out_nbytes"_a, "stream"_a = 0, "threads"_a = 0,
-          "max_inflight_bytes"_a = 0, "gpu_decode"_a = "checked")
+          "max_inflight_bytes"_a = 0, "gpu_decode"_a = "checked", "staging_bytes"_a = 0,
+          "staging_slots"_a = 0)
       .def(
           "bench_decode_cuda",
           [](const zd::Array& a, const Selection& selection, int device, int repeats,

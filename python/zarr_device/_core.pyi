@@ -70,6 +70,8 @@ class Array:
         threads: int = 0,
         max_inflight_bytes: int = 0,
         gpu_decode: str = "checked",
+        staging_bytes: int = 0,
+        staging_slots: int = 0,
     ) -> None: ...
     def bench_decode_cuda(
         self,

@@ -25,12 +25,19 @@ class IoConfig:
     threads: int = 0
     max_inflight_bytes: int = 256 << 20
     gpu_decode: Literal["checked", "trusted", "off"] = "checked"
+    #: Pinned host memory that chunk bytes pass through on their way to a GPU, in this many slots
+    #: (filled, copied and decoded in turn). Allocated once per device, on its first read: later
+    #: changes apply to devices not read from yet.
+    staging_bytes: int = 256 << 20
+    staging_slots: int = 4
 
 
 _config = IoConfig(
     threads=int(os.environ.get("ZARR_DEVICE_THREADS", "0")),
     max_inflight_bytes=int(os.environ.get("ZARR_DEVICE_MAX_INFLIGHT_BYTES", str(256 << 20))),
     gpu_decode=os.environ.get("ZARR_DEVICE_GPU_DECODE", "checked"),  # type: ignore[arg-type]
+    staging_bytes=int(os.environ.get("ZARR_DEVICE_STAGING_BYTES", str(256 << 20))),
+    staging_slots=int(os.environ.get("ZARR_DEVICE_STAGING_SLOTS", "4")),
 )
 
 

@@ -265,6 +265,8 @@ def _read_cuda(
         config.threads,
         config.max_inflight_bytes,
         config.gpu_decode,
+        config.staging_bytes,
+        config.staging_slots,
     )
 
 
