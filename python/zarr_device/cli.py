@@ -96,24 +96,19 @@ def _ratio(raw: int, stored: int) -> float | None:
     return raw / stored if stored > 0 else None
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
-    return value
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer no smaller than ``minimum``."""
 
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be at least {minimum}")
+        return value
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 or more")
-    return value
+    return parse
 
 
 # ------------------------------------------------------------------------------------------------
@@ -765,11 +760,11 @@ def _add_bench(commands: Any) -> None:
         help="where to write the sample (default: the system's temporary directory)",
     )
     bench.add_argument(
-        "--repeat", type=_positive_int, default=3, metavar="N",
+        "--repeat", type=_int_at_least(1), default=3, metavar="N",
         help="timed reads per reader; the best counts (default: 3)",
     )
     bench.add_argument(
-        "--threads", type=_non_negative_int, default=0, metavar="N",
+        "--threads", type=_int_at_least(0), default=0, metavar="N",
         help="threads for zarr-device and zarr-python (default: 0, each reader's own default; "
         "zarr-device uses one per core)",
     )
