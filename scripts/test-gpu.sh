@@ -3,11 +3,14 @@
 # benchmark. For machines without network access, OFFLINE_WHEELS names a folder of Python wheels
 # and OFFLINE_DEBS a folder of Debian packages (c-blosc) to install from.
 #
-#   scripts/test-gpu.sh [--bench] [LOG_DIR]
+#   scripts/test-gpu.sh [--bench] [LOG_DIR]      build, C++ device tests, GPU pytest (+ benchmarks)
+#   scripts/test-gpu.sh --bench-only [LOG_DIR]   the benchmarks of an installed build
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bench=0
+tests=1
 if [ "${1:-}" = "--bench" ]; then bench=1; shift; fi
+if [ "${1:-}" = "--bench-only" ]; then bench=1; tests=0; shift; fi
 logs="${1:-$repo/build/gpu-logs}"
 mkdir -p "$logs"
 cd "$repo"
@@ -31,17 +34,33 @@ if [ -n "${OFFLINE_DEBS:-}" ]; then
 fi
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$logs/gpu.txt" 2>&1
-echo "== build" | tee "$logs/build.log"
-CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" CMAKE_ARGS="${CMAKE_ARGS:--DCMAKE_CUDA_ARCHITECTURES=90}" \
-  python3 -m pip install -v --no-build-isolation --no-deps . >> "$logs/build.log" 2>&1 || {
-  tail -50 "$logs/build.log"; exit 1; }
-python3 -c "import zarr_device._core as c; print(c.cuda_build_info())" | tee "$logs/info.txt"
+status=0
+if [ "$tests" = 1 ]; then
+  echo "== build" | tee "$logs/build.log"
+  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" CMAKE_ARGS="${CMAKE_ARGS:--DCMAKE_CUDA_ARCHITECTURES=90}" \
+    python3 -m pip install -v --no-build-isolation --no-deps . >> "$logs/build.log" 2>&1 || {
+    tail -50 "$logs/build.log"; exit 1; }
+  python3 -c "import zarr_device as zd; print(zd.cuda_build_info())" | tee "$logs/info.txt"
 
-echo "== GPU tests"
-PYTHONUNBUFFERED=1 python3 -m pytest -q -m gpu -p no:cacheprovider python/tests 2>&1 | tee "$logs/pytest-gpu.log"
-status=${PIPESTATUS[0]}
-if [ "$bench" = 1 ] && [ -f bench/bench_gpu.py ]; then
-  echo "== GPU benchmark"
-  PYTHONUNBUFFERED=1 python3 bench/bench_gpu.py --out "$logs" 2>&1 | tee "$logs/bench-gpu.log"
+  gtest_status=0
+  if [ -z "${SKIP_GTEST:-}" ]; then  # SKIP_GTEST=1: the Python suite only
+    echo "== C++ device tests (GoogleTest filter Devices*:CudaDevice*)"
+    { cmake -S . -B build/gpu-tests -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
+      cmake --build build/gpu-tests -j "$(nproc)" --target zarr_device_tests; } > "$logs/gtest-build.log" 2>&1 &&
+      build/gpu-tests/zarr_device_tests --gtest_filter='Devices*:CudaDevice*' 2>&1 | tee "$logs/gtest-gpu.log"
+    gtest_status=${PIPESTATUS[0]}
+    [ -f build/gpu-tests/zarr_device_tests ] || { tail -20 "$logs/gtest-build.log"; gtest_status=1; }
+  fi
+
+  echo "== GPU tests"
+  PYTHONUNBUFFERED=1 python3 -m pytest -q -m gpu -p no:cacheprovider python/tests 2>&1 | tee "$logs/pytest-gpu.log"
+  status=${PIPESTATUS[0]}
+  [ "$gtest_status" = 0 ] || status=1
+fi
+if [ "$bench" = 1 ]; then
+  echo "== GPU benchmarks"
+  PYTHONUNBUFFERED=1 python3 bench/bench_gpu.py --out "$logs" ${BENCH_READ_ARGS:-} 2>&1 | tee "$logs/bench-gpu.log"
+  PYTHONUNBUFFERED=1 python3 bench/bench_gpu_write.py --out "$logs/write" ${BENCH_WRITE_ARGS:-} 2>&1 |
+    tee "$logs/bench-gpu-write.log"
 fi
 exit "$status"

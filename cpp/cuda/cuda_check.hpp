@@ -18,6 +18,9 @@ namespace zarr_device::cuda {
   throw DeviceError(message);
 }
 
+// DeviceError unless CUDA device `device` exists on this machine.
+void check_device(int device);
+
 }  // namespace zarr_device::cuda
 
 // The message is built only on failure.

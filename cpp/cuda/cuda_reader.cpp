@@ -14,11 +14,14 @@
 #include "codecs/codec_chain.hpp"
 #include "codecs/crc32c.hpp"
 #include "cuda_check.hpp"
+#include "cufile_api.hpp"
+#include "device_memory.hpp"
 #include "engine/thread_pool.hpp"
 #include "kernels.hpp"
 #include "nvcomp_api.hpp"
 #include "place/chunk_grid.hpp"
 #include "place/strided_copy.hpp"
+#include "zarr_device/cuda.hpp"
 #include "zarr_device/device.hpp"
 
 namespace zarr_device {
@@ -164,28 +167,6 @@ void choose_route(Leaf& leaf, const Nvcomp& nvcomp, GpuDecode policy) {
   return false;
 }
 
-// Device memory that grows on demand (only between batches, when its slot is idle).
-class DeviceScratch {
- public:
-  ~DeviceScratch() {
-    if (data_) cudaFree(data_);
-  }
-  std::byte* reserve(std::size_t bytes) {
-    if (bytes > size_) {
-      if (data_) ZD_CUDA_CHECK(cudaFree(data_));
-      data_ = nullptr;
-      size_ = 0;
-      ZD_CUDA_CHECK(cudaMalloc(&data_, bytes));
-      size_ = bytes;
-    }
-    return static_cast<std::byte*>(data_);
-  }
-
- private:
-  void* data_ = nullptr;
-  std::size_t size_ = 0;
-};
-
 struct PendingCheck {
   std::string key;
   std::size_t index;     // in the batch's status arrays
@@ -220,7 +201,6 @@ struct Slot {
   cudaStream_t stream = nullptr;
   cudaEvent_t done = nullptr;
   DeviceScratch scratch;
-  DeviceScratch temp;
   std::vector<PendingCheck> checks;
   bool busy = false;
 };
@@ -228,18 +208,20 @@ struct Slot {
 // A device's staging ring, made once and kept: pinned allocations are slow and synchronise.
 class DeviceContext {
  public:
-  DeviceContext(int device, std::size_t staging_bytes, int slots) : device_(device) {
-    ZD_CUDA_CHECK(cudaSetDevice(device));
+  DeviceContext(int device, std::size_t staging_bytes, int slots)
+      : device_(device), gpu_(get_device("cuda:" + std::to_string(device))), temp(gpu_) {
     const std::size_t per_slot =
         align_up(std::max<std::size_t>(staging_bytes / std::max(slots, 1), 1 << 20), 1 << 20);
     slots_.resize(static_cast<std::size_t>(std::max(slots, 1)));
     for (auto& s : slots_) {
       s.capacity = per_slot;
       const std::size_t total = per_slot + BatchArrays::bytes();
-      ZD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&s.host), total, cudaHostAllocDefault));
-      ZD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.device), total));
-      ZD_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-      ZD_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+      s.host = static_cast<std::byte*>(gpu_->allocate_host(total));
+      s.device = static_cast<std::byte*>(gpu_->allocate(total));
+      s.stream = static_cast<cudaStream_t>(gpu_->create_stream());
+      s.done = static_cast<cudaEvent_t>(gpu_->create_event());
+      s.scratch = DeviceScratch(gpu_);
+      streams.push_back(s.stream);
     }
   }
   // Kept for the life of the process (freeing at exit races with the driver's own teardown).
@@ -247,8 +229,11 @@ class DeviceContext {
   std::mutex mutex;  // one read at a time per device
   std::vector<Slot> slots_;
   int device_;
+  std::shared_ptr<Device> gpu_;
   std::size_t staging_bytes_ = 0;
   int slot_count_ = 0;
+  std::vector<StreamHandle> streams;
+  SharedTemp temp;  // nvCOMP's, for every slot
 };
 
 DeviceContext& context_for(int device, const CudaReadOptions& options) {
@@ -264,41 +249,6 @@ DeviceContext& context_for(int device, const CudaReadOptions& options) {
   return *ctx;
 }
 
-void check_device(int device) {
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) {
-    cudaGetLastError();
-    throw DeviceError(std::string("no CUDA device is usable: ") + cudaGetErrorString(status));
-  }
-  if (device < 0 || device >= count) {
-    throw DeviceError("CUDA device " + std::to_string(device) +
-                      " does not exist (this machine has " + std::to_string(count) + ")");
-  }
-}
-
-StridedCopy make_copy(const std::byte* src, std::span<const std::int64_t> src_strides,
-                      const StridedView& dst, std::size_t element_size, bool swap,
-                      std::size_t swap_unit) {
-  const auto loop = place::simplify_copy(dst.shape, src_strides, dst.byte_strides);
-  if (loop.shape.size() > static_cast<std::size_t>(kMaxKernelRank)) {
-    throw UsageError("selections of more than " + std::to_string(kMaxKernelRank) +
-                     " non-contiguous dimensions are not supported on the GPU");
-  }
-  StridedCopy c;
-  c.rank = static_cast<int>(loop.shape.size());
-  for (int d = 0; d < c.rank; ++d) {
-    c.shape[d] = loop.shape[d];
-    c.src_strides[d] = loop.src[d];
-    c.dst_strides[d] = loop.dst[d];
-  }
-  c.src = src;
-  c.dst = dst.data;
-  c.element_size = static_cast<int>(element_size);
-  c.swap_unit = swap ? static_cast<int>(swap_unit) : 1;
-  return c;
-}
-
 // Moves a C-ordered chunk of `spec` in device memory (`src`), restricted to `selection`, into
 // `dst`: one copy when the layouts agree, else the strided kernel.
 void place_on_device(const std::byte* src, const ChunkSpec& spec,
@@ -311,7 +261,8 @@ void place_on_device(const std::byte* src, const ChunkSpec& spec,
     return;
   }
   launch_strided_copy(
-      make_copy(src + source.offset, source.strides, dst, es, swap, spec.dtype->swap_unit), stream);
+      plan_strided_copy(src + source.offset, source.strides, dst, es, swap, spec.dtype->swap_unit),
+      stream);
   ZD_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -331,7 +282,10 @@ class Reader {
 
  private:
   std::vector<Leaf> plan(std::span<const DimSlice> selection, const StridedView& out);
-  void run_batch(Slot& slot, std::span<Leaf> batch);
+  // GPUDirect Storage: reads the leaves that are stored as their elements and land whole and
+  // contiguous straight from their files into place; returns those it could not (for the ring).
+  std::vector<Leaf> read_from_files(std::vector<Leaf> leaves, const FileBacked& files);
+  void run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch);
   void finish(Slot& slot);
   [[nodiscard]] std::string where(const std::string& key) const {
     return array_.describe() + ", chunk '" + key + "'";
@@ -409,6 +363,54 @@ std::vector<Leaf> Reader::plan(std::span<const DimSlice> selection, const Stride
   return leaves;
 }
 
+std::vector<Leaf> Reader::read_from_files(std::vector<Leaf> leaves, const FileBacked& files) {
+  constexpr std::uint64_t kGdsPiece = std::uint64_t{16} << 20;
+  const auto& cufile = CuFile::instance();
+  std::map<std::string, std::unique_ptr<CuFile::File>> opened;
+  for (const auto& leaf : leaves) opened.emplace(leaf.key, nullptr);
+  std::vector<std::map<std::string, std::unique_ptr<CuFile::File>>::iterator> slots;
+  for (auto it = opened.begin(); it != opened.end(); ++it) slots.push_back(it);
+  pool_.parallel_for(slots.size(), workers_, [&](std::size_t i) {
+    try {
+      slots[i]->second = cufile.open(files.file_path(slots[i]->first));
+    } catch (const Error&) {
+      // Not registrable (file system, driver): those chunks take the staging ring instead.
+    }
+  });
+  struct Piece {
+    std::size_t leaf;
+    std::uint64_t offset;
+    std::uint64_t length;
+  };
+  std::vector<Piece> pieces;
+  std::vector<Leaf> rest;
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    if (!opened[leaves[i].key]) continue;
+    for (std::uint64_t o = 0; o < leaves[i].length; o += kGdsPiece) {
+      pieces.push_back({i, o, std::min(kGdsPiece, leaves[i].length - o)});
+    }
+  }
+  ZD_CUDA_CHECK(cudaSetDevice(device_));
+  pool_.parallel_for(pieces.size(), workers_, [&](std::size_t p) {
+    const auto& piece = pieces[p];
+    const auto& leaf = leaves[piece.leaf];
+    try {
+      ZD_CUDA_CHECK(cudaSetDevice(device_));
+      const std::size_t got = opened.at(leaf.key)->read(
+          leaf.destination.data, piece.length, static_cast<off_t>(leaf.offset + piece.offset),
+          static_cast<off_t>(piece.offset));
+      if (got != piece.length) throw CodecError("chunk changed or vanished while it was read");
+    } catch (Error& e) {
+      e.add_context(where(leaf.key));
+      throw;
+    }
+  });
+  for (auto& leaf : leaves) {
+    if (!opened[leaf.key]) rest.push_back(std::move(leaf));
+  }
+  return rest;
+}
+
 // Bytes a leaf needs in the staging slot.
 std::size_t staged_bytes(const Leaf& leaf) {
   switch (leaf.route) {
@@ -440,7 +442,7 @@ void Reader::finish(Slot& slot) {
   slot.checks.clear();
 }
 
-void Reader::run_batch(Slot& slot, std::span<Leaf> batch) {
+void Reader::run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
   const Store& store = *array_.store();
   // 1. Fetch: pieces of at most kPieceBytes, read in parallel into the pinned slot.
   struct Piece {
@@ -553,15 +555,14 @@ void Reader::run_batch(Slot& slot, std::span<Leaf> batch) {
                                 StridedView{decoded.data(), counts, strides});
         // Rare (unusual framing): a synchronous detour through a temporary device buffer.
         ZD_CUDA_CHECK(cudaSetDevice(device_));
-        std::byte* tmp = nullptr;
-        ZD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&tmp), std::max<std::size_t>(nbytes, 1)));
-        ZD_CUDA_CHECK(cudaMemcpy(tmp, decoded.data(), nbytes, cudaMemcpyHostToDevice));
-        launch_strided_copy(
-            make_copy(tmp, strides, leaf.decoded_destination, leaf.spec->dtype->size, false, 1),
-            nullptr);
+        const DeviceBuffer tmp(ctx.gpu_, nbytes);
+        auto* dev = static_cast<std::byte*>(tmp.data());
+        ZD_CUDA_CHECK(cudaMemcpy(dev, decoded.data(), nbytes, cudaMemcpyHostToDevice));
+        launch_strided_copy(plan_strided_copy(dev, strides, leaf.decoded_destination,
+                                              leaf.spec->dtype->size, false, 1),
+                            nullptr);
         const cudaError_t launched = cudaGetLastError();
         const cudaError_t synced = cudaDeviceSynchronize();
-        cudaFree(tmp);
         ZD_CUDA_CHECK(launched);
         ZD_CUDA_CHECK(synced);
         leaf.scratch = SIZE_MAX - 1;  // placed already
@@ -617,7 +618,7 @@ void Reader::run_batch(Slot& slot, std::span<Leaf> batch) {
     }
     const std::size_t count = next - first;
     const std::size_t temp_bytes = d->temp_size(count, max_chunk, total);
-    std::byte* temp = temp_bytes ? slot.temp.reserve(temp_bytes) : nullptr;
+    std::byte* temp = temp_bytes ? ctx.temp.acquire(temp_bytes, slot.stream, ctx.streams) : nullptr;
     // The arrays travel with the batch (small: a few entries per chunk).
     ZD_CUDA_CHECK(cudaMemcpyAsync(device_arrays.inputs + first, host_arrays.inputs + first,
                                   count * sizeof(void*), cudaMemcpyHostToDevice, slot.stream));
@@ -633,6 +634,7 @@ void Reader::run_batch(Slot& slot, std::span<Leaf> batch) {
                   device_arrays.capacities + first, device_arrays.sizes + first, count, temp,
                   temp_bytes, device_arrays.outputs + first, device_arrays.statuses + first,
                   slot.stream);
+    if (temp) ctx.temp.release(slot.stream);
     ZD_CUDA_CHECK(cudaMemcpyAsync(host_arrays.statuses + first, device_arrays.statuses + first,
                                   count * sizeof(int), cudaMemcpyDeviceToHost, slot.stream));
     ZD_CUDA_CHECK(cudaMemcpyAsync(host_arrays.sizes + first, device_arrays.sizes + first,
@@ -677,7 +679,7 @@ void Reader::run_batch(Slot& slot, std::span<Leaf> batch) {
           ZD_CUDA_CHECK(cudaMemsetAsync(dst.data, 0, n, slot.stream));
         } else {
           const std::vector<std::int64_t> zeros(dst.shape.size(), 0);
-          launch_strided_copy(make_copy(staged, zeros, dst, es, false, 1), slot.stream);
+          launch_strided_copy(plan_strided_copy(staged, zeros, dst, es, false, 1), slot.stream);
           ZD_CUDA_CHECK(cudaGetLastError());
         }
         break;
@@ -704,7 +706,7 @@ void Reader::run_batch(Slot& slot, std::span<Leaf> batch) {
           ZD_CUDA_CHECK(cudaMemcpyAsync(dst.data, staged, leaf.staged, cudaMemcpyDeviceToDevice,
                                         slot.stream));
         } else {
-          launch_strided_copy(make_copy(staged, strides, dst, es, false, 1), slot.stream);
+          launch_strided_copy(plan_strided_copy(staged, strides, dst, es, false, 1), slot.stream);
           ZD_CUDA_CHECK(cudaGetLastError());
         }
         break;
@@ -739,6 +741,20 @@ void Reader::read(std::span<const DimSlice> selection, void* out, std::size_t ou
   std::lock_guard lock(ctx.mutex);
   const StridedView out_view{static_cast<std::byte*>(out), shape, place::c_strides(shape, es)};
   auto leaves = plan(selection, out_view);
+  const auto* files = dynamic_cast<const FileBacked*>(array_.store().get());
+  if (files && files->io() == LocalIo::kGds && CuFile::instance().available()) {
+    std::vector<Leaf> direct;
+    std::vector<Leaf> staged;
+    for (auto& leaf : leaves) {
+      const bool eligible = leaf.route == Route::kCopy && leaf.crc32c == 0 && !leaf.swap &&
+                            leaf.length == leaf.spec->nbytes() &&
+                            place::is_full(leaf.selection, leaf.spec->shape) &&
+                            place::is_c_contiguous(leaf.destination, leaf.spec->dtype->size);
+      (eligible ? direct : staged).push_back(std::move(leaf));
+    }
+    for (auto& leaf : read_from_files(std::move(direct), *files)) staged.push_back(std::move(leaf));
+    leaves = std::move(staged);
+  }
 
   // Pack the leaves into batches of one slot each.
   const std::size_t capacity = ctx.slots_.front().capacity;
@@ -794,7 +810,8 @@ void Reader::read(std::span<const DimSlice> selection, void* out, std::size_t ou
       Slot& slot = ctx.slots_[next_slot];
       next_slot = (next_slot + 1) % ctx.slots_.size();
       finish(slot);
-      run_batch(slot, {leaves.data() + batches[b].first, batches[b].second - batches[b].first});
+      run_batch(ctx, slot,
+                {leaves.data() + batches[b].first, batches[b].second - batches[b].first});
     }
     for (auto& slot : ctx.slots_) finish(slot);
   } catch (...) {
@@ -832,7 +849,8 @@ nlohmann::json Reader::measure_decode(std::span<const DimSlice> selection, int r
     leaf.scratch = out_bytes;
     out_bytes += align_up(leaf.spec->nbytes(), kStagingAlignment);
   }
-  DeviceScratch input, output, temp, arrays;
+  const auto gpu = get_device("cuda:" + std::to_string(device_));
+  DeviceScratch input(gpu), output(gpu), temp(gpu), arrays(gpu);
   std::byte* in = input.reserve(in_bytes);
   std::byte* out = output.reserve(out_bytes);
   {  // stage the compressed bytes
@@ -929,6 +947,10 @@ nlohmann::json cuda_info() {
   const auto& nvcomp = cuda::Nvcomp::instance();
   info["nvcomp"] = nvcomp.loaded() ? nlohmann::json(nvcomp.library()) : nlohmann::json(nullptr);
   if (!nvcomp.loaded()) info["nvcomp_error"] = nvcomp.error();
+  info["nvcomp_zstd_compression"] = nvcomp.compressor(cuda::GpuCodec::kZstd) != nullptr;
+  const auto& cufile = cuda::CuFile::instance();
+  info["cufile"] = cufile.available() ? nlohmann::json(cufile.library()) : nlohmann::json(nullptr);
+  if (!cufile.available()) info["cufile_error"] = cufile.error();
   return info;
 }
 
@@ -940,20 +962,6 @@ void read_to_cuda(const Array& array, std::span<const DimSlice> selection, int d
 nlohmann::json measure_cuda_decode(const Array& array, std::span<const DimSlice> selection,
                                    int device, int repeats, const CudaReadOptions& options) {
   return cuda::Reader(array, device, options).measure_decode(selection, repeats);
-}
-
-DeviceAllocation::DeviceAllocation(int device, std::size_t nbytes)
-    : device_(device), size_(nbytes) {
-  cuda::check_device(device);
-  ZD_CUDA_CHECK(cudaSetDevice(device));
-  ZD_CUDA_CHECK(cudaMalloc(&data_, std::max<std::size_t>(nbytes, 1)));
-}
-
-DeviceAllocation::~DeviceAllocation() {
-  if (data_) {
-    cudaSetDevice(device_);
-    cudaFree(data_);
-  }
 }
 
 }  // namespace zarr_device

@@ -106,3 +106,79 @@ void launch_strided_copy(const StridedCopy& copy, cudaStream_t stream) {
 }
 
 }  // namespace zarr_device::cuda
+
+namespace zarr_device::cuda {
+namespace {
+
+struct FillPattern {
+  unsigned char bytes[16];
+};
+
+// Blocks of one chunk (blockIdx.y) stride over its elements; any thread that sees a difference sets
+// the flag (every writer writes 1, so the race is benign).
+__global__ void mark_non_fill_kernel(const void* const* inputs, const std::size_t* sizes,
+                                     FillPattern fill, int element_size, int* flags) {
+  const std::size_t chunk = blockIdx.y;
+  const auto* data = static_cast<const unsigned char*>(inputs[chunk]);
+  const std::size_t n = sizes[chunk] / static_cast<std::size_t>(element_size);
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  bool differs = false;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n && !differs; i += stride) {
+    const unsigned char* e = data + i * element_size;
+    for (int b = 0; b < element_size; ++b) differs |= e[b] != fill.bytes[b];
+  }
+  if (__syncthreads_or(differs) && threadIdx.x == 0) flags[chunk] = 1;
+}
+
+constexpr std::size_t kPackAlignment = 16;
+
+__global__ void pack_kernel(const void* const* inputs, const std::size_t* sizes,
+                            unsigned char* packed, std::size_t* offsets) {
+  __shared__ std::size_t partial[256];
+  const std::size_t chunk = blockIdx.x;
+  std::size_t sum = 0;
+  for (std::size_t j = threadIdx.x; j < chunk; j += blockDim.x) {
+    sum += (sizes[j] + kPackAlignment - 1) / kPackAlignment * kPackAlignment;
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (unsigned int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+    __syncthreads();
+  }
+  const std::size_t offset = partial[0];
+  if (threadIdx.x == 0) offsets[chunk] = offset;
+  const std::size_t n = sizes[chunk];
+  const auto* in = static_cast<const unsigned char*>(inputs[chunk]);
+  unsigned char* out = packed + offset;
+  // Inputs are at least 16-byte aligned (nvCOMP's outputs), so whole 16-byte words move first.
+  const std::size_t words = n / 16;
+  const auto* in16 = reinterpret_cast<const uint4*>(in);
+  auto* out16 = reinterpret_cast<uint4*>(out);
+  for (std::size_t i = threadIdx.x; i < words; i += blockDim.x) out16[i] = in16[i];
+  for (std::size_t i = words * 16 + threadIdx.x; i < n; i += blockDim.x) out[i] = in[i];
+}
+
+}  // namespace
+
+void launch_mark_non_fill(const void* const* inputs, const std::size_t* sizes, std::size_t count,
+                          const std::byte* fill, int element_size, int* flags,
+                          cudaStream_t stream) {
+  if (count == 0) return;
+  FillPattern pattern{};
+  for (int b = 0; b < element_size && b < 16; ++b) {
+    pattern.bytes[b] = static_cast<unsigned char>(fill[b]);
+  }
+  const dim3 grid(32, static_cast<unsigned int>(count));
+  mark_non_fill_kernel<<<grid, 256, 0, stream>>>(inputs, sizes, pattern, element_size, flags);
+}
+
+void launch_pack(const void* const* inputs, const std::size_t* sizes, std::size_t count,
+                 std::byte* packed, std::size_t* offsets, cudaStream_t stream) {
+  if (count == 0) return;
+  pack_kernel<<<static_cast<unsigned int>(count), 256, 0, stream>>>(
+      inputs, sizes, reinterpret_cast<unsigned char*>(packed), offsets);
+}
+
+}  // namespace zarr_device::cuda

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <span>
 
+#include "zarr_device/codec.hpp"
+
 namespace zarr_device::cuda {
 
 constexpr int kMaxKernelRank = 16;
@@ -25,5 +27,24 @@ struct StridedCopy {
 
 // Copies every element of the region (src may have stride 0 everywhere: then it is a fill).
 void launch_strided_copy(const StridedCopy& copy, cudaStream_t stream);
+
+// Sets flags[i] to 1 when chunk i (inputs[i], sizes[i] bytes; device arrays of `count`) holds any
+// element other than `fill` (host memory, `element_size` bytes, at most 16; passed to the kernel
+// by value). flags must be zeroed beforehand.
+void launch_mark_non_fill(const void* const* inputs, const std::size_t* sizes, std::size_t count,
+                          const std::byte* fill, int element_size, int* flags, cudaStream_t stream);
+
+// Copies chunk i (inputs[i], sizes[i] bytes) to packed + offsets[i], where offsets[i] is the sum of
+// the earlier sizes each rounded up to 16, and writes offsets (device arrays of `count`). Lets
+// compressed chunks of unknown size cross to the host in one copy.
+void launch_pack(const void* const* inputs, const std::size_t* sizes, std::size_t count,
+                 std::byte* packed, std::size_t* offsets, cudaStream_t stream);
+
+// The kernel's arguments for copying elements laid out by `src_strides` (bytes) from `src` into
+// `dst`, swapping the bytes of each `swap_unit` when `swap`. Dimensions that are contiguous in
+// both are merged; UsageError when more than kMaxKernelRank remain.
+StridedCopy plan_strided_copy(const std::byte* src, std::span<const std::int64_t> src_strides,
+                              const StridedView& dst, std::size_t element_size, bool swap,
+                              std::size_t swap_unit);
 
 }  // namespace zarr_device::cuda

@@ -79,6 +79,65 @@ BatchedDecompressor make() {
   return d;
 }
 
+struct ZstdCompressSymbols {
+  nvcompStatus_t (*alignments)(nvcompBatchedZstdCompressOpts_t,
+                               nvcompAlignmentRequirements_t*) = nullptr;
+  nvcompStatus_t (*temp)(std::size_t, std::size_t, nvcompBatchedZstdCompressOpts_t, std::size_t*,
+                         std::size_t, cudaStream_t) = nullptr;
+  nvcompStatus_t (*max_output)(std::size_t, nvcompBatchedZstdCompressOpts_t,
+                               std::size_t*) = nullptr;
+  nvcompStatus_t (*run)(const void* const*, const std::size_t*, std::size_t, std::size_t, void*,
+                        std::size_t, void* const*, std::size_t*, nvcompBatchedZstdCompressOpts_t,
+                        nvcompStatus_t*, cudaStream_t) = nullptr;
+} g_zstd_compress;
+
+bool resolve_zstd_compressor(void* lib, BatchedCompressor& c) {
+  auto& s = g_zstd_compress;
+  s.alignments = reinterpret_cast<decltype(s.alignments)>(
+      dlsym(lib, "nvcompBatchedZstdCompressGetRequiredAlignments"));
+  s.temp = reinterpret_cast<decltype(s.temp)>(dlsym(lib, "nvcompBatchedZstdCompressGetTempSize"));
+  s.max_output = reinterpret_cast<decltype(s.max_output)>(
+      dlsym(lib, "nvcompBatchedZstdCompressGetMaxOutputChunkSize"));
+  s.run = reinterpret_cast<decltype(s.run)>(dlsym(lib, "nvcompBatchedZstdCompressAsync"));
+  if (!s.alignments || !s.temp || !s.max_output || !s.run) return false;
+  c.temp_size = [](std::size_t chunks, std::size_t max_chunk, std::size_t total) -> std::size_t {
+    std::size_t bytes = 0;
+    if (g_zstd_compress.temp(chunks, max_chunk, nvcompBatchedZstdCompressDefaultOpts, &bytes, total,
+                             nullptr) != nvcompSuccess) {
+      throw DeviceError("nvCOMP could not size its temporary memory for compression");
+    }
+    return bytes;
+  };
+  c.max_output = [](std::size_t max_chunk) -> std::size_t {
+    std::size_t bytes = 0;
+    if (g_zstd_compress.max_output(max_chunk, nvcompBatchedZstdCompressDefaultOpts, &bytes) !=
+        nvcompSuccess) {
+      throw DeviceError("nvCOMP could not bound the compressed size of a chunk");
+    }
+    return bytes;
+  };
+  c.compress = [](const void* const* inputs, const std::size_t* input_sizes, std::size_t max_chunk,
+                  std::size_t chunks, void* temp, std::size_t temp_bytes, void* const* outputs,
+                  std::size_t* output_sizes, int* statuses, cudaStream_t stream) {
+    const nvcompStatus_t status = g_zstd_compress.run(
+        inputs, input_sizes, max_chunk, chunks, temp, temp_bytes, outputs, output_sizes,
+        nvcompBatchedZstdCompressDefaultOpts, reinterpret_cast<nvcompStatus_t*>(statuses), stream);
+    if (status != nvcompSuccess) {
+      throw DeviceError("nvCOMP could not start compression (status " +
+                        std::to_string(static_cast<int>(status)) + ")");
+    }
+  };
+  // The documented limit of the batched zstd compressor's chunks.
+  c.max_chunk = std::size_t{16} << 20;
+  nvcompAlignmentRequirements_t a{};
+  if (s.alignments(nvcompBatchedZstdCompressDefaultOpts, &a) == nvcompSuccess) {
+    c.input_alignment = a.input;
+    c.output_alignment = a.output;
+    c.temp_alignment = a.temp;
+  }
+  return true;
+}
+
 }  // namespace
 #endif
 
@@ -113,6 +172,7 @@ Nvcomp::Nvcomp() {
   gzip_ = make<nvcompBatchedGzipDecompressOpts_t, g_gzip>();
   deflate_ = make<nvcompBatchedDeflateDecompressOpts_t, g_deflate>();
   lz4_ = make<nvcompBatchedLZ4DecompressOpts_t, g_lz4>();
+  has_zstd_compressor_ = resolve_zstd_compressor(lib, zstd_compressor_);
   loaded_ = true;
   error_.clear();
 #else
@@ -138,6 +198,11 @@ const BatchedDecompressor* Nvcomp::decompressor(GpuCodec codec) const {
       return &lz4_;
   }
   return nullptr;
+}
+
+const BatchedCompressor* Nvcomp::compressor(GpuCodec codec) const {
+  if (!loaded_ || codec != GpuCodec::kZstd || !has_zstd_compressor_) return nullptr;
+  return &zstd_compressor_;
 }
 
 }  // namespace zarr_device::cuda

@@ -1,5 +1,6 @@
-// nvCOMP's batched decompressors, loaded at run time (libnvcomp ships as an optional wheel,
-// nvidia-libnvcomp-cu13). Without it, compressed chunks are decoded on CPU threads.
+// nvCOMP's batched decompressors (and its zstd compressor), loaded at run time (libnvcomp ships as
+// an optional wheel, nvidia-libnvcomp-cu13). Without it, compressed chunks are decoded on CPU
+// threads.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,6 +27,20 @@ struct BatchedDecompressor {
   std::size_t temp_alignment = 8;
 };
 
+// One batched compressor; outputs are standard streams of the algorithm (zstd frames).
+struct BatchedCompressor {
+  std::size_t (*temp_size)(std::size_t chunks, std::size_t max_chunk, std::size_t total) = nullptr;
+  // The output capacity each chunk of at most `max_chunk` bytes needs.
+  std::size_t (*max_output)(std::size_t max_chunk) = nullptr;
+  void (*compress)(const void* const* inputs, const std::size_t* input_sizes, std::size_t max_chunk,
+                   std::size_t chunks, void* temp, std::size_t temp_bytes, void* const* outputs,
+                   std::size_t* output_sizes, int* statuses, cudaStream_t stream) = nullptr;
+  std::size_t max_chunk = 0;  // the largest chunk it takes
+  std::size_t input_alignment = 8;
+  std::size_t output_alignment = 8;
+  std::size_t temp_alignment = 8;
+};
+
 class Nvcomp {
  public:
   // The process-wide instance; loads libnvcomp on first use.
@@ -36,6 +51,8 @@ class Nvcomp {
   [[nodiscard]] const std::string& error() const { return error_; }
   // nullptr when the codec has no GPU decoder here.
   [[nodiscard]] const BatchedDecompressor* decompressor(GpuCodec codec) const;
+  // nullptr when the codec has no GPU compressor here (only zstd has one).
+  [[nodiscard]] const BatchedCompressor* compressor(GpuCodec codec) const;
 
  private:
   Nvcomp();
@@ -43,6 +60,8 @@ class Nvcomp {
   std::string library_;
   std::string error_;
   BatchedDecompressor zstd_, gzip_, deflate_, lz4_;
+  BatchedCompressor zstd_compressor_;
+  bool has_zstd_compressor_ = false;
 };
 
 }  // namespace zarr_device::cuda

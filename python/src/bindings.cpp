@@ -13,6 +13,7 @@
 
 #include "dlpack.hpp"
 #include "zarr_device/array.hpp"
+#include "zarr_device/cuda.hpp"
 #include "zarr_device/device.hpp"
 #include "zarr_device/errors.hpp"
 #include "zarr_device/store.hpp"
@@ -166,7 +167,7 @@ zd::dlpack::DataType dlpack_type(const zd::DataType& t) {
 // object exists (reads synchronise before returning), so any consumer stream may use it at once.
 class DeviceArray {
  public:
-  DeviceArray(std::shared_ptr<zd::DeviceAllocation> buffer, std::vector<std::int64_t> shape,
+  DeviceArray(std::shared_ptr<zd::DeviceBuffer> buffer, std::vector<std::int64_t> shape,
               const std::string& dtype)
       : buffer_(std::move(buffer)),
         shape_(std::move(shape)),
@@ -178,7 +179,7 @@ class DeviceArray {
 
   [[nodiscard]] const std::vector<std::int64_t>& shape() const { return shape_; }
   [[nodiscard]] std::string dtype() const { return std::string(dtype_->name); }
-  [[nodiscard]] int device() const { return buffer_->device(); }
+  [[nodiscard]] int device() const { return buffer_->device().index(); }
   [[nodiscard]] std::uintptr_t ptr() const {
     return reinterpret_cast<std::uintptr_t>(buffer_->data());
   }
@@ -187,7 +188,7 @@ class DeviceArray {
     auto* ctx = new Context{buffer_, shape_};
     zd::dlpack::Tensor t{};
     t.data = buffer_->data();
-    t.device = {zd::dlpack::kCUDA, buffer_->device()};
+    t.device = {zd::dlpack::kCUDA, buffer_->device().index()};
     t.ndim = static_cast<std::int32_t>(shape_.size());
     t.dtype = dlpack_type(*dtype_);
     t.shape = ctx->shape.data();
@@ -212,7 +213,7 @@ class DeviceArray {
 
  private:
   struct Context {
-    std::shared_ptr<zd::DeviceAllocation> buffer;
+    std::shared_ptr<zd::DeviceBuffer> buffer;
     std::vector<std::int64_t> shape;
   };
 
@@ -232,7 +233,7 @@ class DeviceArray {
     return nb::steal(cap);
   }
 
-  std::shared_ptr<zd::DeviceAllocation> buffer_;
+  std::shared_ptr<zd::DeviceBuffer> buffer_;
   std::vector<std::int64_t> shape_;
   const zd::DataType* dtype_;
 };
@@ -282,11 +283,12 @@ NB_MODULE(_core, m) {
   m.def(
       "local_store",
       [](const std::string& root, const std::string& io) {
-        if (io != "buffered" && io != "direct") {
-          throw zd::UsageError("io must be 'buffered' or 'direct', not '" + io + "'");
+        if (io != "buffered" && io != "direct" && io != "gds") {
+          throw zd::UsageError("io must be 'buffered', 'direct' or 'gds', not '" + io + "'");
         }
-        return zd::make_local_store(root,
-                                    io == "direct" ? zd::LocalIo::kDirect : zd::LocalIo::kBuffered);
+        return zd::make_local_store(root, io == "gds"      ? zd::LocalIo::kGds
+                                          : io == "direct" ? zd::LocalIo::kDirect
+                                                           : zd::LocalIo::kBuffered);
       },
       "root"_a, "io"_a = "buffered");
   m.def("memory_store", [] { return zd::make_memory_store(); });
@@ -300,19 +302,20 @@ NB_MODULE(_core, m) {
   m.def("cuda_device_count", &zd::cuda_device_count);
   m.def("cuda_build_info", [] { return json_to_python(zd::cuda_info()); });
 
-  nb::class_<zd::DeviceAllocation>(m, "DeviceBuffer")
+  nb::class_<zd::DeviceBuffer>(m, "DeviceBuffer")
       .def(nb::new_([](int device, std::size_t nbytes) {
-             return std::make_shared<zd::DeviceAllocation>(device, nbytes);
+             return std::make_shared<zd::DeviceBuffer>(
+                 zd::get_device("cuda:" + std::to_string(device)), nbytes);
            }),
            "device"_a, "nbytes"_a)
       .def_prop_ro(
           "ptr",
-          [](const zd::DeviceAllocation& b) { return reinterpret_cast<std::uintptr_t>(b.data()); })
-      .def_prop_ro("nbytes", &zd::DeviceAllocation::size)
-      .def_prop_ro("device", &zd::DeviceAllocation::device);
+          [](const zd::DeviceBuffer& b) { return reinterpret_cast<std::uintptr_t>(b.data()); })
+      .def_prop_ro("nbytes", &zd::DeviceBuffer::size)
+      .def_prop_ro("device", [](const zd::DeviceBuffer& b) { return b.device().index(); });
 
   nb::class_<DeviceArray>(m, "DeviceArray")
-      .def(nb::init<std::shared_ptr<zd::DeviceAllocation>, std::vector<std::int64_t>,
+      .def(nb::init<std::shared_ptr<zd::DeviceBuffer>, std::vector<std::int64_t>,
                     const std::string&>(),
            "buffer"_a, "shape"_a, "dtype"_a)
       .def_prop_ro("shape", &DeviceArray::shape)
@@ -423,6 +426,30 @@ NB_MODULE(_core, m) {
           "selection"_a, "device"_a, "out_ptr"_a, "out_nbytes"_a, "stream"_a = 0, "threads"_a = 0,
           "max_inflight_bytes"_a = 0, "gpu_decode"_a = "checked", "staging_bytes"_a = 0,
           "staging_slots"_a = 0)
+      .def(
+          "write_cuda",
+          [](const zd::Array& a, const Selection& selection, int device, std::uintptr_t values_ptr,
+             std::size_t values_nbytes, std::uintptr_t stream, int threads,
+             std::size_t max_inflight_bytes, const std::string& gpu_encode,
+             std::size_t staging_bytes) {
+            const auto sel = to_selection(selection);
+            zd::CudaWriteOptions options;
+            if (gpu_encode == "on") {
+              options.gpu_encode = zd::GpuEncode::kOn;
+            } else if (gpu_encode == "off") {
+              options.gpu_encode = zd::GpuEncode::kOff;
+            } else {
+              throw zd::UsageError("gpu_encode must be 'on' or 'off', not '" + gpu_encode + "'");
+            }
+            options.io = io_options(threads, max_inflight_bytes);
+            options.producer_stream = stream;
+            if (staging_bytes > 0) options.staging_bytes = staging_bytes;
+            nb::gil_scoped_release release;
+            zd::write_from_cuda(a, sel, device, reinterpret_cast<const void*>(values_ptr),
+                                values_nbytes, options);
+          },
+          "selection"_a, "device"_a, "values_ptr"_a, "values_nbytes"_a, "stream"_a = 0,
+          "threads"_a = 0, "max_inflight_bytes"_a = 0, "gpu_encode"_a = "on", "staging_bytes"_a = 0)
       .def(
           "bench_decode_cuda",
           [](const zd::Array& a, const Selection& selection, int device, int repeats,

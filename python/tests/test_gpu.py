@@ -789,4 +789,8 @@ def test_sharded_jax_array_from_per_device_reads(tmp_path: Path) -> None:
     whole = jax.make_array_from_single_device_arrays(shape, sharding, pieces)
     assert whole.sharding == sharding
     assert host_bytes(np.asarray(whole)) == host_bytes(values)
-    assert float(jax.numpy.sum(whole)) == pytest.approx(float(values.astype(np.float64).sum()), rel=1e-4)
+    # A computation over the sharded array (the values hold NaN and infinities: sum the finite ones).
+    jnp = jax.numpy
+    total = float(jnp.sum(jnp.where(jnp.isfinite(whole), whole, 0)))
+    finite = values[np.isfinite(values)].astype(np.float64)
+    assert total == pytest.approx(float(finite.sum()), rel=1e-4, abs=1e-3)

@@ -29,6 +29,25 @@ def _locate_nvcomp() -> None:
 
 _locate_nvcomp()
 
+
+def _locate_cufile() -> None:
+    # Likewise cuFile (GPUDirect Storage, io="gds"), from the nvidia-cufile wheel.
+    if "ZARR_DEVICE_CUFILE_LIBRARY" in _os.environ:
+        return
+    try:
+        import nvidia
+    except ImportError:
+        return
+    for root in nvidia.__path__:
+        for folder in ("cu13", "cufile"):
+            found = sorted(_glob.glob(_os.path.join(root, folder, "lib", "libcufile.so.*")))
+            if found:
+                _os.environ["ZARR_DEVICE_CUFILE_LIBRARY"] = found[0]
+                return
+
+
+_locate_cufile()
+
 from zarr_device.api import (
     Array,
     CreateMode,

@@ -73,6 +73,18 @@ class Array:
         staging_bytes: int = 0,
         staging_slots: int = 0,
     ) -> None: ...
+    def write_cuda(
+        self,
+        selection: list[tuple[int, int, int]],
+        device: int,
+        values_ptr: int,
+        values_nbytes: int,
+        stream: int = 0,
+        threads: int = 0,
+        max_inflight_bytes: int = 0,
+        gpu_encode: str = "on",
+        staging_bytes: int = 0,
+    ) -> None: ...
     def bench_decode_cuda(
         self,
         selection: list[tuple[int, int, int]],

@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from zarr_device import _core
 from zarr_device.config import get_config
-from zarr_device.devices import LIKES, DeviceLike, Like, read_to_device, resolve_target
+from zarr_device.devices import LIKES, DeviceLike, Like, read_to_device, resolve_target, write_from_device
 from zarr_device.dtypes import to_numpy_dtype, to_zarr_name
 from zarr_device.errors import NodeNotFoundError, UsageError
 from zarr_device.selection import normalize_selection
@@ -219,10 +219,14 @@ class Array:
         """Writes values (broadcast to the selection's shape) into a basic selection. Chunks that
         are only partly written are read, updated and written back; each chunk is replaced
         atomically. ``values``: anything NumPy takes, or a torch tensor, CuPy or JAX array on any
-        device (copied to the host once, then encoded on CPU threads)."""
+        device. From a CUDA device, chunks the selection covers whole are laid out (and zstd
+        chunks compressed: ``gpu_encode``) on the GPU and cross to the host once, encoded; other
+        devices' values are copied to the host once, then encoded on CPU threads."""
         if self._read_only:
             raise UsageError(f"array '{self.path}' is open read-only (open it with mode='r+')")
         sel = normalize_selection(selection, self.shape)
+        if write_from_device(self._core, list(sel.slices), sel.shape, values, get_config()):
+            return
         array = _host_values(values)
         if array.dtype != self._dtype:
             array = array.astype(self._dtype)

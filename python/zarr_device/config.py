@@ -30,6 +30,9 @@ class IoConfig:
     #: changes apply to devices not read from yet.
     staging_bytes: int = 256 << 20
     staging_slots: int = 4
+    #: Writes from CUDA device memory: "on" compresses zstd chunks on the GPU (nvCOMP; standard
+    #: frames, the codec's level not applied); "off" compresses on CPU threads (the level applied).
+    gpu_encode: Literal["on", "off"] = "on"
 
 
 _config = IoConfig(
@@ -38,6 +41,7 @@ _config = IoConfig(
     gpu_decode=os.environ.get("ZARR_DEVICE_GPU_DECODE", "checked"),  # type: ignore[arg-type]
     staging_bytes=int(os.environ.get("ZARR_DEVICE_STAGING_BYTES", str(256 << 20))),
     staging_slots=int(os.environ.get("ZARR_DEVICE_STAGING_SLOTS", "4")),
+    gpu_encode=os.environ.get("ZARR_DEVICE_GPU_ENCODE", "on"),  # type: ignore[arg-type]
 )
 
 
@@ -47,13 +51,15 @@ def get_config() -> IoConfig:
 
 
 def set_config(**changes: Any) -> IoConfig:
-    """Changes settings (``threads=``, ``max_inflight_bytes=``, ``gpu_decode=``) and returns the
-    previous ones."""
+    """Changes settings (``threads=``, ``max_inflight_bytes=``, ``gpu_decode=``, ``gpu_encode=``,
+    ``staging_bytes=``, ``staging_slots=``) and returns the previous ones."""
     global _config
-    if changes.get("gpu_decode", "checked") not in ("checked", "trusted", "off"):
-        from zarr_device.errors import UsageError
+    from zarr_device.errors import UsageError
 
+    if changes.get("gpu_decode", "checked") not in ("checked", "trusted", "off"):
         raise UsageError("gpu_decode must be 'checked', 'trusted' or 'off'")
+    if changes.get("gpu_encode", "on") not in ("on", "off"):
+        raise UsageError("gpu_encode must be 'on' or 'off'")
     previous = _config
     _config = replace(_config, **changes)
     return previous

@@ -12,7 +12,16 @@ import numpy as np
 from zarr_device.dtypes import to_numpy_dtype
 from zarr_device.errors import OutOfMemoryError, UsageError
 
-__all__ = ["cupy_dtype", "empty", "is_array", "device_index", "pointer", "check_out", "ready_stream"]
+__all__ = [
+    "cupy_dtype",
+    "empty",
+    "is_array",
+    "device_index",
+    "pointer",
+    "check_out",
+    "ready_stream",
+    "cuda_source",
+]
 
 
 def _cupy() -> Any:
@@ -73,6 +82,25 @@ def check_out(out: Any, shape: tuple[int, ...], zarr_name: str, device: int) -> 
     if not out.flags.c_contiguous:
         raise UsageError("out must be C-contiguous")
     return pointer(out)
+
+
+def cuda_source(values: Any, zarr_name: str, shape: tuple[int, ...]) -> tuple[int, int, int, int, Any] | None:
+    """Values to write, as :func:`zarr_device.torch.cuda_source` describes (None for types CuPy
+    lacks: those go through the host)."""
+    try:
+        dtype = cupy_dtype(zarr_name)
+    except UsageError:
+        return None
+    cupy = _cupy()
+    index = device_index(values)
+    with cupy.cuda.Device(index):
+        try:
+            source = cupy.ascontiguousarray(cupy.broadcast_to(values.astype(dtype, copy=False), shape))
+        except ValueError:
+            raise UsageError(f"values of shape {tuple(values.shape)} do not fit a selection of shape {shape}") from None
+        stream = int(cupy.cuda.get_current_stream().ptr)
+    address, nbytes = pointer(source)
+    return index, address, nbytes, stream, source
 
 
 def ready_stream(device: int) -> int:

@@ -346,6 +346,56 @@ def _read_to_cuda(
     return _read_device_array(core, slices, shape, index, config)
 
 
+def write_from_device(
+    core: _core.Array,
+    slices: Sequence[tuple[int, int, int]],
+    shape: tuple[int, ...],
+    values: Any,
+    config: IoConfig,
+) -> bool:
+    """Writes ``values`` held on a CUDA device (torch, CuPy or JAX) straight from device memory:
+    the engine lays chunks out, and compresses zstd chunks, on the GPU. False (nothing written)
+    for values elsewhere, which the caller writes through the host."""
+    from zarr_device import cupy as cupy_adapter
+    from zarr_device import torch as torch_adapter
+
+    source = None
+    if type(values).__module__.split(".")[0] == "jax" and _jax_on_gpu(values):
+        try:
+            from torch.utils.dlpack import from_dlpack
+        except ImportError:
+            return False
+        values = from_dlpack(values)
+    if torch_adapter.is_tensor(values):
+        source = torch_adapter.cuda_source(values, core.dtype, shape)
+    elif cupy_adapter.is_array(values):
+        source = cupy_adapter.cuda_source(values, core.dtype, shape)
+    if source is None or cuda_device_count() == 0:
+        return False
+    index, address, nbytes, stream, owner = source
+    if nbytes:
+        core.write_cuda(
+            list(slices),
+            index,
+            address,
+            nbytes,
+            stream,
+            config.threads,
+            config.max_inflight_bytes,
+            config.gpu_encode,
+            config.staging_bytes,
+        )
+    del owner  # the memory written from stays alive until here
+    return True
+
+
+def _jax_on_gpu(values: Any) -> bool:
+    try:
+        return all(d.platform == "gpu" for d in values.devices())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 def _read_device_array(
     core: _core.Array,
     slices: Sequence[tuple[int, int, int]],

@@ -27,11 +27,15 @@ class LocalStore:
 
     ``io``: "buffered" reads through the page cache; "direct" reads around it (O_DIRECT), for
     cold data read once, where caching it costs memory and a copy for nothing. File systems
-    without O_DIRECT fall back to the cache.
+    without O_DIRECT fall back to the cache. "gds": reads to a CUDA device move chunks stored as
+    their elements from the file straight into GPU memory through cuFile (GPUDirect Storage: DMA
+    from the drive where the nvidia-fs driver is loaded, cuFile's own copies elsewhere); other
+    chunks, and reads to the host, are read as with "direct". Without cuFile, reads fall back to
+    the pinned staging ring (``zarr_device.cuda_build_info()["cufile_error"]`` says why).
     """
 
     def __init__(
-        self, root: str | os.PathLike[str], *, io: Literal["buffered", "direct"] = "buffered"
+        self, root: str | os.PathLike[str], *, io: Literal["buffered", "direct", "gds"] = "buffered"
     ) -> None:
         self.root = Path(root).absolute()
         self.io = io

@@ -20,6 +20,7 @@ __all__ = [
     "check_out_shape",
     "ready_stream",
     "to_device",
+    "cuda_source",
 ]
 
 
@@ -136,6 +137,28 @@ def ready_stream(device_index: int) -> int:
     stream = torch.cuda.current_stream(device_index)
     stream.synchronize()
     return int(stream.cuda_stream)
+
+
+def cuda_source(values: Any, zarr_name: str, shape: tuple[int, ...]) -> tuple[int, int, int, int, Any] | None:
+    """Values on a CUDA device to write: (device index, address, bytes, producer stream, owner),
+    converted to ``zarr_name``, broadcast to ``shape`` and made C-contiguous on that device (the
+    owner keeps the memory alive). None for tensors elsewhere (or on ROCm, or of types torch cannot
+    convert to), which go through the host."""
+    torch = _torch()
+    if values.device.type != "cuda" or getattr(torch.version, "hip", None):
+        return None
+    try:
+        dtype = torch_dtype(zarr_name)
+    except UsageError:
+        return None
+    try:
+        source = values.detach().to(dtype).broadcast_to(shape).contiguous()
+    except RuntimeError:
+        raise UsageError(f"values of shape {tuple(values.shape)} do not fit a selection of shape {shape}") from None
+    index = int(source.device.index)
+    stream = int(torch.cuda.current_stream(index).cuda_stream)
+    address, nbytes = pointer(source)
+    return index, address, nbytes, stream, source
 
 
 def to_device(host: Any, device: str, out: Any = None) -> Any:

@@ -1,76 +1,111 @@
-// Reading into accelerator memory. CUDA support is compiled in where the toolkit is found at build
-// time; the CUDA runtime is linked statically and loads the driver lazily, so one build runs on
-// machines with and without GPUs (asking for a GPU where there is none raises DeviceError).
+// Devices the engine moves data to and from: memory, streams of ordered work, events and
+// asynchronous copies behind one interface, so the pipeline's stages (staging ring, copies,
+// decode buffers) are written once. The host ("cpu") and CUDA ("cuda:N") implement it; other
+// accelerators are reached through their framework's own copy until they get a native backend.
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
-#include <nlohmann/json.hpp>
-#include <span>
-
-#include "zarr_device/array.hpp"
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
 
 namespace zarr_device {
 
-// Which compressed chunks the GPU decodes. nvCOMP's decoders trust their input: a corrupt stream
-// can fault the GPU context (not just fail the read), and framing checks on the CPU cannot catch
-// damage inside a compressed block.
-enum class GpuDecode {
-  kChecked,  // only chunks whose bytes a checksum (crc32c) verified on the CPU vouches for
-  kTrusted,  // every chunk nvCOMP can decode, after the CPU's framing checks
-  kOff,      // none: decode on CPU threads, copy the result once
-};
+enum class DeviceKind { kCpu, kCuda };
 
-struct CudaReadOptions {
-  IoOptions io;
-  // Pinned host memory that chunk bytes pass through on their way to the GPU, split into slots
-  // that are filled, copied and decoded in turn (so reads overlap copies and decoding). Allocated
-  // once per device and reused.
-  std::size_t staging_bytes = std::size_t{256} << 20;
-  int slots = 4;
-  // A cudaStream_t whose earlier work must finish before the output is written (the stream the
-  // caller allocated `out` on); 0 for none.
-  std::uintptr_t consumer_stream = 0;
-  GpuDecode gpu_decode = GpuDecode::kChecked;
-};
+// Opaque handles: cudaStream_t / cudaEvent_t for CUDA. On the host, work runs when it is
+// enqueued, so streams and events are placeholders that are always complete.
+using StreamHandle = void*;
+using EventHandle = void*;
 
-// Number of CUDA devices; 0 when built without CUDA or when no driver or GPU is present.
-int cuda_device_count();
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
-// What the build and the machine offer: {"compiled": bool, "devices": n, "nvcomp": path or null,
-// "nvcomp_error": why nvCOMP could not be loaded, ...}.
-nlohmann::json cuda_info();
-
-// Reads `selection` of `array` into device memory: `out` on CUDA device `device`, C-contiguous,
-// `out_nbytes` long. Returns once the data is complete and visible to every stream. Decodes on the
-// GPU what nvCOMP and the engine's kernels can (zstd, gzip, zlib, lz4 after a CPU check of the
-// stream's framing; byte order, transpose and placement), everything else on CPU threads; each
-// chunk crosses PCIe once.
-void read_to_cuda(const Array& array, std::span<const DimSlice> selection, int device, void* out,
-                  std::size_t out_nbytes, const CudaReadOptions& options = {});
-
-// Times the GPU decode stage alone over the chunks of `selection` that a read would decode with
-// nvCOMP (their compressed bytes staged in device memory beforehand): {"seconds",
-// "compressed_bytes", "decoded_bytes", "chunks", ...}. For benchmarks.
-nlohmann::json measure_cuda_decode(const Array& array, std::span<const DimSlice> selection,
-                                   int device, int repeats, const CudaReadOptions& options = {});
-
-// Device memory owned by the engine (for results handed over through DLPack).
-class DeviceAllocation {
+class Device {
  public:
-  DeviceAllocation(int device, std::size_t nbytes);
-  ~DeviceAllocation();
-  DeviceAllocation(const DeviceAllocation&) = delete;
-  DeviceAllocation& operator=(const DeviceAllocation&) = delete;
+  virtual ~Device() = default;
+  Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  [[nodiscard]] virtual DeviceKind kind() const = 0;
+  [[nodiscard]] virtual int index() const = 0;
+  // "cpu", "cuda:0": the name get_device() takes.
+  [[nodiscard]] virtual std::string name() const = 0;
+
+  // Memory on the device; OutOfMemoryError when there is not enough. Zero bytes gives a valid,
+  // unique pointer.
+  [[nodiscard]] virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* pointer) noexcept = 0;
+  // Host memory the device copies to and from asynchronously (page-locked for CUDA). Slow to
+  // allocate: made once and reused (the staging ring).
+  [[nodiscard]] virtual void* allocate_host(std::size_t bytes) = 0;
+  virtual void deallocate_host(void* pointer) noexcept = 0;
+
+  // Streams run their work in order; work on different streams may overlap.
+  [[nodiscard]] virtual StreamHandle create_stream() = 0;
+  virtual void destroy_stream(StreamHandle stream) noexcept = 0;
+  [[nodiscard]] virtual EventHandle create_event() = 0;
+  virtual void destroy_event(EventHandle event) noexcept = 0;
+  // Marks the point in `stream` that `event` stands for from now on.
+  virtual void record(EventHandle event, StreamHandle stream) = 0;
+  // Later work on `stream` waits for the work before `event`.
+  virtual void wait(StreamHandle stream, EventHandle event) = 0;
+  // Blocks the calling thread until the work before `event` (or all work of `stream`) is done.
+  virtual void synchronize(EventHandle event) = 0;
+  virtual void synchronize_stream(StreamHandle stream) = 0;
+
+  // Enqueues a copy of `bytes` bytes; host pointers must come from allocate_host() for the copy to
+  // be asynchronous.
+  virtual void copy_async(void* destination, const void* source, std::size_t bytes, CopyKind kind,
+                          StreamHandle stream) = 0;
+  // Enqueues setting `bytes` bytes of device memory to `value`.
+  virtual void fill_async(void* destination, unsigned char value, std::size_t bytes,
+                          StreamHandle stream) = 0;
+};
+
+// The one registry of device kinds, keyed by the name's prefix ("cpu", "cuda"). A device is made
+// on first use and shared.
+class DeviceRegistry {
+ public:
+  using Factory = std::function<std::shared_ptr<Device>(int index)>;
+  static DeviceRegistry& instance();  // holds "cpu" and "cuda"
+  void add(std::string kind, Factory factory);
+  // "cpu", "cuda" (device 0), "cuda:N". UsageError for an unknown kind or a malformed name;
+  // DeviceError when the device does not exist or the build lacks its support.
+  [[nodiscard]] std::shared_ptr<Device> get(std::string_view name);
+
+ private:
+  DeviceRegistry();
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+inline std::shared_ptr<Device> get_device(std::string_view name) {
+  return DeviceRegistry::instance().get(name);
+}
+
+// Device memory owned by one object (results handed over through DLPack, scratch space).
+class DeviceBuffer {
+ public:
+  DeviceBuffer(std::shared_ptr<Device> device, std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
   [[nodiscard]] void* data() const { return data_; }
   [[nodiscard]] std::size_t size() const { return size_; }
-  [[nodiscard]] int device() const { return device_; }
+  [[nodiscard]] const Device& device() const { return *device_; }
 
  private:
-  int device_;
+  std::shared_ptr<Device> device_;
   std::size_t size_;
-  void* data_ = nullptr;
+  void* data_;
 };
+
+// The devices' built-in implementations (registered in DeviceRegistry; also for tests).
+std::shared_ptr<Device> make_cpu_device();
+// DeviceError when `index` names no CUDA device or the build has no CUDA support.
+std::shared_ptr<Device> make_cuda_device(int index);
 
 }  // namespace zarr_device

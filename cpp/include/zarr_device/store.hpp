@@ -68,8 +68,18 @@ class Store {
 
 // How a local store reads: through the page cache, or around it (O_DIRECT: for cold data read once,
 // where the cache's copy is work and memory spent for nothing). Where the file system has no
-// O_DIRECT, direct reads fall back to the cache.
-enum class LocalIo { kBuffered, kDirect };
+// O_DIRECT, direct reads fall back to the cache. kGds: reads into GPU memory go through cuFile
+// (GPUDirect Storage: DMA from the drive where the driver offers it); other reads are direct.
+enum class LocalIo { kBuffered, kDirect, kGds };
+
+// An optional capability of stores whose values are files: where a value lives and how it should
+// be read, for readers that move file bytes themselves (GPUDirect Storage).
+class FileBacked {
+ public:
+  virtual ~FileBacked() = default;
+  [[nodiscard]] virtual std::filesystem::path file_path(std::string_view key) const = 0;
+  [[nodiscard]] virtual LocalIo io() const = 0;
+};
 
 // A directory on a local file system. Values are files; writes go to a temporary file that is
 // then renamed over the key, so a crash never leaves a half-written chunk visible.

@@ -45,6 +45,9 @@ class CodecChain {
   // For readers that run some stages elsewhere (the GPU path): the codecs of each kind, and the
   // selection and destination rewritten onto the array the array->bytes codec sees (returns
   // that array's spec).
+  [[nodiscard]] std::span<const std::shared_ptr<const ArrayToArrayCodec>> array_to_array() const {
+    return array_to_array_;
+  }
   [[nodiscard]] const ArrayToBytesCodec& array_to_bytes() const { return *array_to_bytes_; }
   [[nodiscard]] std::span<const std::shared_ptr<const BytesToBytesCodec>> bytes_to_bytes() const {
     return bytes_to_bytes_;
@@ -75,6 +78,10 @@ class ShardLayout {
   // chunk in C order, nullopt for chunks not stored.
   [[nodiscard]] virtual std::vector<std::optional<Entry>> read_index(
       const RangeReader& read, std::uint64_t total_size) const = 0;
+  // A stored shard made of inner chunks encoded elsewhere (one per inner chunk, C order; nullopt
+  // for chunks not stored). nullopt when no chunk is stored: there is nothing to write.
+  [[nodiscard]] virtual std::optional<Buffer> assemble(
+      std::span<const std::optional<Buffer>> chunks) const = 0;
 };
 
 }  // namespace zarr_device::codecs

@@ -102,12 +102,10 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
     const auto& inner = inner_.spec();
     const std::size_t es = spec.dtype->size;
     const auto shard_strides = place::c_strides(spec.shape, es);
-    std::vector<Buffer> chunks(num_inner_);
-    std::vector<IndexEntry> index(num_inner_, {kMissing, kMissing});
     ByteArray scratch(inner.nbytes());
     const StridedView scratch_view{scratch.data(), inner.shape, place::c_strides(inner.shape, es)};
     std::vector<std::int64_t> coords(chunks_per_shard_.size(), 0);
-    std::uint64_t offset = index_at_start_ ? index_size_ : 0;
+    std::vector<std::optional<Buffer>> chunks(num_inner_);
     for (std::size_t i = 0; i < num_inner_; ++i) {
       std::size_t rest = i;
       std::int64_t src_offset = 0;
@@ -118,11 +116,22 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
       }
       place::copy_strided(shard.data() + src_offset, shard_strides, scratch_view, es);
       if (place::is_all_fill(scratch.span(), inner.fill_value)) continue;
-      auto encoded = inner_.encode(scratch.span());
-      if (!encoded) continue;
-      index[i] = {offset, encoded->size()};
-      offset += encoded->size();
-      chunks[i] = std::move(*encoded);
+      chunks[i] = inner_.encode(scratch.span());
+    }
+    return assemble(chunks);
+  }
+
+  std::optional<Buffer> assemble(std::span<const std::optional<Buffer>> chunks) const override {
+    if (chunks.size() != num_inner_) {
+      throw UsageError("a shard of " + std::to_string(num_inner_) + " chunks given " +
+                       std::to_string(chunks.size()));
+    }
+    std::vector<IndexEntry> index(num_inner_, {kMissing, kMissing});
+    std::uint64_t offset = index_at_start_ ? index_size_ : 0;
+    for (std::size_t i = 0; i < num_inner_; ++i) {
+      if (!chunks[i]) continue;
+      index[i] = {offset, chunks[i]->size()};
+      offset += chunks[i]->size();
     }
     if (std::all_of(index.begin(), index.end(), [](const IndexEntry& e) { return e.missing(); })) {
       return std::nullopt;
@@ -145,8 +154,9 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
       p += index_size_;
     }
     for (const auto& c : chunks) {
-      if (!c.empty()) std::memcpy(p, c.data(), c.size());
-      p += c.size();
+      if (!c || c->empty()) continue;
+      std::memcpy(p, c->data(), c->size());
+      p += c->size();
     }
     if (!index_at_start_) std::memcpy(p, encoded_index->data(), index_size_);
     return std::move(out).freeze();

@@ -1,6 +1,7 @@
 // The device entry points of a build without the CUDA toolkit.
 #ifndef ZARR_DEVICE_WITH_CUDA
 
+#include "zarr_device/cuda.hpp"
 #include "zarr_device/device.hpp"
 
 namespace zarr_device {
@@ -27,11 +28,12 @@ nlohmann::json measure_cuda_decode(const Array&, std::span<const DimSlice>, int,
   no_cuda();
 }
 
-DeviceAllocation::DeviceAllocation(int device, std::size_t nbytes)
-    : device_(device), size_(nbytes) {
+void write_from_cuda(const Array&, std::span<const DimSlice>, int, const void*, std::size_t,
+                     const CudaWriteOptions&) {
   no_cuda();
 }
-DeviceAllocation::~DeviceAllocation() = default;
+
+std::shared_ptr<Device> make_cuda_device(int /*index*/) { no_cuda(); }
 
 }  // namespace zarr_device
 

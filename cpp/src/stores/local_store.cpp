@@ -41,9 +41,13 @@ class FileHandle {
 
 std::string errno_text(int err) { return std::system_category().message(err); }
 
-class LocalStore final : public Store {
+class LocalStore final : public Store, public FileBacked {
  public:
-  LocalStore(fs::path root, LocalIo io) : root_(std::move(root)), direct_(io == LocalIo::kDirect) {}
+  LocalStore(fs::path root, LocalIo io)
+      : root_(std::move(root)), io_(io), direct_(io != LocalIo::kBuffered) {}
+
+  fs::path file_path(std::string_view key) const override { return resolve(key); }
+  LocalIo io() const override { return io_; }
 
   std::optional<Buffer> get(std::string_view key, ByteRange range) const override {
     auto value = open_value(key);
@@ -352,6 +356,7 @@ class LocalStore final : public Store {
   }
 
   fs::path root_;
+  LocalIo io_;
   bool direct_ = false;
 };
 

@@ -1,0 +1,660 @@
+// The GPU write path, the read path's stages backwards: chunks the selection covers whole are laid
+// out as stored on the GPU (transposes, byte order), checked there for holding only the fill
+// value, compressed there (nvCOMP zstd, standard frames), packed and copied to pinned host memory
+// in one transfer per batch; CPU threads add checksums, assemble shards and store them while the
+// GPU works on the next batch. Chunks covered in part go through the CPU's read-modify-write.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "codecs/codec_chain.hpp"
+#include "cuda_check.hpp"
+#include "device_memory.hpp"
+#include "engine/thread_pool.hpp"
+#include "kernels.hpp"
+#include "nvcomp_api.hpp"
+#include "place/chunk_grid.hpp"
+#include "place/strided_copy.hpp"
+#include "zarr_device/cuda.hpp"
+#include "zarr_device/device.hpp"
+
+namespace zarr_device {
+namespace cuda {
+namespace {
+
+constexpr std::size_t kMaxBatch = 8192;  // chunks per batch
+constexpr std::size_t kAlignment = 256;
+
+std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+// How the chunks of one codec chain are encoded: the GPU's part and the CPU's part after it.
+struct EncodePlan {
+  bool on_gpu = false;             // the GPU can lay out this chain's chunks
+  std::vector<std::size_t> order;  // stored dimension i is chunk dimension order[i]
+  bool swap = false;               // big-endian elements
+  std::size_t swap_unit = 1;
+  const BatchedCompressor* compressor = nullptr;  // the first bytes->bytes codec, on the GPU
+  std::size_t cpu_codecs_from = 0;                // bytes->bytes codecs run on the CPU from here
+  std::vector<std::byte> stored_fill;             // the fill value as stored (byte order)
+  std::vector<std::int64_t> stored_strides;       // bytes, per chunk dimension, into the layout
+};
+
+EncodePlan plan_encoding(const codecs::CodecChain& chain, const Nvcomp& nvcomp, GpuEncode mode) {
+  EncodePlan plan;
+  const ChunkSpec& spec = chain.spec();
+  const std::size_t rank = spec.shape.size();
+  plan.order.resize(rank);
+  std::iota(plan.order.begin(), plan.order.end(), std::size_t{0});
+  for (const auto& codec : chain.array_to_array()) {
+    if (codec->name() != "transpose") return plan;
+    const auto order = codec->to_json()["configuration"]["order"].get<std::vector<std::size_t>>();
+    const auto before = plan.order;
+    for (std::size_t i = 0; i < rank; ++i) plan.order[i] = before[order[i]];
+  }
+  const auto layout = chain.array_to_bytes().plain_layout();
+  if (!layout) return plan;
+  const std::size_t es = spec.dtype->size;
+  plan.swap = *layout == Endian::kBig && spec.dtype->swap_unit > 1;
+  plan.swap_unit = plan.swap ? spec.dtype->swap_unit : 1;
+  plan.stored_fill = spec.fill_value;
+  if (plan.swap) {
+    for (std::size_t u = 0; u < es; u += plan.swap_unit) {
+      std::reverse(plan.stored_fill.begin() + static_cast<std::ptrdiff_t>(u),
+                   plan.stored_fill.begin() + static_cast<std::ptrdiff_t>(u + plan.swap_unit));
+    }
+  }
+  std::vector<std::int64_t> stored_shape(rank);
+  for (std::size_t i = 0; i < rank; ++i) stored_shape[i] = spec.shape[plan.order[i]];
+  const auto stored_c = place::c_strides(stored_shape, es);
+  plan.stored_strides.resize(rank);
+  for (std::size_t i = 0; i < rank; ++i) plan.stored_strides[plan.order[i]] = stored_c[i];
+  const auto b2b = chain.bytes_to_bytes();
+  if (mode == GpuEncode::kOn && !b2b.empty() &&
+      (b2b[0]->name() == "zstd" || b2b[0]->name() == "numcodecs.zstd")) {
+    const auto* compressor = nvcomp.compressor(GpuCodec::kZstd);
+    if (compressor && spec.nbytes() > 0 && spec.nbytes() <= compressor->max_chunk) {
+      plan.compressor = compressor;
+      plan.cpu_codecs_from = 1;
+    }
+  }
+  plan.on_gpu = es <= 16;
+  return plan;
+}
+
+[[nodiscard]] bool is_identity(std::span<const std::size_t> order) {
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (order[i] != i) return false;
+  }
+  return true;
+}
+
+// One chunk to encode (an inner chunk of a shard, or a chunk).
+struct WriteLeaf {
+  bool outside = false;               // wholly outside the array: fill value, nothing to store
+  std::vector<std::int64_t> region;   // its elements inside the array (the rest is fill)
+  const std::byte* source = nullptr;  // device: the region's first element in `values`
+  const std::byte* input = nullptr;   // device: the chunk as stored (in staging, or in `values`)
+  std::size_t staging = SIZE_MAX;     // offset in the slot's staging when laid out there
+  std::size_t output = 0;             // offset of its compressed output
+  std::size_t host = 0;               // offset in pinned host memory (uncompressed chains)
+  std::size_t index = 0;              // in the batch's arrays
+};
+
+// One stored value: a chunk, or a shard of inner chunks.
+struct WriteItem {
+  std::size_t cell = 0;  // in the selection's chunk grid
+  std::string key;
+  std::vector<WriteLeaf> leaves;
+};
+
+// The per-batch arrays the kernels and nvCOMP read and write (host and device alike).
+struct WriteArrays {
+  const void** inputs;
+  std::size_t* input_sizes;
+  void** outputs;
+  std::size_t* output_sizes;
+  std::size_t* offsets;
+  int* statuses;
+  int* flags;
+  std::byte* fill;
+  static constexpr std::size_t bytes() { return kMaxBatch * (5 * 8 + 2 * sizeof(int)) + 64; }
+  static WriteArrays at(std::byte* base) {
+    WriteArrays a{};
+    a.inputs = reinterpret_cast<const void**>(base);
+    a.input_sizes = reinterpret_cast<std::size_t*>(base + kMaxBatch * 8);
+    a.outputs = reinterpret_cast<void**>(base + kMaxBatch * 16);
+    a.output_sizes = reinterpret_cast<std::size_t*>(base + kMaxBatch * 24);
+    a.offsets = reinterpret_cast<std::size_t*>(base + kMaxBatch * 32);
+    a.statuses = reinterpret_cast<int*>(base + kMaxBatch * 40);
+    a.flags = reinterpret_cast<int*>(base + kMaxBatch * 44);
+    a.fill = base + kMaxBatch * 48;
+    return a;
+  }
+};
+
+struct WriteSlot {
+  std::byte* host = nullptr;    // pinned: encoded chunks, then the arrays
+  std::byte* arrays = nullptr;  // device: the arrays
+  DeviceScratch staging;        // device: chunks laid out as stored; later packed output
+  DeviceScratch compressed;     // device: nvCOMP's outputs, one bound-sized place per chunk
+  cudaStream_t stream = nullptr;
+  cudaEvent_t encoded = nullptr;   // statuses, sizes and flags are on the host
+  cudaEvent_t copied = nullptr;    // the encoded bytes are on the host
+  std::size_t begin = 0, end = 0;  // the batch's items
+  std::size_t leaves = 0;
+  bool busy = false;
+};
+
+// A device's write staging, made once and kept (pinned allocations are slow and synchronise).
+class WriteContext {
+ public:
+  WriteContext(int device, std::size_t staging_bytes)
+      : gpu(get_device("cuda:" + std::to_string(device))),
+        slot_bytes(align_up(std::max<std::size_t>(staging_bytes, 1 << 20), 1 << 20)),
+        temp(gpu) {
+    for (auto& s : slots) {
+      s.host = static_cast<std::byte*>(gpu->allocate_host(slot_bytes + WriteArrays::bytes()));
+      s.arrays = static_cast<std::byte*>(gpu->allocate(WriteArrays::bytes()));
+      s.staging = DeviceScratch(gpu);
+      s.compressed = DeviceScratch(gpu);
+      s.stream = static_cast<cudaStream_t>(gpu->create_stream());
+      s.encoded = static_cast<cudaEvent_t>(gpu->create_event());
+      s.copied = static_cast<cudaEvent_t>(gpu->create_event());
+      streams.push_back(s.stream);
+    }
+  }
+  // Kept for the life of the process, like the read ring.
+
+  std::shared_ptr<Device> gpu;
+  // Each slot's buffers (laid-out chunks and compressed outputs on the device, encoded chunks in
+  // pinned memory) hold this much: enough for several shards, whose stores then run in parallel.
+  std::size_t slot_bytes;
+  std::mutex mutex;  // one write at a time per device
+  WriteSlot slots[2];
+  std::vector<StreamHandle> streams;
+  SharedTemp temp;
+};
+
+WriteContext& write_context_for(int device, std::size_t staging_bytes) {
+  static std::mutex mutex;
+  static std::map<int, WriteContext*> contexts;
+  std::lock_guard lock(mutex);
+  auto& ctx = contexts[device];
+  if (!ctx) ctx = new WriteContext(device, staging_bytes);
+  return *ctx;
+}
+
+// Copies a box of device memory (`shape` elements at `src`, byte strides `src_strides`) to
+// C-contiguous host memory: two-dimensional copies of its two innermost merged dimensions.
+void copy_box_to_host(const std::byte* src, std::span<const std::int64_t> shape,
+                      std::span<const std::int64_t> src_strides, std::byte* dst, std::size_t es) {
+  const auto dst_strides = place::c_strides(shape, es);
+  auto loop = place::simplify_copy(shape, src_strides, dst_strides);
+  if (loop.shape.empty() || loop.src.back() != static_cast<std::int64_t>(es)) {
+    // Single elements, or an innermost dimension that is not contiguous: add a unit one.
+    loop.shape.push_back(1);
+    loop.src.push_back(static_cast<std::int64_t>(es));
+    loop.dst.push_back(static_cast<std::int64_t>(es));
+  }
+  const std::size_t r = loop.shape.size();
+  const std::int64_t width = loop.shape[r - 1] * static_cast<std::int64_t>(es);
+  const std::int64_t height = r >= 2 ? loop.shape[r - 2] : 1;
+  const std::int64_t spitch = r >= 2 ? loop.src[r - 2] : width;
+  const std::int64_t dpitch = r >= 2 ? loop.dst[r - 2] : width;
+  const std::size_t outer_rank = r >= 2 ? r - 2 : 0;
+  std::int64_t outer = 1;
+  for (std::size_t d = 0; d < outer_rank; ++d) outer *= loop.shape[d];
+  for (std::int64_t i = 0; i < outer; ++i) {
+    std::int64_t rest = i;
+    std::int64_t s = 0;
+    std::int64_t t = 0;
+    for (std::size_t d = outer_rank; d-- > 0;) {
+      const std::int64_t index = rest % loop.shape[d];
+      rest /= loop.shape[d];
+      s += index * loop.src[d];
+      t += index * loop.dst[d];
+    }
+    ZD_CUDA_CHECK(cudaMemcpy2D(dst + t, static_cast<std::size_t>(dpitch), src + s,
+                               static_cast<std::size_t>(spitch), static_cast<std::size_t>(width),
+                               static_cast<std::size_t>(height), cudaMemcpyDeviceToHost));
+  }
+}
+
+class Writer {
+ public:
+  Writer(const Array& array, int device, const CudaWriteOptions& options)
+      : array_(array),
+        device_(device),
+        options_(options),
+        workers_(options.io.threads > 0 ? static_cast<std::size_t>(options.io.threads)
+                                        : std::max(1U, std::thread::hardware_concurrency())),
+        pool_(engine::ThreadPool::shared(workers_)) {}
+
+  void write(std::span<const DimSlice> selection, const void* values, std::size_t nbytes);
+
+ private:
+  // Leaves of a chunk the selection covers whole (its origin at `origin` in `values`).
+  void plan_item(WriteItem& item, std::span<const std::int64_t> chunk,
+                 std::span<const std::int64_t> origin);
+  void launch(WriteSlot& slot, std::span<WriteItem> items);
+  void copy_back(WriteSlot& slot, std::span<WriteItem> items);
+  void store(WriteSlot& slot, std::span<WriteItem> items);
+  void write_through_host(std::span<const DimSlice> selection,
+                          const place::GridIntersection::Item& item);
+  [[nodiscard]] std::string where(const std::string& key) const {
+    return array_.describe() + ", chunk '" + key + "'";
+  }
+
+  const Array& array_;
+  int device_;
+  CudaWriteOptions options_;
+  std::size_t workers_;
+  engine::ThreadPool& pool_;
+  const codecs::CodecChain* leaf_chain_ = nullptr;  // the chain each leaf is encoded with
+  const codecs::ShardLayout* shard_ = nullptr;
+  EncodePlan plan_;
+  std::size_t leaf_bytes_ = 0;
+  std::size_t max_output_ = 0;  // the compressor's bound for one leaf
+  const std::byte* values_ = nullptr;
+  std::vector<std::int64_t> value_strides_;
+  WriteContext* ctx_ = nullptr;
+};
+
+void Writer::plan_item(WriteItem& item, std::span<const std::int64_t> chunk,
+                       std::span<const std::int64_t> origin) {
+  const auto& meta = array_.metadata();
+  const std::size_t rank = meta.shape.size();
+  const auto& leaf_shape = leaf_chain_->spec().shape;
+  // The leaves of the chunk: one, or the shard's inner chunks in C order.
+  std::vector<std::int64_t> per(rank, 1);
+  if (shard_) {
+    const auto cps = shard_->chunks_per_shard();
+    per.assign(cps.begin(), cps.end());
+  }
+  std::size_t count = 1;
+  for (auto n : per) count *= static_cast<std::size_t>(n);
+  item.leaves.resize(count);
+  std::vector<std::int64_t> coords(rank, 0);
+  for (std::size_t i = 0; i < count; ++i) {
+    std::size_t rest = i;
+    for (std::size_t d = rank; d-- > 0;) {
+      coords[d] = static_cast<std::int64_t>(rest % static_cast<std::size_t>(per[d]));
+      rest /= static_cast<std::size_t>(per[d]);
+    }
+    auto& leaf = item.leaves[i];
+    leaf.region.resize(rank);
+    std::int64_t offset = 0;
+    for (std::size_t d = 0; d < rank; ++d) {
+      const std::int64_t within = coords[d] * leaf_shape[d];
+      const std::int64_t start = chunk[d] * meta.chunk_shape[d] + within;
+      leaf.region[d] = std::clamp<std::int64_t>(meta.shape[d] - start, 0, leaf_shape[d]);
+      if (leaf.region[d] == 0) leaf.outside = true;
+      offset += (origin[d] + within) * value_strides_[d];
+    }
+    if (!leaf.outside) leaf.source = values_ + offset;
+  }
+}
+
+void Writer::launch(WriteSlot& slot, std::span<WriteItem> items) {
+  const std::size_t es = leaf_chain_->spec().dtype->size;
+  const auto& leaf_shape = leaf_chain_->spec().shape;
+  auto host = WriteArrays::at(slot.host + ctx_->slot_bytes);
+  auto dev = WriteArrays::at(slot.arrays);
+  const bool compress = plan_.compressor != nullptr;
+  // Place every leaf: laid out in staging, or read where it is.
+  std::size_t staged = 0;
+  std::size_t outputs = 0;
+  std::size_t host_bytes = 0;
+  std::size_t n = 0;
+  for (auto& item : items) {
+    for (auto& leaf : item.leaves) {
+      if (leaf.outside) continue;
+      leaf.index = n++;
+      const bool whole = leaf.region == leaf_shape;
+      const StridedView in_values{const_cast<std::byte*>(leaf.source), leaf.region, value_strides_};
+      const bool direct =
+          whole && !plan_.swap && is_identity(plan_.order) &&
+          place::is_c_contiguous(in_values, es) &&
+          (!compress ||
+           reinterpret_cast<std::uintptr_t>(leaf.source) % plan_.compressor->input_alignment == 0);
+      if (direct) {
+        leaf.staging = SIZE_MAX;
+      } else {
+        leaf.staging = staged;
+        staged += align_up(leaf_bytes_, kAlignment);
+      }
+      if (compress) {
+        leaf.output = outputs;
+        outputs += align_up(max_output_, kAlignment);
+      } else {
+        leaf.host = host_bytes;
+        host_bytes += align_up(leaf_bytes_, kAlignment);
+      }
+    }
+  }
+  slot.leaves = n;
+  std::byte* staging = slot.staging.reserve(std::max(staged, compress ? outputs : 0) + kAlignment);
+  std::byte* compressed = compress ? slot.compressed.reserve(outputs) : nullptr;
+  ZD_CUDA_CHECK(cudaSetDevice(device_));
+  // Lay out what is not stored as it lies: fill value around edge regions, transposes, byte order.
+  std::memcpy(host.fill, plan_.stored_fill.data(), plan_.stored_fill.size());
+  ZD_CUDA_CHECK(cudaMemcpyAsync(dev.fill, host.fill, plan_.stored_fill.size(),
+                                cudaMemcpyHostToDevice, slot.stream));
+  const std::vector<std::int64_t> zeros(leaf_shape.size(), 0);
+  for (auto& item : items) {
+    for (auto& leaf : item.leaves) {
+      if (leaf.outside) continue;
+      if (leaf.staging == SIZE_MAX) {
+        leaf.input = leaf.source;
+      } else {
+        std::byte* at = staging + leaf.staging;
+        leaf.input = at;
+        if (leaf.region != leaf_shape) {
+          launch_strided_copy(
+              plan_strided_copy(dev.fill, zeros, StridedView{at, leaf_shape, plan_.stored_strides},
+                                es, false, 1),
+              slot.stream);
+        }
+        launch_strided_copy(plan_strided_copy(leaf.source, value_strides_,
+                                              StridedView{at, leaf.region, plan_.stored_strides},
+                                              es, plan_.swap, plan_.swap_unit),
+                            slot.stream);
+        ZD_CUDA_CHECK(cudaGetLastError());
+      }
+      host.inputs[leaf.index] = leaf.input;
+      host.input_sizes[leaf.index] = leaf_bytes_;
+      if (compress) host.outputs[leaf.index] = compressed + leaf.output;
+    }
+  }
+  if (n == 0) {
+    ZD_CUDA_CHECK(cudaEventRecord(slot.encoded, slot.stream));
+    ZD_CUDA_CHECK(cudaEventRecord(slot.copied, slot.stream));
+    slot.busy = true;
+    return;
+  }
+  ZD_CUDA_CHECK(cudaMemcpyAsync(dev.inputs, host.inputs, n * sizeof(void*), cudaMemcpyHostToDevice,
+                                slot.stream));
+  ZD_CUDA_CHECK(cudaMemcpyAsync(dev.input_sizes, host.input_sizes, n * sizeof(std::size_t),
+                                cudaMemcpyHostToDevice, slot.stream));
+  if (compress) {
+    ZD_CUDA_CHECK(cudaMemcpyAsync(dev.outputs, host.outputs, n * sizeof(void*),
+                                  cudaMemcpyHostToDevice, slot.stream));
+  }
+  ZD_CUDA_CHECK(cudaMemsetAsync(dev.flags, 0, n * sizeof(int), slot.stream));
+  launch_mark_non_fill(dev.inputs, dev.input_sizes, n, host.fill, static_cast<int>(es), dev.flags,
+                       slot.stream);
+  ZD_CUDA_CHECK(cudaGetLastError());
+  if (compress) {
+    const std::size_t temp_bytes = plan_.compressor->temp_size(n, leaf_bytes_, n * leaf_bytes_);
+    std::byte* temp =
+        temp_bytes ? ctx_->temp.acquire(temp_bytes, slot.stream, ctx_->streams) : nullptr;
+    plan_.compressor->compress(dev.inputs, dev.input_sizes, leaf_bytes_, n, temp, temp_bytes,
+                               dev.outputs, dev.output_sizes, dev.statuses, slot.stream);
+    if (temp) ctx_->temp.release(slot.stream);
+    // The staging's laid-out chunks are consumed: the packed output goes there.
+    launch_pack(dev.outputs, dev.output_sizes, n, staging, dev.offsets, slot.stream);
+    ZD_CUDA_CHECK(cudaGetLastError());
+    ZD_CUDA_CHECK(cudaMemcpyAsync(host.output_sizes, dev.output_sizes, n * sizeof(std::size_t),
+                                  cudaMemcpyDeviceToHost, slot.stream));
+    ZD_CUDA_CHECK(cudaMemcpyAsync(host.offsets, dev.offsets, n * sizeof(std::size_t),
+                                  cudaMemcpyDeviceToHost, slot.stream));
+    ZD_CUDA_CHECK(cudaMemcpyAsync(host.statuses, dev.statuses, n * sizeof(int),
+                                  cudaMemcpyDeviceToHost, slot.stream));
+  } else {
+    // Sizes are known: the chunks cross now (adjacent ones in one copy).
+    const std::byte* src = nullptr;
+    std::size_t dst = 0;
+    std::size_t len = 0;
+    auto flush = [&] {
+      if (len) {
+        ZD_CUDA_CHECK(
+            cudaMemcpyAsync(slot.host + dst, src, len, cudaMemcpyDeviceToHost, slot.stream));
+      }
+      len = 0;
+    };
+    for (auto& item : items) {
+      for (auto& leaf : item.leaves) {
+        if (leaf.outside) continue;
+        if (len && leaf.input == src + len && leaf.host == dst + len) {
+          len += leaf_bytes_;
+          continue;
+        }
+        flush();
+        src = leaf.input;
+        dst = leaf.host;
+        len = leaf_bytes_;
+      }
+    }
+    flush();
+  }
+  ZD_CUDA_CHECK(
+      cudaMemcpyAsync(host.flags, dev.flags, n * sizeof(int), cudaMemcpyDeviceToHost, slot.stream));
+  ZD_CUDA_CHECK(cudaEventRecord(slot.encoded, slot.stream));
+  if (!compress) ZD_CUDA_CHECK(cudaEventRecord(slot.copied, slot.stream));
+  slot.busy = true;
+}
+
+// Once the sizes are known: the packed compressed chunks cross to the host in one copy.
+void Writer::copy_back(WriteSlot& slot, std::span<WriteItem> items) {
+  if (plan_.compressor == nullptr || slot.leaves == 0) return;
+  ZD_CUDA_CHECK(cudaEventSynchronize(slot.encoded));
+  const auto host = WriteArrays::at(slot.host + ctx_->slot_bytes);
+  for (const auto& item : items) {
+    for (const auto& leaf : item.leaves) {
+      if (leaf.outside) continue;
+      const int status = host.statuses[leaf.index];
+      if (status != 0) {
+        throw CodecError(where(item.key) + ": the GPU compressor reported status " +
+                         std::to_string(status));
+      }
+    }
+  }
+  const std::size_t last = slot.leaves - 1;
+  const std::size_t total = host.offsets[last] + host.output_sizes[last];
+  if (total > ctx_->slot_bytes) {
+    throw CodecError(array_.describe() + ": compressed chunks of " + std::to_string(total) +
+                     " bytes exceed the staging of " + std::to_string(ctx_->slot_bytes) +
+                     " bytes; raise staging_bytes");
+  }
+  ZD_CUDA_CHECK(cudaSetDevice(device_));
+  ZD_CUDA_CHECK(
+      cudaMemcpyAsync(slot.host, slot.staging.data(), total, cudaMemcpyDeviceToHost, slot.stream));
+  ZD_CUDA_CHECK(cudaEventRecord(slot.copied, slot.stream));
+}
+
+// Checksums, shard assembly and the store, on CPU threads.
+void Writer::store(WriteSlot& slot, std::span<WriteItem> items) {
+  ZD_CUDA_CHECK(cudaEventSynchronize(slot.copied));
+  slot.busy = false;
+  const auto host = WriteArrays::at(slot.host + ctx_->slot_bytes);
+  const bool compress = plan_.compressor != nullptr;
+  const auto b2b = leaf_chain_->bytes_to_bytes();
+  Store& store = *array_.store();
+  pool_.parallel_for(items.size(), workers_, [&](std::size_t i) {
+    auto& item = items[i];
+    try {
+      std::vector<std::optional<Buffer>> encoded(item.leaves.size());
+      for (std::size_t j = 0; j < item.leaves.size(); ++j) {
+        const auto& leaf = item.leaves[j];
+        if (leaf.outside || host.flags[leaf.index] == 0) continue;
+        // Views of the pinned memory, which stays untouched until this function returns: the
+        // shard assembly or the store's write is the one copy.
+        Buffer bytes = compress ? Buffer({}, slot.host + host.offsets[leaf.index],
+                                         host.output_sizes[leaf.index])
+                                : Buffer({}, slot.host + leaf.host, leaf_bytes_);
+        for (std::size_t c = plan_.cpu_codecs_from; c < b2b.size(); ++c) {
+          bytes = b2b[c]->encode(bytes);
+        }
+        encoded[j] = std::move(bytes);
+      }
+      const std::optional<Buffer> value = shard_ ? shard_->assemble(encoded) : encoded[0];
+      if (value) {
+        store.set(item.key, value->span());
+      } else {
+        store.erase(item.key);
+      }
+    } catch (Error& e) {
+      e.add_context(where(item.key));
+      throw;
+    }
+  });
+}
+
+void Writer::write_through_host(std::span<const DimSlice> selection,
+                                const place::GridIntersection::Item& item) {
+  const std::size_t es = array_.metadata().dtype->size;
+  std::size_t bytes = es;
+  std::int64_t offset = 0;
+  std::vector<DimSlice> part(selection.size());
+  for (std::size_t d = 0; d < selection.size(); ++d) {
+    bytes *= static_cast<std::size_t>(item.count[d]);
+    offset += item.out_offset[d] * value_strides_[d];
+    part[d] = {selection[d].start + item.out_offset[d] * selection[d].step, selection[d].step,
+               item.count[d]};
+  }
+  ByteArray host(bytes);
+  ZD_CUDA_CHECK(cudaSetDevice(device_));
+  copy_box_to_host(values_ + offset, item.count, value_strides_, host.data(), es);
+  IoOptions io = options_.io;
+  io.threads = 1;
+  array_.write(part, host.span(), io);
+}
+
+void Writer::write(std::span<const DimSlice> selection, const void* values, std::size_t nbytes) {
+  const auto& meta = array_.metadata();
+  check_selection(selection, meta.shape);
+  const std::size_t es = meta.dtype->size;
+  std::vector<std::int64_t> value_shape;
+  std::size_t expected = es;
+  for (const auto& s : selection) {
+    value_shape.push_back(s.count);
+    expected *= static_cast<std::size_t>(s.count);
+  }
+  if (nbytes != expected) {
+    throw UsageError("values hold " + std::to_string(nbytes) + " bytes, the selection " +
+                     std::to_string(expected));
+  }
+  check_device(device_);
+  ZD_CUDA_CHECK(cudaSetDevice(device_));
+  if (options_.producer_stream != 0) {
+    ZD_CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(options_.producer_stream)));
+  }
+  values_ = static_cast<const std::byte*>(values);
+  value_strides_ = place::c_strides(value_shape, es);
+
+  // What the GPU can encode: a chunk's chain, or a shard's inner chain.
+  const auto& chain = array_.chain();
+  const auto& nvcomp = Nvcomp::instance();
+  shard_ = chain.shard_layout();
+  leaf_chain_ = shard_ ? &shard_->inner() : &chain;
+  plan_ = plan_encoding(*leaf_chain_, nvcomp, options_.gpu_encode);
+  leaf_bytes_ = leaf_chain_->spec().nbytes();
+  if (plan_.compressor) max_output_ = plan_.compressor->max_output(leaf_bytes_);
+
+  const place::GridIntersection grid(selection, meta.chunk_shape);
+  std::vector<WriteItem> items;
+  std::vector<std::size_t> through_host;
+  place::GridIntersection::Item cell;
+  for (std::size_t i = 0; i < grid.size(); ++i) {
+    grid.at(i, cell);
+    bool covers = plan_.on_gpu;
+    for (std::size_t d = 0; d < meta.shape.size() && covers; ++d) {
+      const std::int64_t inside =
+          std::min(meta.chunk_shape[d], meta.shape[d] - cell.chunk[d] * meta.chunk_shape[d]);
+      const auto& w = cell.within[d];
+      covers = w.start == 0 && w.count == inside && (w.step == 1 || inside == 1);
+    }
+    if (!covers) {
+      through_host.push_back(i);
+      continue;
+    }
+    WriteItem item;
+    item.cell = i;
+    item.key = join_key(array_.path(), meta.chunk_key_encoding.key(cell.chunk));
+    plan_item(item, cell.chunk, cell.out_offset);
+    items.push_back(std::move(item));
+  }
+
+  // Chunks covered in part (or of chains the GPU cannot lay out): read-modify-write on the CPU.
+  pool_.parallel_for(through_host.size(), workers_, [&](std::size_t k) {
+    place::GridIntersection::Item part;
+    grid.at(through_host[k], part);
+    write_through_host(selection, part);
+  });
+  if (items.empty()) return;
+
+  // Batches of whole items that fit a slot; an item too large alone goes through the
+  // CPU path.
+  auto& ctx = write_context_for(device_, options_.staging_bytes);
+  ctx_ = &ctx;
+  std::lock_guard lock(ctx.mutex);
+  // Each of a slot's buffers (laid-out chunks, compressed outputs, pinned host) holds at most
+  // slot_bytes.
+  const std::size_t per_leaf =
+      align_up(plan_.compressor ? std::max(max_output_, leaf_bytes_) : leaf_bytes_, kAlignment);
+  std::vector<std::pair<std::size_t, std::size_t>> batches;
+  std::vector<std::size_t> too_large;
+  for (std::size_t begin = 0; begin < items.size();) {
+    std::size_t leaves = 0;
+    std::size_t end = begin;
+    while (end < items.size()) {
+      const std::size_t more = items[end].leaves.size();
+      const bool fits = (leaves + more) * per_leaf <= ctx.slot_bytes && leaves + more <= kMaxBatch;
+      if (!fits) break;
+      leaves += more;
+      ++end;
+    }
+    if (end == begin) {
+      too_large.push_back(begin);
+      ++begin;
+      continue;
+    }
+    batches.emplace_back(begin, end);
+    begin = end;
+  }
+  for (std::size_t k : too_large) {
+    grid.at(items[k].cell, cell);
+    write_through_host(selection, cell);
+  }
+  if (batches.empty()) return;
+
+  auto span_of = [&](std::size_t b) {
+    return std::span<WriteItem>(items.data() + batches[b].first,
+                                batches[b].second - batches[b].first);
+  };
+  try {
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+      WriteSlot& slot = ctx.slots[b % 2];
+      launch(slot, span_of(b));
+      if (b > 0) {
+        WriteSlot& previous = ctx.slots[(b - 1) % 2];
+        copy_back(previous, span_of(b - 1));
+        store(previous, span_of(b - 1));
+      }
+    }
+    const std::size_t last = batches.size() - 1;
+    copy_back(ctx.slots[last % 2], span_of(last));
+    store(ctx.slots[last % 2], span_of(last));
+  } catch (...) {
+    for (auto& slot : ctx.slots) {
+      cudaStreamSynchronize(slot.stream);
+      slot.busy = false;
+    }
+    throw;
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+void write_from_cuda(const Array& array, std::span<const DimSlice> selection, int device,
+                     const void* values, std::size_t nbytes, const CudaWriteOptions& options) {
+  cuda::Writer(array, device, options).write(selection, values, nbytes);
+}
+
+}  // namespace zarr_device

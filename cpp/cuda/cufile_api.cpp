@@ -1,0 +1,153 @@
+#include "cufile_api.hpp"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#ifdef ZARR_DEVICE_CUFILE_HEADER
+#define ZARR_DEVICE_WITH_CUFILE 1
+#include ZARR_DEVICE_CUFILE_HEADER
+#endif
+
+#include "zarr_device/cuda.hpp"
+#include "zarr_device/errors.hpp"
+
+namespace zarr_device::cuda {
+
+#ifdef ZARR_DEVICE_WITH_CUFILE
+namespace {
+
+struct Symbols {
+  CUfileError_t (*driver_open)() = nullptr;
+  CUfileError_t (*handle_register)(CUfileHandle_t*, CUfileDescr_t*) = nullptr;
+  void (*handle_deregister)(CUfileHandle_t) = nullptr;
+  ssize_t (*read)(CUfileHandle_t, void*, std::size_t, off_t, off_t) = nullptr;
+} g_cufile;
+
+std::string describe(CUfileError_t status) {
+  return "cuFile error " + std::to_string(static_cast<int>(status.err)) +
+         (status.err == CU_FILE_CUDA_DRIVER_ERROR
+              ? " (CUDA driver error " + std::to_string(static_cast<int>(status.cu_err)) + ")"
+              : "");
+}
+
+}  // namespace
+
+CuFile::CuFile() {
+  // Opening cuFile's driver without a GPU can block for a long time: look for one first.
+  if (cuda_device_count() == 0) {
+    error_ = "no CUDA device";
+    return;
+  }
+  std::vector<std::string> candidates;
+  if (const char* path = std::getenv("ZARR_DEVICE_CUFILE_LIBRARY")) candidates.emplace_back(path);
+  candidates.insert(candidates.end(), {"libcufile.so.0", "libcufile.so"});
+  void* lib = nullptr;
+  for (const auto& name : candidates) {
+    lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib) {
+      library_ = name;
+      break;
+    }
+    const char* why = dlerror();
+    error_ += name + ": " + (why ? why : "not found") + "; ";
+  }
+  if (!lib) {
+    error_ =
+        "cuFile not found (it ships with the CUDA toolkit and the nvidia-cufile wheel): " + error_;
+    return;
+  }
+  g_cufile.driver_open =
+      reinterpret_cast<decltype(g_cufile.driver_open)>(dlsym(lib, "cuFileDriverOpen"));
+  g_cufile.handle_register =
+      reinterpret_cast<decltype(g_cufile.handle_register)>(dlsym(lib, "cuFileHandleRegister"));
+  g_cufile.handle_deregister =
+      reinterpret_cast<decltype(g_cufile.handle_deregister)>(dlsym(lib, "cuFileHandleDeregister"));
+  g_cufile.read = reinterpret_cast<decltype(g_cufile.read)>(dlsym(lib, "cuFileRead"));
+  if (!g_cufile.driver_open || !g_cufile.handle_register || !g_cufile.handle_deregister ||
+      !g_cufile.read) {
+    error_ = library_ + " lacks the cuFile API this build expects";
+    return;
+  }
+  const CUfileError_t opened = g_cufile.driver_open();
+  if (opened.err != CU_FILE_SUCCESS) {
+    error_ = "the cuFile driver did not open: " + describe(opened);
+    return;
+  }
+  available_ = true;
+  error_.clear();
+}
+
+std::unique_ptr<CuFile::File> CuFile::open(const std::filesystem::path& path) const {
+  if (!available_) throw DeviceError("cuFile is not available: " + error_);
+  std::unique_ptr<File> file(new File());
+  file->path_ = path.string();
+  // GPUDirect needs O_DIRECT; file systems without it (tmpfs) still work through compat mode.
+  file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+  if (file->fd_ < 0 && errno == EINVAL) file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (file->fd_ < 0) {
+    throw StoreError("cannot open '" + file->path_ + "': " + std::strerror(errno));
+  }
+  CUfileDescr_t descr{};
+  descr.handle.fd = file->fd_;
+  descr.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+  CUfileHandle_t handle = nullptr;
+  const CUfileError_t status = g_cufile.handle_register(&handle, &descr);
+  if (status.err != CU_FILE_SUCCESS) {
+    throw StoreError("cuFile could not register '" + file->path_ + "': " + describe(status));
+  }
+  file->handle_ = handle;
+  return file;
+}
+
+CuFile::File::~File() {
+  if (handle_) g_cufile.handle_deregister(static_cast<CUfileHandle_t>(handle_));
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::size_t CuFile::File::read(void* device_base, std::size_t size, off_t file_offset,
+                               off_t device_offset) const {
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t got = g_cufile.read(static_cast<CUfileHandle_t>(handle_), device_base,
+                                      size - done, file_offset + static_cast<off_t>(done),
+                                      device_offset + static_cast<off_t>(done));
+    if (got < 0) {
+      throw StoreError(
+          "cuFile read of '" + path_ + "' failed (" +
+          (got == -1 ? std::string(std::strerror(errno)) : "cuFile error " + std::to_string(-got)) +
+          ")");
+    }
+    if (got == 0) break;  // end of file
+    done += static_cast<std::size_t>(got);
+  }
+  return done;
+}
+
+#else
+
+CuFile::CuFile() {
+  error_ = "this build has no cuFile support (cufile.h was not found when it was built)";
+}
+
+std::unique_ptr<CuFile::File> CuFile::open(const std::filesystem::path&) const {
+  throw DeviceError("cuFile is not available: " + error_);
+}
+
+CuFile::File::~File() = default;
+
+std::size_t CuFile::File::read(void*, std::size_t, off_t, off_t) const { return 0; }
+
+#endif
+
+const CuFile& CuFile::instance() {
+  static const CuFile cufile;
+  return cufile;
+}
+
+}  // namespace zarr_device::cuda
