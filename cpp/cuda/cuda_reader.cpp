@@ -209,7 +209,7 @@ struct Slot {
 class DeviceContext {
  public:
   DeviceContext(int device, std::size_t staging_bytes, int slots)
-      : device_(device), gpu_(get_device("cuda:" + std::to_string(device))), temp(gpu_) {
+      : device_(device), gpu_(get_device("cuda:" + std::to_string(device))) {
     const std::size_t per_slot =
         align_up(std::max<std::size_t>(staging_bytes / std::max(slots, 1), 1 << 20), 1 << 20);
     slots_.resize(static_cast<std::size_t>(std::max(slots, 1)));
@@ -223,6 +223,9 @@ class DeviceContext {
       s.scratch = DeviceScratch(gpu_);
       streams.push_back(s.stream);
     }
+    for (std::size_t i = 0; i < std::min<std::size_t>(2, slots_.size()); ++i) {
+      temps.push_back(std::make_unique<SharedTemp>(gpu_));
+    }
   }
   // Kept for the life of the process (freeing at exit races with the driver's own teardown).
 
@@ -233,7 +236,13 @@ class DeviceContext {
   std::size_t staging_bytes_ = 0;
   int slot_count_ = 0;
   std::vector<StreamHandle> streams;
-  SharedTemp temp;  // nvCOMP's, for every slot
+  // nvCOMP's temporary memory: two buffers, used by alternate slots. One batch of a slot's chunks
+  // (a few hundred) does not fill the GPU, so two decompressions run at once; more would add
+  // memory (beyond the bound of twice the staging) and little speed.
+  std::vector<std::unique_ptr<SharedTemp>> temps;
+  SharedTemp& temp_for(const Slot& slot) {
+    return *temps[static_cast<std::size_t>(&slot - slots_.data()) % temps.size()];
+  }
 };
 
 DeviceContext& context_for(int device, const CudaReadOptions& options) {
@@ -618,7 +627,8 @@ void Reader::run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
     }
     const std::size_t count = next - first;
     const std::size_t temp_bytes = d->temp_size(count, max_chunk, total);
-    std::byte* temp = temp_bytes ? ctx.temp.acquire(temp_bytes, slot.stream, ctx.streams) : nullptr;
+    std::byte* temp =
+        temp_bytes ? ctx.temp_for(slot).acquire(temp_bytes, slot.stream, ctx.streams) : nullptr;
     // The arrays travel with the batch (small: a few entries per chunk).
     ZD_CUDA_CHECK(cudaMemcpyAsync(device_arrays.inputs + first, host_arrays.inputs + first,
                                   count * sizeof(void*), cudaMemcpyHostToDevice, slot.stream));
@@ -634,7 +644,7 @@ void Reader::run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
                   device_arrays.capacities + first, device_arrays.sizes + first, count, temp,
                   temp_bytes, device_arrays.outputs + first, device_arrays.statuses + first,
                   slot.stream);
-    if (temp) ctx.temp.release(slot.stream);
+    if (temp) ctx.temp_for(slot).release(slot.stream);
     ZD_CUDA_CHECK(cudaMemcpyAsync(host_arrays.statuses + first, device_arrays.statuses + first,
                                   count * sizeof(int), cudaMemcpyDeviceToHost, slot.stream));
     ZD_CUDA_CHECK(cudaMemcpyAsync(host_arrays.sizes + first, device_arrays.sizes + first,
