@@ -10,8 +10,10 @@ limits
     disk -> pinned memory, cold (after ``echo 3 > /proc/sys/vm/drop_caches``; skipped, with a note,
     where that is not permitted).
 
-readers, on one --size array (float32 or bfloat16, N(0, 0.02) values, like model weights) written
-once uncompressed and once with zstd, sharded (--inner-chunk chunks in --shard shards) or not
+readers, on one --size array (float32 or bfloat16; --data weights: N(0, 0.02) values, like model
+weights, which zstd shrinks to about 0.92; --data field: a smooth field with noise, kept to 0.01
+as measured data often is, which zstd shrinks to about 0.48) written once uncompressed and once
+with zstd, sharded (--inner-chunk chunks in --shard shards) or not
 (--chunk chunks); each reader runs in a process of its own, and reads the whole array to a torch
 tensor on the GPU:
 
@@ -211,17 +213,32 @@ def layout_of(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _marker(layout: dict[str, Any], codec: str, level: int) -> dict[str, Any]:
-    return {"version": SAMPLE_VERSION, "layout": layout, "codec": codec, "level": level}
+def _marker(layout: dict[str, Any], codec: str, level: int, data: str) -> dict[str, Any]:
+    marker = {"version": SAMPLE_VERSION, "layout": layout, "codec": codec, "level": level}
+    if data != "weights":  # arrays written before --data existed hold weights
+        marker["data"] = data
+    return marker
 
 
-def write_array(path: str, layout: dict[str, Any], codec: str, level: int) -> float:
+def sample_block(rng: Any, size: int, data: str) -> Any:
+    """``size`` float32 values of the kind ``data`` names (see the module's text)."""
+    import numpy as np
+
+    if data == "weights":
+        return rng.standard_normal(size, dtype=np.float32) * np.float32(0.02)
+    # A temperature-like field in kelvin: slow waves plus noise, kept to 0.01 K.
+    x = np.arange(size, dtype=np.float64)
+    field = 280.0 + 10.0 * np.sin(x / 5000.0) + 3.0 * np.sin(x / 377.0) + rng.standard_normal(size) * 0.5
+    return np.round(field, 2).astype(np.float32)
+
+
+def write_array(path: str, layout: dict[str, Any], codec: str, level: int, data: str = "weights") -> float:
     """Writes the sample array (skipped when an earlier run left it complete). Returns seconds."""
     import numpy as np
 
     import zarr_device as zd
 
-    marker = _marker(layout, codec, level)
+    marker = _marker(layout, codec, level, data)
     try:
         with open(os.path.join(path, "zarr.json")) as f:
             if json.load(f).get("attributes", {}).get("bench_gpu") == marker:
@@ -244,7 +261,7 @@ def write_array(path: str, layout: dict[str, Any], codec: str, level: int) -> fl
     # chunks hold the same bytes, and generating gigabytes of normal deviates takes no time.
     slab_rows = max(grid_rows, (256 * MIB // (cols * layout["itemsize"])) // grid_rows * grid_rows)
     rng = np.random.default_rng(20261130)
-    base = (rng.standard_normal(slab_rows * cols, dtype=np.float32) * np.float32(0.02))
+    base = sample_block(rng, slab_rows * cols, data)
     if layout["dtype"] == "bfloat16":
         import ml_dtypes
 
@@ -636,6 +653,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--cols", type=int, default=8192, help="columns of the 2-d array (default 8192)")
     parser.add_argument("--codecs", default=",".join(CODECS), help="none,zstd (default both)")
     parser.add_argument("--zstd-level", type=int, default=1)
+    parser.add_argument("--data", choices=("weights", "field"), default="weights",
+                        help="the values: weights (N(0, 0.02)) or field (smooth, to 0.01; compresses)")
     parser.add_argument("--readers", default=",".join(READERS), help=f"default: {','.join(READERS)}")
     parser.add_argument("--repeat", type=int, default=3, help="zarr-device's warm reads, best taken (3)")
     parser.add_argument("--peer-repeat", type=int, default=1, help="each peer's warm reads (1)")
@@ -707,7 +726,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"chunks of {layout['chunks']}"
     print(f"array:    {fmt_bytes(layout['nbytes'])} {layout['dtype']}, shape {tuple(layout['shape'])}, {grid} "
           f"({fmt_bytes(math.prod(layout['chunks']) * layout['itemsize'])} per chunk), codecs {args.codecs} "
-          f"(zstd level {args.zstd_level}), written by zarr-device", flush=True)
+          f"(zstd level {args.zstd_level}), {args.data} values, written by zarr-device", flush=True)
     if args.device.startswith("cuda") and not engine.get("devices"):
         print("note:     zarr_device sees no CUDA device; its reads will fail with DeviceError")
 
@@ -716,14 +735,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.makedirs(out_dir, exist_ok=True)
     data_dir = os.path.join(out_dir, "data")
     shape_tag = f"{layout['dtype']}-{layout['shape'][0]}x{layout['shape'][1]}-c{layout['chunks'][0]}" + (
-        f"-s{layout['shards'][0]}" if layout["shards"] else "")
+        f"-s{layout['shards'][0]}" if layout["shards"] else "") + ("" if args.data == "weights" else f"-{args.data}")
     paths = {codec: os.path.join(data_dir, f"{shape_tag}-{codec}.zarr") for codec in args.codecs}
     document: dict[str, Any] = {"machine": machine, "versions": versions, "engine": engine, "layout": layout,
                                 "args": {k: v for k, v in vars(args).items() if k not in ("child", "path")}}
     try:
         for codec, path in paths.items():
             log(f"writing {codec} array to {path}")
-            seconds = write_array(path, layout, codec, args.zstd_level)
+            seconds = write_array(path, layout, codec, args.zstd_level, args.data)
             if seconds:
                 log(f"  written in {seconds:.1f} s")
         cold_note = None

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -294,7 +296,10 @@ class Reader {
   // GPUDirect Storage: reads the leaves that are stored as their elements and land whole and
   // contiguous straight from their files into place; returns those it could not (for the ring).
   std::vector<Leaf> read_from_files(std::vector<Leaf> leaves, const FileBacked& files);
-  void run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch);
+  // A batch's CPU stage (reads into the pinned slot, checks) and its GPU stage (one transfer,
+  // decoding, placing). The CPU stage of the next batch runs while this one is submitted.
+  void fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch);
+  void submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch);
   void finish(Slot& slot);
   [[nodiscard]] std::string where(const std::string& key) const {
     return array_.describe() + ", chunk '" + key + "'";
@@ -451,7 +456,7 @@ void Reader::finish(Slot& slot) {
   slot.checks.clear();
 }
 
-void Reader::run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
+void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
   const Store& store = *array_.store();
   // 1. Fetch: pieces of at most kPieceBytes, read in parallel into the pinned slot.
   struct Piece {
@@ -581,7 +586,9 @@ void Reader::run_batch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
       throw;
     }
   });
+}
 
+void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
   // 3. One transfer of the slot's data, then decode and place on the GPU.
   std::size_t used = 0;
   for (const auto& leaf : batch) used = std::max(used, leaf.staging + leaf.staged);
@@ -812,20 +819,42 @@ void Reader::read(std::span<const DimSlice> selection, void* out, std::size_t ou
     }
   };
 
-  std::size_t next_slot = 0;
+  // Batch b uses slot b % slots. The CPU stage of batch b + 1 is queued on the pool behind the
+  // helpers of batch b's, so the threads that finish their share of b's reads go on to b + 1's
+  // instead of waiting for b's slowest read (with one slot there is nothing to overlap).
+  const std::size_t lookahead = ctx.slots_.size() > 1 ? 1 : 0;
+  auto slot_of = [&](std::size_t b) -> Slot& { return ctx.slots_[b % ctx.slots_.size()]; };
+  auto batch_of = [&](std::size_t b) {
+    return std::span<Leaf>{leaves.data() + batches[b].first, batches[b].second - batches[b].first};
+  };
+  std::deque<std::future<void>> fetching;
+  std::size_t started = 0;
   try {
     announce(0);
     for (std::size_t b = 0; b < batches.size(); ++b) {
-      announce(b + 1);
-      Slot& slot = ctx.slots_[next_slot];
-      next_slot = (next_slot + 1) % ctx.slots_.size();
-      finish(slot);
-      run_batch(ctx, slot,
-                {leaves.data() + batches[b].first, batches[b].second - batches[b].first});
+      while (started < batches.size() && started <= b + lookahead) {
+        Slot& slot = slot_of(started);
+        finish(slot);  // its previous batch is off the slot and checked
+        announce(started + 1);
+        fetching.push_back(pool_.submit(
+            [this, &ctx, &slot, batch = batch_of(started)] { fetch(ctx, slot, batch); }));
+        ++started;
+      }
+      auto fetched = std::move(fetching.front());
+      fetching.pop_front();
+      fetched.get();
+      submit(ctx, slot_of(b), batch_of(b));
     }
     for (auto& slot : ctx.slots_) finish(slot);
   } catch (...) {
-    // Drain what was enqueued before the error, so nothing writes into `out` after we return.
+    // Let queued reads end (they write into the slots and read `leaves`), then drain what was
+    // enqueued on the GPU, so nothing writes into `out` after we return.
+    for (auto& f : fetching) {
+      try {
+        f.get();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one reported
+      }
+    }
     for (auto& slot : ctx.slots_) {
       cudaStreamSynchronize(slot.stream);
       slot.busy = false;

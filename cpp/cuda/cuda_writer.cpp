@@ -13,6 +13,8 @@
 #include <thread>
 
 #include "codecs/codec_chain.hpp"
+#include "codecs/compression_common.hpp"
+#include "codecs/crc32c.hpp"
 #include "cuda_check.hpp"
 #include "device_memory.hpp"
 #include "engine/thread_pool.hpp"
@@ -474,25 +476,47 @@ void Writer::store(WriteSlot& slot, std::span<WriteItem> items) {
   const auto host = WriteArrays::at(slot.host + ctx_->slot_bytes);
   const bool compress = plan_.compressor != nullptr;
   const auto b2b = leaf_chain_->bytes_to_bytes();
+  // Checksums are appended as a chunk is copied into its shard: no copy of the chunk per codec.
+  const auto cpu_codecs = b2b.subspan(plan_.cpu_codecs_from);
+  const bool only_checksums = std::all_of(cpu_codecs.begin(), cpu_codecs.end(),
+                                          [](const auto& c) { return c->name() == "crc32c"; });
   Store& store = *array_.store();
   pool_.parallel_for(items.size(), workers_, [&](std::size_t i) {
     auto& item = items[i];
     try {
-      std::vector<std::optional<Buffer>> encoded(item.leaves.size());
-      for (std::size_t j = 0; j < item.leaves.size(); ++j) {
-        const auto& leaf = item.leaves[j];
-        if (leaf.outside || host.flags[leaf.index] == 0) continue;
-        // Views of the pinned memory, which stays untouched until this function returns: the
-        // shard assembly or the store's write is the one copy.
-        Buffer bytes = compress ? Buffer({}, slot.host + host.offsets[leaf.index],
-                                         host.output_sizes[leaf.index])
-                                : Buffer({}, slot.host + leaf.host, leaf_bytes_);
-        for (std::size_t c = plan_.cpu_codecs_from; c < b2b.size(); ++c) {
-          bytes = b2b[c]->encode(bytes);
+      // Views of the pinned memory, which stays untouched until this function returns: the
+      // shard assembly or the store's write is the one copy.
+      auto produced = [&](const WriteLeaf& leaf) -> std::optional<std::span<const std::byte>> {
+        if (leaf.outside || host.flags[leaf.index] == 0) return std::nullopt;
+        if (compress)
+          return std::span{slot.host + host.offsets[leaf.index], host.output_sizes[leaf.index]};
+        return std::span{slot.host + leaf.host, leaf_bytes_};
+      };
+      std::optional<Buffer> value;
+      if (shard_ && only_checksums) {
+        std::vector<std::optional<std::size_t>> sizes(item.leaves.size());
+        for (std::size_t j = 0; j < item.leaves.size(); ++j) {
+          if (auto bytes = produced(item.leaves[j]))
+            sizes[j] = bytes->size() + 4 * cpu_codecs.size();
         }
-        encoded[j] = std::move(bytes);
+        value = shard_->assemble(sizes, [&](std::size_t j, std::span<std::byte> place) {
+          const auto bytes = *produced(item.leaves[j]);
+          std::memcpy(place.data(), bytes.data(), bytes.size());
+          for (std::size_t c = 0, n = bytes.size(); c < cpu_codecs.size(); ++c, n += 4) {
+            codecs::store_le32(place.data() + n, codecs::crc32c(place.first(n)));
+          }
+        });
+      } else {
+        std::vector<std::optional<Buffer>> encoded(item.leaves.size());
+        for (std::size_t j = 0; j < item.leaves.size(); ++j) {
+          const auto bytes = produced(item.leaves[j]);
+          if (!bytes) continue;
+          Buffer chunk({}, bytes->data(), bytes->size());
+          for (const auto& codec : cpu_codecs) chunk = codec->encode(chunk);
+          encoded[j] = std::move(chunk);
+        }
+        value = shard_ ? shard_->assemble(encoded) : encoded[0];
       }
-      const std::optional<Buffer> value = shard_ ? shard_->assemble(encoded) : encoded[0];
       if (value) {
         store.set(item.key, value->span());
       } else {

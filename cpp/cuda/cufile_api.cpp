@@ -5,15 +5,14 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
-#include <vector>
 
 #ifdef ZARR_DEVICE_CUFILE_HEADER
 #define ZARR_DEVICE_WITH_CUFILE 1
 #include ZARR_DEVICE_CUFILE_HEADER
 #endif
 
+#include "shared_library.hpp"
 #include "zarr_device/cuda.hpp"
 #include "zarr_device/errors.hpp"
 
@@ -44,24 +43,15 @@ CuFile::CuFile() {
     error_ = "no CUDA device";
     return;
   }
-  std::vector<std::string> candidates;
-  if (const char* path = std::getenv("ZARR_DEVICE_CUFILE_LIBRARY")) candidates.emplace_back(path);
-  candidates.insert(candidates.end(), {"libcufile.so.0", "libcufile.so"});
-  void* lib = nullptr;
-  for (const auto& name : candidates) {
-    lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib) {
-      library_ = name;
-      break;
-    }
-    const char* why = dlerror();
-    error_ += name + ": " + (why ? why : "not found") + "; ";
-  }
+  const auto library =
+      open_shared_library("ZARR_DEVICE_CUFILE_LIBRARY", {"libcufile.so.0", "libcufile.so"});
+  void* lib = library.handle;
   if (!lib) {
-    error_ =
-        "cuFile not found (it ships with the CUDA toolkit and the nvidia-cufile wheel): " + error_;
+    error_ = "cuFile not found (it ships with the CUDA toolkit and the nvidia-cufile wheel): " +
+             library.errors;
     return;
   }
+  library_ = library.name;
   g_cufile.driver_open =
       reinterpret_cast<decltype(g_cufile.driver_open)>(dlsym(lib, "cuFileDriverOpen"));
   g_cufile.handle_register =

@@ -2,8 +2,6 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
-#include <vector>
 
 #if __has_include(<nvcomp/zstd.h>)
 #define ZARR_DEVICE_WITH_NVCOMP 1
@@ -13,6 +11,7 @@
 #include <nvcomp/zstd.h>
 #endif
 
+#include "shared_library.hpp"
 #include "zarr_device/errors.hpp"
 
 namespace zarr_device::cuda {
@@ -143,23 +142,14 @@ bool resolve_zstd_compressor(void* lib, BatchedCompressor& c) {
 
 Nvcomp::Nvcomp() {
 #ifdef ZARR_DEVICE_WITH_NVCOMP
-  std::vector<std::string> candidates;
-  if (const char* path = std::getenv("ZARR_DEVICE_NVCOMP_LIBRARY")) candidates.emplace_back(path);
-  candidates.insert(candidates.end(), {"libnvcomp.so.6", "libnvcomp.so.5", "libnvcomp.so"});
-  void* lib = nullptr;
-  for (const auto& name : candidates) {
-    lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib) {
-      library_ = name;
-      break;
-    }
-    const char* why = dlerror();
-    error_ += name + ": " + (why ? why : "not found") + "; ";
-  }
+  const auto opened = open_shared_library("ZARR_DEVICE_NVCOMP_LIBRARY",
+                                          {"libnvcomp.so.6", "libnvcomp.so.5", "libnvcomp.so"});
+  void* lib = opened.handle;
   if (!lib) {
-    error_ = "nvCOMP not found (pip install nvidia-libnvcomp-cu13): " + error_;
+    error_ = "nvCOMP not found (pip install nvidia-libnvcomp-cu13): " + opened.errors;
     return;
   }
+  library_ = opened.name;
   const bool ok = resolve(lib, "Zstd", g_zstd, nvcompBatchedZstdDecompressDefaultOpts) &&
                   resolve(lib, "Gzip", g_gzip, nvcompBatchedGzipDecompressDefaultOpts) &&
                   resolve(lib, "Deflate", g_deflate, nvcompBatchedDeflateDecompressDefaultOpts) &&

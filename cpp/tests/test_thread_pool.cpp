@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <mutex>
 #include <random>
 #include <set>
@@ -140,6 +141,37 @@ TEST(ThreadPool, NestedParallelForDoesNotDeadlock) {
     });
     EXPECT_EQ(leaves.load(), 64);
   });
+}
+
+TEST(ThreadPool, SubmittedTasksRunInOrderAndCarryTheirErrors) {
+  ThreadPool pool(1);  // one worker: tasks run one after another, in the order submitted
+  std::vector<int> order;
+  std::mutex mutex;
+  std::vector<std::future<void>> done;
+  for (int i = 0; i < 8; ++i) {
+    done.push_back(pool.submit([&, i] {
+      std::lock_guard lock(mutex);
+      order.push_back(i);
+    }));
+  }
+  auto failing = pool.submit([] { throw std::runtime_error("stage failed"); });
+  for (auto& f : done) f.get();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_THROW(failing.get(), std::runtime_error);
+}
+
+TEST(ThreadPool, SubmittedTaskMayRunAParallelLoop) {
+  // A pipeline stage submitted to the pool runs its own parallel loop on the pool: the next
+  // stage, queued behind that loop's helpers, starts as the helpers run out of work.
+  ThreadPool pool(4);
+  std::atomic<int> sum{0};
+  std::vector<std::future<void>> stages;
+  for (int s = 0; s < 6; ++s) {
+    stages.push_back(pool.submit(
+        [&] { pool.parallel_for(100, 4, [&](std::size_t i) { sum += static_cast<int>(i); }); }));
+  }
+  for (auto& f : stages) f.get();
+  EXPECT_EQ(sum.load(), 6 * 4950);
 }
 
 TEST(ThreadPool, SharedPoolGrows) {

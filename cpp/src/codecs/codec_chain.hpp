@@ -2,6 +2,7 @@
 // Immutable after construction and shared by all threads reading the array.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -78,10 +79,15 @@ class ShardLayout {
   // chunk in C order, nullopt for chunks not stored.
   [[nodiscard]] virtual std::vector<std::optional<Entry>> read_index(
       const RangeReader& read, std::uint64_t total_size) const = 0;
-  // A stored shard made of inner chunks encoded elsewhere (one per inner chunk, C order; nullopt
-  // for chunks not stored). nullopt when no chunk is stored: there is nothing to write.
+  // A stored shard made of inner chunks encoded elsewhere: sizes[i] is the encoded size of inner
+  // chunk i (C order; nullopt when not stored), and write_chunk(i, place) writes that chunk
+  // into its place in the shard, so a chunk is copied once. nullopt when no chunk is stored:
+  // there is nothing to write.
+  using ChunkWriter = std::function<void(std::size_t, std::span<std::byte>)>;
   [[nodiscard]] virtual std::optional<Buffer> assemble(
-      std::span<const std::optional<Buffer>> chunks) const = 0;
+      std::span<const std::optional<std::size_t>> sizes, const ChunkWriter& write_chunk) const = 0;
+  // The same from encoded chunks.
+  [[nodiscard]] std::optional<Buffer> assemble(std::span<const std::optional<Buffer>> chunks) const;
 };
 
 }  // namespace zarr_device::codecs

@@ -121,17 +121,19 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
     return assemble(chunks);
   }
 
-  std::optional<Buffer> assemble(std::span<const std::optional<Buffer>> chunks) const override {
-    if (chunks.size() != num_inner_) {
+  using ShardLayout::assemble;
+  std::optional<Buffer> assemble(std::span<const std::optional<std::size_t>> sizes,
+                                 const ChunkWriter& write_chunk) const override {
+    if (sizes.size() != num_inner_) {
       throw UsageError("a shard of " + std::to_string(num_inner_) + " chunks given " +
-                       std::to_string(chunks.size()));
+                       std::to_string(sizes.size()));
     }
     std::vector<IndexEntry> index(num_inner_, {kMissing, kMissing});
     std::uint64_t offset = index_at_start_ ? index_size_ : 0;
     for (std::size_t i = 0; i < num_inner_; ++i) {
-      if (!chunks[i]) continue;
-      index[i] = {offset, chunks[i]->size()};
-      offset += chunks[i]->size();
+      if (!sizes[i]) continue;
+      index[i] = {offset, *sizes[i]};
+      offset += *sizes[i];
     }
     if (std::all_of(index.begin(), index.end(), [](const IndexEntry& e) { return e.missing(); })) {
       return std::nullopt;
@@ -153,10 +155,10 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
       std::memcpy(p, encoded_index->data(), index_size_);
       p += index_size_;
     }
-    for (const auto& c : chunks) {
-      if (!c || c->empty()) continue;
-      std::memcpy(p, c->data(), c->size());
-      p += c->size();
+    for (std::size_t i = 0; i < num_inner_; ++i) {
+      if (!sizes[i]) continue;
+      write_chunk(i, {p, *sizes[i]});
+      p += *sizes[i];
     }
     if (!index_at_start_) std::memcpy(p, encoded_index->data(), index_size_);
     return std::move(out).freeze();
@@ -297,6 +299,16 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
 };
 
 }  // namespace
+
+std::optional<Buffer> ShardLayout::assemble(std::span<const std::optional<Buffer>> chunks) const {
+  std::vector<std::optional<std::size_t>> sizes(chunks.size());
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    if (chunks[i]) sizes[i] = chunks[i]->size();
+  }
+  return assemble(sizes, [&](std::size_t i, std::span<std::byte> place) {
+    if (!place.empty()) std::memcpy(place.data(), chunks[i]->data(), place.size());
+  });
+}
 
 void register_sharding_codec(CodecRegistry& registry) {
   registry.add("sharding_indexed", [](const json& config, const CodecContext& ctx) {

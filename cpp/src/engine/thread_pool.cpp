@@ -36,8 +36,8 @@ void ThreadPool::worker() {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
       if (stopping_ && tasks_.empty()) return;
-      task = std::move(tasks_.back());
-      tasks_.pop_back();
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
     }
     task();
   }
@@ -93,6 +93,17 @@ void ThreadPool::parallel_for(std::size_t count, std::size_t workers,
   loop->closed = true;
   loop->done.wait(lock, [&] { return loop->active == 0; });
   if (loop->error) std::rethrow_exception(loop->error);
+}
+
+std::future<void> ThreadPool::submit(std::function<void()> task) {
+  auto packaged = std::make_shared<std::packaged_task<void()>>(std::move(task));
+  auto future = packaged->get_future();
+  {
+    std::lock_guard lock(mutex_);
+    tasks_.emplace_back([packaged] { (*packaged)(); });
+  }
+  wake_.notify_one();
+  return future;
 }
 
 void ByteBudget::acquire(std::size_t bytes) {

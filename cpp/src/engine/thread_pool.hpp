@@ -4,7 +4,9 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <deque>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -26,6 +28,10 @@ class ThreadPool {
   void parallel_for(std::size_t count, std::size_t workers,
                     const std::function<void(std::size_t)>& body);
 
+  // Runs `task` on a worker; the future holds its exception. Tasks start in the order given, so
+  // a pipeline can queue its next stage behind the helpers of the current one.
+  std::future<void> submit(std::function<void()> task);
+
   [[nodiscard]] std::size_t size() const { return threads_.size(); }
 
  private:
@@ -34,7 +40,7 @@ class ThreadPool {
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::vector<std::function<void()>> tasks_;
+  std::deque<std::function<void()>> tasks_;  // first in, first out
   std::vector<std::thread> threads_;
   bool stopping_ = false;
 };
