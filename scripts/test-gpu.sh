@@ -5,12 +5,15 @@
 #
 #   scripts/test-gpu.sh [--bench] [LOG_DIR]      build, C++ device tests, GPU pytest (+ benchmarks)
 #   scripts/test-gpu.sh --bench-only [LOG_DIR]   the benchmarks of an installed build
+#   scripts/test-gpu.sh --build-only [LOG_DIR]   the build alone
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bench=0
 tests=1
 if [ "${1:-}" = "--bench" ]; then bench=1; shift; fi
 if [ "${1:-}" = "--bench-only" ]; then bench=1; tests=0; shift; fi
+build_only=0
+if [ "${1:-}" = "--build-only" ]; then build_only=1; shift; fi
 logs="${1:-$repo/build/gpu-logs}"
 mkdir -p "$logs"
 cd "$repo"
@@ -41,6 +44,7 @@ if [ "$tests" = 1 ]; then
     python3 -m pip install -v --no-build-isolation --no-deps . >> "$logs/build.log" 2>&1 || {
     tail -50 "$logs/build.log"; exit 1; }
   python3 -c "import zarr_device as zd; print(zd.cuda_build_info())" | tee "$logs/info.txt"
+  [ "$build_only" = 1 ] && exit 0
 
   gtest_status=0
   if [ -z "${SKIP_GTEST:-}" ]; then  # SKIP_GTEST=1: the Python suite only

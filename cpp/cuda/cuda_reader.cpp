@@ -33,6 +33,8 @@ namespace {
 constexpr std::size_t kMaxBatch = 8192;       // leaves per slot
 constexpr std::size_t kPieceBytes = 1 << 20;  // unit of parallel reads: small enough to balance
 constexpr std::size_t kStagingAlignment = 256;
+constexpr std::size_t kInPlace = SIZE_MAX;     // a leaf decoded straight into its destination
+constexpr std::size_t kPlaced = SIZE_MAX - 1;  // a leaf already in its destination
 
 std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
@@ -63,7 +65,7 @@ struct Leaf {
   // Filled while batching:
   std::size_t staging = 0;         // offset in the slot
   std::size_t staged = 0;          // bytes in the slot
-  std::size_t scratch = SIZE_MAX;  // offset in the slot's scratch, for decodes not done in place
+  std::size_t scratch = kInPlace;  // GPU decodes: offset in the decode scratch, or one of these
 };
 
 Leaf make_leaf(std::string key, const codecs::CodecChain& chain, std::vector<DimSlice> selection,
@@ -202,7 +204,6 @@ struct Slot {
   std::size_t capacity = 0;     // data bytes
   cudaStream_t stream = nullptr;
   cudaEvent_t done = nullptr;
-  DeviceScratch scratch;
   std::vector<PendingCheck> checks;
   bool busy = false;
 };
@@ -222,12 +223,12 @@ class DeviceContext {
       s.device = static_cast<std::byte*>(gpu_->allocate(total));
       s.stream = static_cast<cudaStream_t>(gpu_->create_stream());
       s.done = static_cast<cudaEvent_t>(gpu_->create_event());
-      s.scratch = DeviceScratch(gpu_);
       streams.push_back(s.stream);
     }
     for (std::size_t i = 0; i < std::min<std::size_t>(2, slots_.size()); ++i) {
       temps.push_back(std::make_unique<SharedTemp>(gpu_));
     }
+    decode_budget = per_slot * slots_.size() / temps.size();
   }
   // Kept for the life of the process (freeing at exit races with the driver's own teardown).
 
@@ -238,10 +239,13 @@ class DeviceContext {
   std::size_t staging_bytes_ = 0;
   int slot_count_ = 0;
   std::vector<StreamHandle> streams;
-  // nvCOMP's temporary memory: two buffers, used by alternate slots. One batch of a slot's chunks
-  // (a few hundred) does not fill the GPU, so two decompressions run at once; more would add
-  // memory (beyond the bound of twice the staging) and little speed.
+  // Decode memory (nvCOMP's temporary memory, then decoded chunks on their way to a strided
+  // place): two regions, used by alternate slots, so that two slots' decodes run at once. nvCOMP
+  // decodes a chunk per thread block, so its speed grows with the chunks decoded at once, and so
+  // does its temporary memory. Together the regions hold at most the staging's size, which
+  // keeps the read's device memory within the output plus twice the staging.
   std::vector<std::unique_ptr<SharedTemp>> temps;
+  std::size_t decode_budget = 0;  // bytes per region
   SharedTemp& temp_for(const Slot& slot) {
     return *temps[static_cast<std::size_t>(&slot - slots_.data()) % temps.size()];
   }
@@ -579,7 +583,7 @@ void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
         const cudaError_t synced = cudaDeviceSynchronize();
         ZD_CUDA_CHECK(launched);
         ZD_CUDA_CHECK(synced);
-        leaf.scratch = SIZE_MAX - 1;  // placed already
+        leaf.scratch = kPlaced;
       }
     } catch (Error& e) {
       e.add_context(where(leaf.key));
@@ -595,47 +599,70 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
   ZD_CUDA_CHECK(cudaSetDevice(device_));
   ZD_CUDA_CHECK(cudaMemcpyAsync(slot.device, slot.host, used, cudaMemcpyHostToDevice, slot.stream));
 
-  // Group the GPU decodes by codec: one batched call each.
+  // Group the GPU decodes by codec. Each group is decoded in calls whose nvCOMP temporary memory
+  // and decoded scratch (for chunks not decoded in place) fit the slot's share of the decode
+  // memory: nvCOMP's zstd needs about three times a chunk's size per chunk decoded at once, so a
+  // slot of well-compressed chunks would otherwise ask for gigabytes.
   std::map<GpuCodec, std::vector<std::size_t>> decodes;
-  std::size_t scratch_bytes = 0;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     auto& leaf = batch[i];
-    if (leaf.route != Route::kGpuDecode || leaf.scratch == SIZE_MAX - 1) continue;
-    leaf.scratch = SIZE_MAX;
-    const auto* d = nvcomp_.decompressor(leaf.codec);
+    if (leaf.route != Route::kGpuDecode || leaf.scratch == kPlaced) continue;
     decodes[leaf.codec].push_back(i);
-    if (!in_place(leaf, d->output_alignment)) {
-      leaf.scratch = scratch_bytes;
-      scratch_bytes += align_up(leaf.spec->nbytes(), kStagingAlignment);
-    }
   }
-  std::byte* scratch = scratch_bytes ? slot.scratch.reserve(scratch_bytes) : nullptr;
   auto host_arrays = BatchArrays::at(slot.host + slot.capacity);
   auto device_arrays = BatchArrays::at(slot.device + slot.capacity);
   std::size_t next = 0;
   for (const auto& [codec, members] : decodes) {
     const auto* d = nvcomp_.decompressor(codec);
-    const std::size_t first = next;
     std::size_t max_chunk = 0;
-    std::size_t total = 0;
-    for (std::size_t i : members) {
-      const auto& leaf = batch[i];
-      const std::size_t expected = leaf.spec->nbytes();
-      host_arrays.inputs[next] = slot.device + leaf.staging + leaf.header;
-      host_arrays.input_sizes[next] = leaf.length - leaf.header - leaf.trailer;
-      host_arrays.capacities[next] = expected;
-      host_arrays.outputs[next] = leaf.scratch == SIZE_MAX
-                                      ? static_cast<void*>(leaf.destination.data)
-                                      : scratch + leaf.scratch;
-      slot.checks.push_back({leaf.key, next, expected});
-      max_chunk = std::max(max_chunk, expected);
-      total += expected;
-      ++next;
+    for (std::size_t i : members) max_chunk = std::max(max_chunk, batch[i].spec->nbytes());
+    struct Call {
+      std::size_t begin, end;  // in members
+      std::size_t temp_bytes;  // then the scratch, from align_up(temp_bytes)
+      std::size_t region_bytes;
+    };
+    std::vector<Call> calls;
+    std::size_t region_bytes = 0;
+    const std::size_t budget = ctx.decode_budget;
+    const std::size_t one = d->temp_size(1, max_chunk, max_chunk);
+    const std::size_t per_chunk =
+        std::max<std::size_t>(d->temp_size(2, max_chunk, 2 * max_chunk) - one, 1);
+    for (std::size_t b = 0; b < members.size();) {
+      std::size_t e = b;
+      std::size_t scratch = 0;
+      for (; e < members.size(); ++e) {
+        auto& leaf = batch[members[e]];
+        const std::size_t own = in_place(leaf, d->output_alignment)
+                                    ? 0
+                                    : align_up(leaf.spec->nbytes(), kStagingAlignment);
+        const std::size_t temp = one + per_chunk * (e - b);
+        if (e > b && align_up(temp, kStagingAlignment) + scratch + own > budget) break;
+        leaf.scratch = own ? scratch : kInPlace;
+        scratch += own;
+      }
+      const std::size_t temp = d->temp_size(e - b, max_chunk, (e - b) * max_chunk);
+      calls.push_back({b, e, temp, align_up(temp, kStagingAlignment) + scratch});
+      region_bytes = std::max(region_bytes, calls.back().region_bytes);
+      b = e;
+    }
+    auto& region = ctx.temp_for(slot);
+    std::byte* memory = region.acquire(region_bytes, slot.stream, ctx.streams);
+    const std::size_t first = next;
+    for (const auto& call : calls) {
+      std::byte* scratch = memory + align_up(call.temp_bytes, kStagingAlignment);
+      for (std::size_t m = call.begin; m < call.end; ++m, ++next) {
+        const auto& leaf = batch[members[m]];
+        const std::size_t expected = leaf.spec->nbytes();
+        host_arrays.inputs[next] = slot.device + leaf.staging + leaf.header;
+        host_arrays.input_sizes[next] = leaf.length - leaf.header - leaf.trailer;
+        host_arrays.capacities[next] = expected;
+        host_arrays.outputs[next] = leaf.scratch == kInPlace
+                                        ? static_cast<void*>(leaf.destination.data)
+                                        : scratch + leaf.scratch;
+        slot.checks.push_back({leaf.key, next, expected});
+      }
     }
     const std::size_t count = next - first;
-    const std::size_t temp_bytes = d->temp_size(count, max_chunk, total);
-    std::byte* temp =
-        temp_bytes ? ctx.temp_for(slot).acquire(temp_bytes, slot.stream, ctx.streams) : nullptr;
     // The arrays travel with the batch (small: a few entries per chunk).
     ZD_CUDA_CHECK(cudaMemcpyAsync(device_arrays.inputs + first, host_arrays.inputs + first,
                                   count * sizeof(void*), cudaMemcpyHostToDevice, slot.stream));
@@ -647,11 +674,24 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
                                   slot.stream));
     ZD_CUDA_CHECK(cudaMemcpyAsync(device_arrays.outputs + first, host_arrays.outputs + first,
                                   count * sizeof(void*), cudaMemcpyHostToDevice, slot.stream));
-    d->decompress(device_arrays.inputs + first, device_arrays.input_sizes + first,
-                  device_arrays.capacities + first, device_arrays.sizes + first, count, temp,
-                  temp_bytes, device_arrays.outputs + first, device_arrays.statuses + first,
-                  slot.stream);
-    if (temp) ctx.temp_for(slot).release(slot.stream);
+    for (const auto& call : calls) {
+      const std::size_t at = first + call.begin;
+      const std::size_t n = call.end - call.begin;
+      d->decompress(device_arrays.inputs + at, device_arrays.input_sizes + at,
+                    device_arrays.capacities + at, device_arrays.sizes + at, n,
+                    call.temp_bytes ? memory : nullptr, call.temp_bytes, device_arrays.outputs + at,
+                    device_arrays.statuses + at, slot.stream);
+      // Chunks decoded into the scratch move to their place before the next call reuses it.
+      std::byte* scratch = memory + align_up(call.temp_bytes, kStagingAlignment);
+      for (std::size_t m = call.begin; m < call.end; ++m) {
+        auto& leaf = batch[members[m]];
+        if (leaf.scratch == kInPlace) continue;
+        place_on_device(scratch + leaf.scratch, *leaf.spec, leaf.selection, leaf.destination,
+                        leaf.swap, slot.stream);
+        leaf.scratch = kPlaced;
+      }
+    }
+    region.release(slot.stream);
     ZD_CUDA_CHECK(cudaMemcpyAsync(host_arrays.statuses + first, device_arrays.statuses + first,
                                   count * sizeof(int), cudaMemcpyDeviceToHost, slot.stream));
     ZD_CUDA_CHECK(cudaMemcpyAsync(host_arrays.sizes + first, device_arrays.sizes + first,
@@ -681,7 +721,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
     }
   } copies{slot.stream};
   for (auto& leaf : batch) {
-    if (leaf.scratch == SIZE_MAX - 1) continue;
+    if (leaf.scratch == kPlaced) continue;
     const std::byte* staged = slot.device + leaf.staging;
     const std::size_t es = leaf.spec->dtype->size;
     switch (leaf.route) {
@@ -710,11 +750,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
         place_on_device(staged, *leaf.spec, leaf.selection, leaf.destination, leaf.swap,
                         slot.stream);
         break;
-      case Route::kGpuDecode:
-        if (leaf.scratch != SIZE_MAX) {
-          place_on_device(scratch + leaf.scratch, *leaf.spec, leaf.selection, leaf.destination,
-                          leaf.swap, slot.stream);
-        }
+      case Route::kGpuDecode:  // decoded in place or placed after its call
         break;
       case Route::kCpuDecode: {
         const auto [counts, strides] = staged_layout(leaf);
@@ -946,6 +982,45 @@ nlohmann::json Reader::measure_decode(std::span<const DimSlice> selection, int r
     ZD_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     if (r > 0) best = std::min(best, static_cast<double>(ms) / 1e3);
   }
+  // How the rate depends on the batch size and on how many batches run at once (each stream with
+  // temporary memory of its own): a read's batches are one slot's chunks, a few hundred.
+  nlohmann::json sweep = nlohmann::json::array();
+  for (const std::size_t size :
+       {std::size_t{128}, std::size_t{256}, std::size_t{512}, std::size_t{1024}}) {
+    for (const std::size_t streams :
+         {std::size_t{1}, std::size_t{2}, std::size_t{4}, std::size_t{8}}) {
+      const std::size_t m = std::min(size, n);
+      const std::size_t each = d->temp_size(m, max_chunk, m * max_chunk);
+      std::vector<DeviceScratch> temps;
+      std::vector<cudaStream_t> queues(streams);
+      for (std::size_t s = 0; s < streams; ++s) {
+        temps.emplace_back(gpu);
+        temps.back().reserve(std::max<std::size_t>(each, 1));
+        ZD_CUDA_CHECK(cudaStreamCreateWithFlags(&queues[s], cudaStreamNonBlocking));
+      }
+      double fastest = 1e30;
+      for (int r = 0; r < 2; ++r) {
+        ZD_CUDA_CHECK(cudaDeviceSynchronize());
+        ZD_CUDA_CHECK(cudaEventRecord(start, nullptr));
+        for (auto* q : queues) ZD_CUDA_CHECK(cudaStreamWaitEvent(q, start, 0));
+        for (std::size_t b = 0, k = 0; b < n; b += m, ++k) {
+          const std::size_t c = std::min(m, n - b);
+          d->decompress(d_inputs + b, d_input_sizes + b, d_capacities + b, d_sizes + b, c,
+                        temps[k % streams].data(), each, d_outputs + b, d_statuses + b,
+                        queues[k % streams]);
+        }
+        ZD_CUDA_CHECK(cudaDeviceSynchronize());
+        ZD_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+        ZD_CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0;
+        ZD_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        if (r > 0) fastest = std::min(fastest, static_cast<double>(ms) / 1e3);
+      }
+      for (auto* q : queues) cudaStreamDestroy(q);
+      sweep.push_back(
+          {{"batch", m}, {"streams", streams}, {"temp_bytes_each", each}, {"seconds", fastest}});
+    }
+  }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   std::vector<int> statuses(n);
@@ -960,7 +1035,9 @@ nlohmann::json Reader::measure_decode(std::span<const DimSlice> selection, int r
           {"compressed_bytes", compressed},
           {"decoded_bytes", decoded},
           {"failed_chunks", failed},
-          {"batch", batch}};
+          {"batch", batch},
+          {"temp_bytes", temp_bytes},
+          {"sweep", sweep}};
 }
 
 }  // namespace
