@@ -159,18 +159,25 @@ class WriteContext {
       : gpu(get_device("cuda:" + std::to_string(device))),
         slot_bytes(align_up(std::max<std::size_t>(staging_bytes, 1 << 20), 1 << 20)),
         temp(gpu) {
-    for (auto& s : slots) {
-      s.host = static_cast<std::byte*>(gpu->allocate_host(slot_bytes + WriteArrays::bytes()));
-      s.arrays = static_cast<std::byte*>(gpu->allocate(WriteArrays::bytes()));
-      s.staging = DeviceScratch(gpu);
-      s.compressed = DeviceScratch(gpu);
-      s.stream = static_cast<cudaStream_t>(gpu->create_stream());
-      s.encoded = static_cast<cudaEvent_t>(gpu->create_event());
-      s.copied = static_cast<cudaEvent_t>(gpu->create_event());
-      streams.push_back(s.stream);
+    try {
+      for (auto& s : slots) {
+        s.staging = DeviceScratch(gpu);
+        s.compressed = DeviceScratch(gpu);
+        s.host = static_cast<std::byte*>(gpu->allocate_host(slot_bytes + WriteArrays::bytes()));
+        s.arrays = static_cast<std::byte*>(gpu->allocate(WriteArrays::bytes()));
+        s.stream = static_cast<cudaStream_t>(gpu->create_stream());
+        streams.push_back(s.stream);
+        s.encoded = static_cast<cudaEvent_t>(gpu->create_event());
+        s.copied = static_cast<cudaEvent_t>(gpu->create_event());
+      }
+    } catch (...) {
+      release();
+      throw;
     }
   }
-  // Kept for the life of the process, like the read ring.
+  ~WriteContext() { release(); }
+  WriteContext(const WriteContext&) = delete;
+  WriteContext& operator=(const WriteContext&) = delete;
 
   std::shared_ptr<Device> gpu;
   // Each slot's buffers (laid-out chunks and compressed outputs on the device, encoded chunks in
@@ -180,15 +187,29 @@ class WriteContext {
   WriteSlot slots[2];
   std::vector<StreamHandle> streams;
   SharedTemp temp;
+
+ private:
+  void release() noexcept {
+    for (auto& s : slots) {
+      try {
+        if (s.stream) gpu->synchronize_stream(s.stream);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a failed device is being let go of
+      }
+      if (s.host) gpu->deallocate_host(s.host);
+      if (s.arrays) gpu->deallocate(s.arrays);
+      if (s.encoded) gpu->destroy_event(s.encoded);
+      if (s.copied) gpu->destroy_event(s.copied);
+      if (s.stream) gpu->destroy_stream(s.stream);
+      s = WriteSlot{};
+    }
+  }
 };
 
-WriteContext& write_context_for(int device, std::size_t staging_bytes) {
-  static std::mutex mutex;
-  static std::map<int, WriteContext*> contexts;
-  std::lock_guard lock(mutex);
-  auto& ctx = contexts[device];
-  if (!ctx) ctx = new WriteContext(device, staging_bytes);
-  return *ctx;
+std::shared_ptr<WriteContext> write_context_for(int device, std::size_t staging_bytes) {
+  // Leaked, like the read ring's.
+  static auto* cache = new ContextCache<WriteContext, std::size_t>();
+  return cache->get(device, staging_bytes,
+                    [&] { return std::make_shared<WriteContext>(device, staging_bytes); });
 }
 
 // Copies a box of device memory (`shape` elements at `src`, byte strides `src_strides`) to
@@ -614,7 +635,8 @@ void Writer::write(std::span<const DimSlice> selection, const void* values, std:
 
   // Batches of whole items that fit a slot; an item too large alone goes through the
   // CPU path.
-  auto& ctx = write_context_for(device_, options_.staging_bytes);
+  const auto context = write_context_for(device_, options_.staging_bytes);
+  auto& ctx = *context;
   ctx_ = &ctx;
   std::lock_guard lock(ctx.mutex);
   // Each of a slot's buffers (laid-out chunks, compressed outputs, pinned host) holds at most

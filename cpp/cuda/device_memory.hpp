@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 
 #include "zarr_device/device.hpp"
@@ -80,6 +82,33 @@ class SharedTemp {
   DeviceScratch memory_;
   EventHandle free_;
   bool used_ = false;
+};
+
+// Per-device state kept between calls (pinned memory is slow to allocate and synchronises the
+// device), made again when the settings it was made with change. A call holds the shared_ptr
+// while it runs, so a replaced context is freed when the last call using it ends.
+template <typename Context, typename Settings>
+class ContextCache {
+ public:
+  template <typename Make>
+  std::shared_ptr<Context> get(int device, const Settings& settings, Make make) {
+    std::lock_guard lock(mutex_);
+    auto& entry = entries_[device];
+    if (!entry.context || !(entry.settings == settings)) {
+      entry.context.reset();  // frees the old one first where no call holds it
+      entry.context = make();
+      entry.settings = settings;
+    }
+    return entry.context;
+  }
+
+ private:
+  struct Entry {
+    Settings settings{};
+    std::shared_ptr<Context> context;
+  };
+  std::mutex mutex_;
+  std::map<int, Entry> entries_;
 };
 
 }  // namespace zarr_device::cuda

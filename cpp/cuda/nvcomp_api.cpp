@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 
-
 #if __has_include(<nvcomp/zstd.h>)
 #define ZARR_DEVICE_WITH_NVCOMP 1
 #include <nvcomp/deflate.h>

@@ -732,6 +732,62 @@ def test_failing_reads_do_not_leak(tmp_path: Path) -> None:
     assert tensor_bytes(healthy.read(device=DEV, like="torch")) == host_bytes(values)
 
 
+def _restore_config(previous: Any) -> None:
+    zd.set_config(**{f: getattr(previous, f) for f in ("staging_bytes", "staging_slots")})
+
+
+def test_staging_settings_apply_to_the_next_read(tmp_path: Path) -> None:
+    """The ring is made again when its settings change: a chunk larger than a slot is refused
+    with advice, and read once the slot is large enough."""
+    arr = zd.create(tmp_path / "big", shape=(1024, 1024), dtype="float32", chunks=(1024, 1024),
+                    compressors=None)
+    values = np.random.default_rng(3).standard_normal((1024, 1024), dtype=np.float32)
+    arr[...] = values
+    previous = zd.set_config(staging_bytes=2 * MIB, staging_slots=2)  # 1 MiB slots, 4 MiB chunk
+    try:
+        with pytest.raises(zd.OutOfMemoryError, match="raise staging_bytes"):
+            arr.read(device=DEV, like="torch")
+        zd.set_config(staging_bytes=16 * MIB, staging_slots=2)
+        assert tensor_bytes(arr.read(device=DEV, like="torch")) == host_bytes(values)
+    finally:
+        _restore_config(previous)
+
+
+def test_device_memory_within_output_and_twice_the_staging(tmp_path: Path) -> None:
+    """A read of well-compressed zstd chunks (many chunks per slot, and nvCOMP's temporary
+    memory grows with the chunks decoded at once) holds at most the output plus twice the staging
+    on the device, counting every allocator (the ring and decode memory stay allocated after the
+    read, so the drop of free memory measured afterwards includes them)."""
+    shape, chunks = (4096, 4096), (64, 256)  # 64 KiB chunks, 1024 of them
+    arr = zd.create(tmp_path / "smooth", shape=shape, dtype="float32", chunks=chunks,
+                    compressors=[{"name": "zstd"}, {"name": "crc32c"}])
+    x = np.arange(shape[0] * shape[1], dtype=np.float64).reshape(shape)
+    values = np.round(280 + 10 * np.sin(x / 5000), 2).astype(np.float32)
+    arr[...] = values
+    staging = 8 * MIB
+    previous = zd.set_config(staging_bytes=staging, staging_slots=4)
+    try:
+        small = zd.create(tmp_path / "warm", shape=(8, 8), dtype="float32", chunks=(8, 8),
+                          compressors=[{"name": "zstd"}, {"name": "crc32c"}])
+        small[...] = np.ones((8, 8), dtype=np.float32)
+        small.read(device=DEV, like="torch")  # CUDA context, nvCOMP's kernels, torch's pool
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        free_before = torch.cuda.mem_get_info(0)[0]
+        out = arr.read(device=DEV, like="torch")
+        torch.cuda.synchronize()
+        used = free_before - torch.cuda.mem_get_info(0)[0]
+        assert tensor_bytes(out) == host_bytes(values)
+        output = values.nbytes
+        # 2 MiB: the driver's allocation granularity for the ring's and decoder's blocks
+        assert used <= output + 2 * staging + 2 * MIB, (
+            f"device memory rose by {used / MIB:.1f} MiB for a {output / MIB:.0f} MiB output "
+            f"and {staging / MIB:.0f} MiB of staging")
+    finally:
+        _restore_config(previous)
+
+
 # ----------------------------------------------------------------------------------------------
 # several GPUs
 

@@ -26,10 +26,11 @@ class IoConfig:
     max_inflight_bytes: int = 256 << 20
     gpu_decode: Literal["checked", "trusted", "off"] = "checked"
     #: Pinned host memory that chunk bytes pass through on their way to a GPU, in this many slots
-    #: (filled, copied and decoded in turn). Allocated once per device, on its first read: later
-    #: changes apply to devices not read from yet.
-    staging_bytes: int = 256 << 20
-    staging_slots: int = 4
+    #: (filled, copied and decoded in turn), each allocated on first use and kept; a change
+    #: reallocates on the next read. A read's GPU memory beyond its output is at most twice this:
+    #: a copy of each slot, and as much for nvCOMP's decoding, whose speed grows with it.
+    staging_bytes: int = 768 << 20
+    staging_slots: int = 12
     #: Writes from CUDA device memory: "on" compresses zstd chunks on the GPU (nvCOMP; standard
     #: frames, the codec's level not applied); "off" compresses on CPU threads (the level applied).
     gpu_encode: Literal["on", "off"] = "on"
@@ -39,8 +40,8 @@ _config = IoConfig(
     threads=int(os.environ.get("ZARR_DEVICE_THREADS", "0")),
     max_inflight_bytes=int(os.environ.get("ZARR_DEVICE_MAX_INFLIGHT_BYTES", str(256 << 20))),
     gpu_decode=os.environ.get("ZARR_DEVICE_GPU_DECODE", "checked"),  # type: ignore[arg-type]
-    staging_bytes=int(os.environ.get("ZARR_DEVICE_STAGING_BYTES", str(256 << 20))),
-    staging_slots=int(os.environ.get("ZARR_DEVICE_STAGING_SLOTS", "4")),
+    staging_bytes=int(os.environ.get("ZARR_DEVICE_STAGING_BYTES", str(768 << 20))),
+    staging_slots=int(os.environ.get("ZARR_DEVICE_STAGING_SLOTS", "12")),
     gpu_encode=os.environ.get("ZARR_DEVICE_GPU_ENCODE", "on"),  # type: ignore[arg-type]
 )
 

@@ -25,10 +25,12 @@ enum class GpuDecode {
 struct CudaReadOptions {
   IoOptions io;
   // Pinned host memory that chunk bytes pass through on their way to the GPU, split into slots
-  // that are filled, copied and decoded in turn (so reads overlap copies and decoding). Allocated
-  // once per device and reused.
-  std::size_t staging_bytes = std::size_t{256} << 20;
-  int slots = 4;
+  // that are filled, copied and decoded in turn (so reads overlap copies and decoding). A slot is
+  // allocated on its first use and kept for later reads to the device (made again when these
+  // settings change). Device memory: the output, a copy of each slot, and as much again for
+  // GPU decoding (nvCOMP's decode speed grows with the memory it is given).
+  std::size_t staging_bytes = std::size_t{768} << 20;
+  int slots = 12;
   // A cudaStream_t whose earlier work must finish before the output is written (the stream the
   // caller allocated `out` on); 0 for none.
   std::uintptr_t consumer_stream = 0;
