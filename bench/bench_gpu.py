@@ -607,6 +607,17 @@ def format_limits(limits: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_sweep(reported: dict[str, Any]) -> str:
+    """The decode rate by chunks per call, calls running at once (streams, each with its own
+    temporary memory) and where the compressed input lies."""
+    lines = ["decode rate by batch: input, chunks per call x streams, nvCOMP temp per stream, GB/s of output"]
+    for s in reported["sweep"]:
+        gbps = reported["decoded_bytes"] / s["seconds"] / 1e9
+        lines.append(f"  {s['input']:<11}  {s['batch']:>5} x {s['streams']:<2}  "
+                     f"{fmt_bytes(s['temp_bytes_each']):>10}  {gbps:6.1f}")
+    return "\n".join(lines)
+
+
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     header = ["codec", "stored", "reader", "warm GB/s", "cold GB/s", "zd warm x", "zd cold x",
               "RSS start", "peak RSS", "GPU peak", "torch peak"]
@@ -768,6 +779,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           f"({rep['chunks']} chunks, {rep['compressed_bytes'] / 2**30:.2f} GiB in, "
                           f"{rep['decoded_bytes'] / 2**30:.2f} GiB out, GPU time by CUDA events, best of "
                           f"{args.repeat}; {rep['failed_chunks']} failed)", flush=True)
+                    if rep.get("sweep"):
+                        print(format_sweep(rep), flush=True)
             return _finish(document, args, out_dir, own_dir, data_dir, started)
 
         if not args.skip_limits:
