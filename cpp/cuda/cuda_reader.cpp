@@ -1026,11 +1026,13 @@ nlohmann::json Reader::measure_decode(std::span<const DimSlice> selection, int r
   auto* d_host_inputs = reinterpret_cast<const void**>(host_input_array.reserve(n * 8));
   ZD_CUDA_CHECK(cudaMemcpy(d_host_inputs, host_inputs.data(), n * 8, cudaMemcpyHostToDevice));
   for (const bool from_host : {false, true})
-    for (const std::size_t size :
-         {std::size_t{128}, std::size_t{256}, std::size_t{512}, std::size_t{1024}}) {
-      for (const std::size_t streams :
-           {std::size_t{1}, std::size_t{2}, std::size_t{4}, std::size_t{8}}) {
-        if (from_host && streams == 1) continue;
+    for (const std::size_t size : {std::size_t{64}, std::size_t{128}, std::size_t{256},
+                                   std::size_t{512}, std::size_t{1024}}) {
+      // More streams than CUDA's 8 hardware queues (CUDA_DEVICE_MAX_CONNECTIONS) share queues.
+      for (const std::size_t streams : {std::size_t{1}, std::size_t{2}, std::size_t{4},
+                                        std::size_t{8}, std::size_t{12}, std::size_t{16}}) {
+        if (from_host && (streams == 1 || streams > 4 || size < 256)) continue;
+        if (streams > 8 && size > 256) continue;
         const void** sources = from_host ? d_host_inputs : d_inputs;
         const std::size_t m = std::min(size, n);
         const std::size_t each = d->temp_size(m, max_chunk, m * max_chunk);
