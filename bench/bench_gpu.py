@@ -232,6 +232,31 @@ def sample_block(rng: Any, size: int, data: str) -> Any:
     return np.round(field, 2).astype(np.float32)
 
 
+def compressor_codecs(codec: str, level: int) -> list[dict[str, Any]]:
+    """The bytes-to-bytes codecs of ``codec``: the crc32c after zstd lets a reader reject a
+    damaged chunk before a GPU decoder, which trusts its input, sees it; every peer reads and
+    writes the same chain."""
+    if codec == "none":
+        return []
+    return [{"name": "zstd", "configuration": {"level": level, "checksum": False}}, {"name": "crc32c"}]
+
+
+def print_header(machine: dict[str, Any], versions: dict[str, str | None], engine: dict[str, Any],
+                 layout: dict[str, Any], codecs: Sequence[str], level: int, source: str) -> None:
+    """The run's machine, versions, engine build and array, as both GPU benchmarks print them."""
+    print(f"machine:  {machine['cpu']}; {machine['usable_cores']} cores usable of {machine['cores']}; "
+          f"{fmt_bytes(machine['memory_bytes'] or 0)} RAM; {machine['system']}; Python {machine['python']}")
+    for gpu in machine["gpus"] or ["no GPU found by nvidia-smi"]:
+        print(f"gpu:      {gpu}")
+    print("versions: " + ", ".join(f"{k} {v or '(not installed)'}" for k, v in versions.items()))
+    print(f"engine:   {json.dumps(engine)}")
+    grid = f"shards of {layout['shards']} holding chunks of {layout['chunks']}" if layout["shards"] else \
+        f"chunks of {layout['chunks']}"
+    print(f"array:    {fmt_bytes(layout['nbytes'])} {layout['dtype']}, shape {tuple(layout['shape'])}, {grid} "
+          f"({fmt_bytes(math.prod(layout['chunks']) * layout['itemsize'])} per chunk), codecs {list(codecs)} "
+          f"(zstd level {level}), {source}", flush=True)
+
+
 def write_array(path: str, layout: dict[str, Any], codec: str, level: int, data: str = "weights") -> float:
     """Writes the sample array (skipped when an earlier run left it complete). Returns seconds."""
     import numpy as np
@@ -247,12 +272,7 @@ def write_array(path: str, layout: dict[str, Any], codec: str, level: int, data:
     except (OSError, ValueError):
         pass
     start = time.perf_counter()
-    # zstd chunks carry a crc32c: the engine verifies it on the CPU before nvCOMP (which trusts its
-    # input) decodes them; every peer reads the same files.
-    compressors: Any = None if codec == "none" else [
-        {"name": "zstd", "configuration": {"level": level, "checksum": False}},
-        {"name": "crc32c"},
-    ]
+    compressors: Any = compressor_codecs(codec, level) or None
     rows, cols = layout["shape"]
     grid_rows = (layout["shards"] or layout["chunks"])[0]
     arr = zd.create(path, shape=layout["shape"], dtype=layout["dtype"], chunks=layout["chunks"],
@@ -727,17 +747,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     machine, versions, engine = machine_info(), package_versions(), engine_info()
     layout = layout_of(args)
-    print(f"machine:  {machine['cpu']}; {machine['usable_cores']} cores usable of {machine['cores']}; "
-          f"{fmt_bytes(machine['memory_bytes'] or 0)} RAM; {machine['system']}; Python {machine['python']}")
-    for gpu in machine["gpus"] or ["no GPU found by nvidia-smi"]:
-        print(f"gpu:      {gpu}")
-    print("versions: " + ", ".join(f"{k} {v or '(not installed)'}" for k, v in versions.items()))
-    print(f"engine:   {json.dumps(engine)}")
-    grid = f"shards of {layout['shards']} holding chunks of {layout['chunks']}" if layout["shards"] else \
-        f"chunks of {layout['chunks']}"
-    print(f"array:    {fmt_bytes(layout['nbytes'])} {layout['dtype']}, shape {tuple(layout['shape'])}, {grid} "
-          f"({fmt_bytes(math.prod(layout['chunks']) * layout['itemsize'])} per chunk), codecs {args.codecs} "
-          f"(zstd level {args.zstd_level}), {args.data} values, written by zarr-device", flush=True)
+    print_header(machine, versions, engine, layout, args.codecs, args.zstd_level,
+                 f"{args.data} values, written by zarr-device")
     if args.device.startswith("cuda") and not engine.get("devices"):
         print("note:     zarr_device sees no CUDA device; its reads will fail with DeviceError")
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -46,6 +45,7 @@ from bench_gpu import (  # noqa: E402
     LAYOUTS,
     MIB,
     chunk_files,
+    compressor_codecs,
     engine_info,
     fmt_bytes,
     layout_of,
@@ -53,6 +53,7 @@ from bench_gpu import (  # noqa: E402
     machine_info,
     package_versions,
     parse_size,
+    print_header,
     read_proc_status,
 )
 
@@ -73,14 +74,6 @@ def make_tensor(torch: Any, layout: dict[str, Any], seed: int, device: str) -> A
     tensor = torch.empty(layout["shape"], dtype=dtype, device=device)
     tensor.normal_(0.0, 0.02, generator=generator)
     return tensor
-
-
-def compressor_codecs(codec: str, level: int) -> list[dict[str, Any]]:
-    """The bytes-to-bytes codecs of ``codec``: the crc32c after zstd lets a reader reject a
-    damaged chunk before a GPU decoder, which trusts its input, sees it (as bench_gpu.py writes)."""
-    if codec == "none":
-        return []
-    return [{"name": "zstd", "configuration": {"level": level, "checksum": False}}, {"name": "crc32c"}]
 
 
 def codec_chain(layout: dict[str, Any], codec: str, level: int) -> list[dict[str, Any]]:
@@ -438,17 +431,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     machine, versions, engine = machine_info(), package_versions(), engine_info()
     layout = layout_of(args)
-    print(f"machine:  {machine['cpu']}; {machine['usable_cores']} cores usable of {machine['cores']}; "
-          f"{fmt_bytes(machine['memory_bytes'] or 0)} RAM; {machine['system']}; Python {machine['python']}")
-    for gpu in machine["gpus"] or ["no GPU found by nvidia-smi"]:
-        print(f"gpu:      {gpu}")
-    print("versions: " + ", ".join(f"{k} {v or '(not installed)'}" for k, v in versions.items()))
-    print(f"engine:   {json.dumps(engine)}")
-    grid = f"shards of {layout['shards']} holding chunks of {layout['chunks']}" if layout["shards"] else \
-        f"chunks of {layout['chunks']}"
-    print(f"array:    {fmt_bytes(layout['nbytes'])} {layout['dtype']}, shape {tuple(layout['shape'])}, {grid} "
-          f"({fmt_bytes(math.prod(layout['chunks']) * layout['itemsize'])} per chunk), codecs {args.codecs} "
-          f"(zstd level {args.zstd_level}), from a tensor on {args.device}", flush=True)
+    print_header(machine, versions, engine, layout, args.codecs, args.zstd_level,
+                 f"from a tensor on {args.device}")
 
     own_dir = args.dir is None
     data_dir = tempfile.mkdtemp(prefix="bench-gpu-write-") if own_dir else args.dir

@@ -226,17 +226,7 @@ class DeviceContext {
     decode_budget = per_slot;
   }
   ~DeviceContext() {
-    for (auto& s : slots_) {
-      if (!s.host) continue;
-      try {
-        gpu_->synchronize_stream(s.stream);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): a failed device is being let go of
-      }
-      gpu_->deallocate_host(s.host);
-      gpu_->deallocate(s.device);
-      gpu_->destroy_event(s.done);
-      gpu_->destroy_stream(s.stream);
-    }
+    for (auto& s : slots_) release(s);
   }
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;
@@ -252,17 +242,27 @@ class DeviceContext {
         s.stream = static_cast<cudaStream_t>(gpu_->create_stream());
         s.done = static_cast<cudaEvent_t>(gpu_->create_event());
       } catch (...) {
-        if (s.device) gpu_->deallocate(s.device);
-        if (s.stream) gpu_->destroy_stream(s.stream);
-        gpu_->deallocate_host(s.host);
-        const std::size_t capacity = s.capacity;
-        s = Slot{};
-        s.capacity = capacity;
+        release(s);
         throw;
       }
       streams.push_back(s.stream);
     }
     return s;
+  }
+
+  // Frees what a slot holds (the Device's frees accept null) once its stream is idle.
+  void release(Slot& s) noexcept {
+    try {
+      if (s.stream) gpu_->synchronize_stream(s.stream);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a failed device is being let go of
+    }
+    gpu_->deallocate_host(s.host);
+    gpu_->deallocate(s.device);
+    gpu_->destroy_event(s.done);
+    gpu_->destroy_stream(s.stream);
+    const std::size_t capacity = s.capacity;
+    s = Slot{};
+    s.capacity = capacity;
   }
 
   std::mutex mutex;  // one read at a time per device

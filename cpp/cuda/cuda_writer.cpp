@@ -195,11 +195,11 @@ class WriteContext {
         if (s.stream) gpu->synchronize_stream(s.stream);
       } catch (...) {  // NOLINT(bugprone-empty-catch): a failed device is being let go of
       }
-      if (s.host) gpu->deallocate_host(s.host);
-      if (s.arrays) gpu->deallocate(s.arrays);
-      if (s.encoded) gpu->destroy_event(s.encoded);
-      if (s.copied) gpu->destroy_event(s.copied);
-      if (s.stream) gpu->destroy_stream(s.stream);
+      gpu->deallocate_host(s.host);  // the Device's frees accept null
+      gpu->deallocate(s.arrays);
+      gpu->destroy_event(s.encoded);
+      gpu->destroy_event(s.copied);
+      gpu->destroy_stream(s.stream);
       s = WriteSlot{};
     }
   }
