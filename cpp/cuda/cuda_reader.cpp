@@ -5,6 +5,8 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <future>
@@ -33,6 +35,7 @@ namespace {
 constexpr std::size_t kMaxBatch = 8192;       // leaves per slot
 constexpr std::size_t kPieceBytes = 1 << 20;  // unit of parallel reads: small enough to balance
 constexpr std::size_t kStagingAlignment = 256;
+constexpr std::size_t kMaxDecodeRegions = 8;   // CUDA's hardware queues per device, by default
 constexpr std::size_t kInPlace = SIZE_MAX;     // a leaf decoded straight into its destination
 constexpr std::size_t kPlaced = SIZE_MAX - 1;  // a leaf already in its destination
 
@@ -66,6 +69,18 @@ struct Leaf {
   std::size_t staging = 0;         // offset in the slot
   std::size_t staged = 0;          // bytes in the slot
   std::size_t scratch = kInPlace;  // GPU decodes: offset in the decode scratch, or one of these
+  std::size_t decode_scratch = 0;  // GPU decodes: bytes of decode scratch (0: decoded in place)
+};
+
+// What decoding chunks at once costs in device memory: nvCOMP's temporary memory, linear in the
+// chunks of one call, then scratch for the chunks not decoded straight into place.
+struct DecodeCost {
+  std::size_t first = 0;      // temporary bytes for a call's first chunk
+  std::size_t per_chunk = 0;  // for each further chunk
+  // Region bytes of a call of `chunks` chunks (at least one) whose scratch totals `scratch`.
+  [[nodiscard]] std::size_t region(std::size_t chunks, std::size_t scratch) const {
+    return align_up(first + per_chunk * (chunks - 1), kStagingAlignment) + scratch;
+  }
 };
 
 Leaf make_leaf(std::string key, const codecs::CodecChain& chain, std::vector<DimSlice> selection,
@@ -220,10 +235,12 @@ class DeviceContext {
         align_up(std::max<std::size_t>(staging_bytes / std::max(slots, 1), kPage), kPage);
     slots_.resize(static_cast<std::size_t>(std::max(slots, 1)));
     for (auto& s : slots_) s.capacity = per_slot - BatchArrays::bytes();
-    for (std::size_t i = 0; i < slots_.size(); ++i) {
-      temps.push_back(std::make_unique<SharedTemp>(gpu_));
-    }
-    decode_budget = per_slot;
+    // The driver's own device memory for the ring's streams and the decoders' kernels (measured
+    // on an H200: 4 MiB for 12 streams, 6-10 MiB in all) comes out of the decode memory, so that
+    // a read's device memory stays within its output plus twice the staging.
+    constexpr std::size_t kDriverShare = std::size_t{16} << 20;
+    const std::size_t staged = per_slot * slots_.size();
+    decode_memory_ = staged >= 8 * kDriverShare ? staged - kDriverShare : staged;
   }
   ~DeviceContext() {
     for (auto& s : slots_) release(s);
@@ -271,17 +288,22 @@ class DeviceContext {
   std::shared_ptr<Device> gpu_;
   std::vector<StreamHandle> streams;  // of the slots allocated
   // Decode memory (nvCOMP's temporary memory, then decoded chunks on their way to a strided
-  // place): a region of a slot's size per slot, so every slot's decodes may run at once. nvCOMP
-  // decodes a chunk per thread block: its speed grows with the chunks decoded at once (measured
-  // on an H200, 256 KiB zstd chunks: about 17 GB/s with 512 in flight, 30 with 1024), and so
-  // does its temporary memory (about three times a chunk per chunk). Together the regions hold
-  // the staging's size, which keeps a read's device memory within the output plus twice the
-  // staging; a larger staging buys a faster decode.
-  std::vector<std::unique_ptr<SharedTemp>> temps;
-  std::size_t decode_budget = 0;  // bytes per region
-  SharedTemp& temp_for(const Slot& slot) {
-    return *temps[static_cast<std::size_t>(&slot - slots_.data()) % temps.size()];
+  // place): the staging's size in all, which keeps a read's device memory within the output plus
+  // twice the staging, split into regions that batches use in turn; batches in different regions
+  // decode at once. See Reader::prepare_decodes for how many.
+  void use_decode_regions(std::size_t count) {
+    if (regions_.size() == count) return;
+    for (auto* s : streams) gpu_->synchronize_stream(s);  // their work may use the old regions
+    regions_.clear();
+    for (std::size_t i = 0; i < count; ++i) regions_.push_back(std::make_unique<SharedTemp>(gpu_));
+    decode_budget = decode_memory_ / count / kStagingAlignment * kStagingAlignment;
   }
+  SharedTemp& decode_region(std::size_t batch) { return *regions_[batch % regions_.size()]; }
+  std::size_t decode_budget = 0;  // bytes per region
+
+ private:
+  std::size_t decode_memory_ = 0;
+  std::vector<std::unique_ptr<SharedTemp>> regions_;
 };
 
 std::shared_ptr<DeviceContext> context_for(int device, const CudaReadOptions& options) {
@@ -331,7 +353,10 @@ class Reader {
   // A batch's CPU stage (reads into the pinned slot, checks) and its GPU stage (one transfer,
   // decoding, placing). The CPU stage of the next batch runs while this one is submitted.
   void fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch);
-  void submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch);
+  void check_staged(DeviceContext& ctx, Slot& slot, Leaf& leaf);
+  // Sizes what GPU decodes cost and splits the decode memory into regions for them.
+  void prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves);
+  void submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch, std::size_t region);
   void finish(Slot& slot);
   [[nodiscard]] std::string where(const std::string& key) const {
     return array_.describe() + ", chunk '" + key + "'";
@@ -341,6 +366,7 @@ class Reader {
   int device_;
   CudaReadOptions options_;
   const Nvcomp& nvcomp_;
+  std::array<DecodeCost, 4> costs_{};  // by GpuCodec
   std::size_t workers_;
   engine::ThreadPool& pool_;
 };
@@ -457,6 +483,46 @@ std::vector<Leaf> Reader::read_from_files(std::vector<Leaf> leaves, const FileBa
   return rest;
 }
 
+void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves) {
+  std::size_t max_chunk = 0;
+  std::array<bool, 4> present{};
+  for (const auto& leaf : leaves) {
+    if (leaf.route != Route::kGpuDecode) continue;
+    max_chunk = std::max(max_chunk, leaf.spec->nbytes());
+    present[static_cast<std::size_t>(leaf.codec)] = true;
+  }
+  if (max_chunk == 0) return;
+  for (std::size_t c = 0; c < present.size(); ++c) {
+    if (!present[c]) continue;
+    const auto* d = nvcomp_.decompressor(static_cast<GpuCodec>(c));
+    const std::size_t first = d->temp_size(1, max_chunk, max_chunk);
+    costs_[c] = {first,
+                 std::max<std::size_t>(d->temp_size(2, max_chunk, 2 * max_chunk) - first, 1)};
+  }
+  double staged = 0;
+  double cost = 0;
+  for (auto& leaf : leaves) {
+    if (leaf.route != Route::kGpuDecode) continue;
+    const auto* d = nvcomp_.decompressor(leaf.codec);
+    leaf.decode_scratch =
+        in_place(leaf, d->output_alignment) ? 0 : align_up(leaf.spec->nbytes(), kStagingAlignment);
+    staged += static_cast<double>(align_up(leaf.length, kStagingAlignment));
+    cost += static_cast<double>(costs_[static_cast<std::size_t>(leaf.codec)].per_chunk +
+                                leaf.decode_scratch);
+  }
+  // nvCOMP decodes a chunk per thread block: its speed follows the chunks decoded at once, not how
+  // they are split into calls (measured on an H200, 256 KiB zstd chunks: about 17 GB/s with 512
+  // in flight, 30 with 1024, 95 with 8192), while its temporary memory grows with them (about
+  // three times a chunk per chunk). A batch is cut where its slot or its decode region is full,
+  // and the batches of R regions decode at once: min(R x a slot's chunks, the decode memory's
+  // chunks) in flight. The fewest regions that reach the memory's limit make the largest calls;
+  // more streams than CUDA's hardware queues would share them.
+  const auto slots = static_cast<double>(ctx.slots_.size());
+  const auto regions = static_cast<std::size_t>(std::ceil(slots * staged / cost));
+  ctx.use_decode_regions(
+      std::clamp<std::size_t>(regions, 1, std::min(ctx.slots_.size(), kMaxDecodeRegions)));
+}
+
 // Bytes a leaf needs in the staging slot.
 std::size_t staged_bytes(const Leaf& leaf) {
   switch (leaf.route) {
@@ -488,43 +554,104 @@ void Reader::finish(Slot& slot) {
   slot.checks.clear();
 }
 
+// Checks on the CPU what the GPU will trust in a leaf's staged bytes: checksums, framing, sizes.
+// A leaf the GPU path does not take is decoded here instead (which raises the CPU's typed error
+// when it is corrupt) and copied to its place.
+void Reader::check_staged(DeviceContext& ctx, Slot& slot, Leaf& leaf) {
+  std::span<const std::byte> stored{slot.host + leaf.staging, leaf.length};
+  for (int c = 0; c < leaf.crc32c; ++c) {
+    const std::size_t n = stored.size();
+    if (n < 4) throw CodecError("crc32c: chunk of " + std::to_string(n) + " bytes is too short");
+    std::uint32_t want = 0;
+    std::memcpy(&want, stored.data() + n - 4, 4);
+    const std::uint32_t got = codecs::crc32c(stored.first(n - 4));
+    if (got != want) {
+      char text[64];
+      std::snprintf(text, sizeof text, "crc32c mismatch: stored %08x, computed %08x", want, got);
+      throw ChecksumError(text);
+    }
+    stored = stored.first(n - 4);
+  }
+  if (leaf.route == Route::kCopy && stored.size() != leaf.spec->nbytes()) {
+    throw CodecError("chunk holds " + std::to_string(stored.size()) + " bytes, expected " +
+                     std::to_string(leaf.spec->nbytes()) + " for its shape and data type");
+  }
+  if (leaf.route != Route::kGpuDecode ||
+      gpu_can_take(leaf, {slot.host + leaf.staging, leaf.length}, leaf.spec->nbytes())) {
+    return;
+  }
+  // Decode on the CPU into pageable memory, then copy that region over.
+  Buffer bytes = Buffer::copy_of({slot.host + leaf.staging, leaf.length});
+  const std::size_t nbytes = selection_bytes(leaf);
+  ByteArray decoded(nbytes);
+  auto [counts, strides] = staged_layout(leaf);
+  leaf.chain->decode_into(bytes, leaf.decoded_selection,
+                          StridedView{decoded.data(), counts, strides});
+  // Rare (unusual framing): a synchronous detour through a temporary device buffer.
+  ZD_CUDA_CHECK(cudaSetDevice(device_));
+  const DeviceBuffer tmp(ctx.gpu_, nbytes);
+  auto* dev = static_cast<std::byte*>(tmp.data());
+  ZD_CUDA_CHECK(cudaMemcpy(dev, decoded.data(), nbytes, cudaMemcpyHostToDevice));
+  launch_strided_copy(
+      plan_strided_copy(dev, strides, leaf.decoded_destination, leaf.spec->dtype->size, false, 1),
+      nullptr);
+  const cudaError_t launched = cudaGetLastError();
+  const cudaError_t synced = cudaDeviceSynchronize();
+  ZD_CUDA_CHECK(launched);
+  ZD_CUDA_CHECK(synced);
+  leaf.scratch = kPlaced;
+}
+
 void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
   const Store& store = *array_.store();
-  // 1. Fetch: pieces of at most kPieceBytes, read in parallel into the pinned slot.
+  // 1. Fetch: pieces of about kPieceBytes, read in parallel into the pinned slot. A piece holds
+  // whole leaves stored back to back (a whole shard is then a few large reads, not thousands of
+  // small ones) and checks them while their bytes are still in its core's cache; a leaf longer
+  // than a piece is read in parts and checked once they are all in.
   struct Piece {
-    std::size_t leaf;
-    std::uint64_t offset;
-    std::size_t length;
+    std::size_t first;     // the piece's leaves: [first, end)
+    std::size_t end;       //
+    std::uint64_t offset;  // where the piece starts in the first leaf's stored value
+    std::size_t length;    // bytes to read (0: a fill element or a CPU decode)
+    bool checks_leaves;    // holds its leaves whole
+  };
+  auto staged_from_store = [](const Leaf& l) {
+    return l.route == Route::kCopy || l.route == Route::kGpuDecode;
   };
   std::vector<Piece> pieces;
+  std::vector<std::size_t> long_leaves;
   for (std::size_t i = 0; i < batch.size();) {
     const auto& leaf = batch[i];
-    if (leaf.route != Route::kCopy && leaf.route != Route::kGpuDecode) {
-      pieces.push_back({i, 0, 0});  // fill element or CPU decode: one task
+    if (!staged_from_store(leaf)) {
+      pieces.push_back({i, i + 1, 0, 0, false});
       ++i;
-      continue;
+    } else if (leaf.length > kPieceBytes) {
+      for (std::uint64_t o = 0; o < leaf.length; o += kPieceBytes) {
+        pieces.push_back(
+            {i, i + 1, o,
+             static_cast<std::size_t>(std::min<std::uint64_t>(kPieceBytes, leaf.length - o)),
+             false});
+      }
+      long_leaves.push_back(i);
+      ++i;
+    } else {
+      std::size_t j = i + 1;
+      std::uint64_t length = leaf.length;
+      while (j < batch.size() && staged_from_store(batch[j]) && batch[j].key == leaf.key &&
+             batch[j].offset == leaf.offset + length && batch[j].staging == leaf.staging + length &&
+             length + batch[j].length <= kPieceBytes) {
+        length += batch[j].length;
+        ++j;
+      }
+      pieces.push_back({i, j, 0, static_cast<std::size_t>(length), true});
+      i = j;
     }
-    // Inner chunks stored back to back in one shard, staged back to back, are read as one run
-    // (a whole shard is then a few large reads, not thousands of small ones).
-    std::size_t j = i + 1;
-    std::uint64_t length = leaf.length;
-    while (j < batch.size() &&
-           (batch[j].route == Route::kCopy || batch[j].route == Route::kGpuDecode) &&
-           batch[j].key == leaf.key && batch[j].offset == leaf.offset + length &&
-           batch[j].staging == leaf.staging + length) {
-      length += batch[j].length;
-      ++j;
-    }
-    for (std::uint64_t o = 0; o < length; o += kPieceBytes) {
-      pieces.push_back(
-          {i, o, static_cast<std::size_t>(std::min<std::uint64_t>(kPieceBytes, length - o))});
-    }
-    i = j;
   }
   pool_.parallel_for(pieces.size(), workers_, [&](std::size_t p) {
     const auto& piece = pieces[p];
-    auto& leaf = batch[piece.leaf];
+    std::size_t at = piece.first;
     try {
+      auto& leaf = batch[at];
       std::byte* dst = slot.host + leaf.staging;
       switch (leaf.route) {
         case Route::kFill:
@@ -547,72 +674,20 @@ void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
           if (!got || *got != piece.length) {
             throw CodecError("chunk changed or vanished while it was read");
           }
+          if (!piece.checks_leaves) return;
+          for (; at < piece.end; ++at) check_staged(ctx, slot, batch[at]);
         }
       }
     } catch (Error& e) {
-      e.add_context(where(leaf.key));
+      e.add_context(where(batch[at].key));
       throw;
     }
   });
-  // 2. Check on the CPU what the GPU will trust: checksums, framing, sizes. Chunks the GPU path
-  // does not take are decoded here instead (that raises the CPU's typed error when corrupt).
-  const bool checks = std::any_of(batch.begin(), batch.end(), [](const Leaf& l) {
-    return l.route == Route::kGpuDecode || (l.route == Route::kCopy && l.crc32c > 0);
-  });
-  for (const auto& leaf : batch) {
-    if (!checks && leaf.route == Route::kCopy && leaf.length != leaf.spec->nbytes()) {
-      throw CodecError(where(leaf.key) + ": chunk holds " + std::to_string(leaf.length) +
-                       " bytes, expected " + std::to_string(leaf.spec->nbytes()) +
-                       " for its shape and data type");
-    }
-  }
-  pool_.parallel_for(checks ? batch.size() : 0, workers_, [&](std::size_t i) {
-    auto& leaf = batch[i];
-    if (leaf.route != Route::kCopy && leaf.route != Route::kGpuDecode) return;
+  // 2. Check the leaves read in parts.
+  pool_.parallel_for(long_leaves.size(), workers_, [&](std::size_t i) {
+    auto& leaf = batch[long_leaves[i]];
     try {
-      std::span<const std::byte> stored{slot.host + leaf.staging, leaf.length};
-      for (int c = 0; c < leaf.crc32c; ++c) {
-        const std::size_t n = stored.size();
-        if (n < 4)
-          throw CodecError("crc32c: chunk of " + std::to_string(n) + " bytes is too short");
-        std::uint32_t want = 0;
-        std::memcpy(&want, stored.data() + n - 4, 4);
-        const std::uint32_t got = codecs::crc32c(stored.first(n - 4));
-        if (got != want) {
-          char text[64];
-          std::snprintf(text, sizeof text, "crc32c mismatch: stored %08x, computed %08x", want,
-                        got);
-          throw ChecksumError(text);
-        }
-        stored = stored.first(n - 4);
-      }
-      if (leaf.route == Route::kCopy && stored.size() != leaf.spec->nbytes()) {
-        throw CodecError("chunk holds " + std::to_string(stored.size()) + " bytes, expected " +
-                         std::to_string(leaf.spec->nbytes()) + " for its shape and data type");
-      }
-      if (leaf.route == Route::kGpuDecode &&
-          !gpu_can_take(leaf, {slot.host + leaf.staging, leaf.length}, leaf.spec->nbytes())) {
-        // Decode on the CPU into pageable memory, then copy that region over.
-        Buffer bytes = Buffer::copy_of({slot.host + leaf.staging, leaf.length});
-        const std::size_t nbytes = selection_bytes(leaf);
-        ByteArray decoded(nbytes);
-        auto [counts, strides] = staged_layout(leaf);
-        leaf.chain->decode_into(bytes, leaf.decoded_selection,
-                                StridedView{decoded.data(), counts, strides});
-        // Rare (unusual framing): a synchronous detour through a temporary device buffer.
-        ZD_CUDA_CHECK(cudaSetDevice(device_));
-        const DeviceBuffer tmp(ctx.gpu_, nbytes);
-        auto* dev = static_cast<std::byte*>(tmp.data());
-        ZD_CUDA_CHECK(cudaMemcpy(dev, decoded.data(), nbytes, cudaMemcpyHostToDevice));
-        launch_strided_copy(plan_strided_copy(dev, strides, leaf.decoded_destination,
-                                              leaf.spec->dtype->size, false, 1),
-                            nullptr);
-        const cudaError_t launched = cudaGetLastError();
-        const cudaError_t synced = cudaDeviceSynchronize();
-        ZD_CUDA_CHECK(launched);
-        ZD_CUDA_CHECK(synced);
-        leaf.scratch = kPlaced;
-      }
+      check_staged(ctx, slot, leaf);
     } catch (Error& e) {
       e.add_context(where(leaf.key));
       throw;
@@ -620,17 +695,16 @@ void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
   });
 }
 
-void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
+void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
+                    std::size_t region_index) {
   // 3. One transfer of the slot's data, then decode and place on the GPU.
   std::size_t used = 0;
   for (const auto& leaf : batch) used = std::max(used, leaf.staging + leaf.staged);
   ZD_CUDA_CHECK(cudaSetDevice(device_));
   ZD_CUDA_CHECK(cudaMemcpyAsync(slot.device, slot.host, used, cudaMemcpyHostToDevice, slot.stream));
 
-  // Group the GPU decodes by codec. Each group is decoded in calls whose nvCOMP temporary memory
-  // and decoded scratch (for chunks not decoded in place) fit the slot's share of the decode
-  // memory: nvCOMP's zstd needs about three times a chunk's size per chunk decoded at once, so a
-  // slot of well-compressed chunks would otherwise ask for gigabytes.
+  // Group the GPU decodes by codec. A group is decoded in as few calls as fit the batch's decode
+  // region (a batch is cut where its region is full, so one call unless codecs are mixed).
   std::map<GpuCodec, std::vector<std::size_t>> decodes;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     auto& leaf = batch[i];
@@ -640,7 +714,9 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
   auto host_arrays = BatchArrays::at(slot.host + slot.capacity);
   auto device_arrays = BatchArrays::at(slot.device + slot.capacity);
   std::size_t next = 0;
-  for (const auto& [codec, members] : decodes) {
+  for (const auto& group : decodes) {
+    const GpuCodec codec = group.first;
+    const std::vector<std::size_t>& members = group.second;  // named: the lambda below uses it
     const auto* d = nvcomp_.decompressor(codec);
     std::size_t max_chunk = 0;
     for (std::size_t i : members) max_chunk = std::max(max_chunk, batch[i].spec->nbytes());
@@ -651,29 +727,31 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
     };
     std::vector<Call> calls;
     std::size_t region_bytes = 0;
-    const std::size_t budget = ctx.decode_budget;
-    const std::size_t one = d->temp_size(1, max_chunk, max_chunk);
-    const std::size_t per_chunk =
-        std::max<std::size_t>(d->temp_size(2, max_chunk, 2 * max_chunk) - one, 1);
-    for (std::size_t b = 0; b < members.size();) {
-      std::size_t e = b;
-      std::size_t scratch = 0;
-      for (; e < members.size(); ++e) {
-        auto& leaf = batch[members[e]];
-        const std::size_t own = in_place(leaf, d->output_alignment)
-                                    ? 0
-                                    : align_up(leaf.spec->nbytes(), kStagingAlignment);
-        const std::size_t temp = one + per_chunk * (e - b);
-        if (e > b && align_up(temp, kStagingAlignment) + scratch + own > budget) break;
-        leaf.scratch = own ? scratch : kInPlace;
-        scratch += own;
+    const auto& cost = costs_[static_cast<std::size_t>(codec)];
+    // Greedy calls within the budget; then again with calls of equal length, so that a group
+    // a little over the budget is not decoded as one full call and one small one.
+    auto plan_calls = [&](std::size_t most) {
+      calls.clear();
+      region_bytes = 0;
+      for (std::size_t b = 0; b < members.size();) {
+        std::size_t e = b;
+        std::size_t scratch = 0;
+        for (; e < members.size() && e - b < most; ++e) {
+          auto& leaf = batch[members[e]];
+          const std::size_t own = leaf.decode_scratch;
+          if (e > b && cost.region(e - b + 1, scratch + own) > ctx.decode_budget) break;
+          leaf.scratch = own ? scratch : kInPlace;
+          scratch += own;
+        }
+        const std::size_t temp = d->temp_size(e - b, max_chunk, (e - b) * max_chunk);
+        calls.push_back({b, e, temp, align_up(temp, kStagingAlignment) + scratch});
+        region_bytes = std::max(region_bytes, calls.back().region_bytes);
+        b = e;
       }
-      const std::size_t temp = d->temp_size(e - b, max_chunk, (e - b) * max_chunk);
-      calls.push_back({b, e, temp, align_up(temp, kStagingAlignment) + scratch});
-      region_bytes = std::max(region_bytes, calls.back().region_bytes);
-      b = e;
-    }
-    auto& region = ctx.temp_for(slot);
+    };
+    plan_calls(SIZE_MAX);
+    if (calls.size() > 1) plan_calls((members.size() + calls.size() - 1) / calls.size());
+    auto& region = ctx.decode_region(region_index);
     std::byte* memory = region.acquire(region_bytes, slot.stream, ctx.streams);
     const std::size_t first = next;
     for (const auto& call : calls) {
@@ -838,12 +916,15 @@ void Reader::read(std::span<const DimSlice> selection, void* out, std::size_t ou
     leaves = std::move(staged);
   }
 
-  // Pack the leaves into batches of one slot each.
+  // Pack the leaves into batches: as many as fit a slot, and whose GPU decodes fit a region.
+  prepare_decodes(ctx, leaves);
   const std::size_t capacity = ctx.slots_.front().capacity;  // every slot's
   std::vector<std::pair<std::size_t, std::size_t>> batches;
   for (std::size_t begin = 0; begin < leaves.size();) {
     std::size_t used = 0;
     std::size_t end = begin;
+    std::size_t decodes = 0;
+    std::size_t scratch = 0;
     while (end < leaves.size() && end - begin < kMaxBatch) {
       auto& leaf = leaves[end];
       const std::size_t need = staged_bytes(leaf);
@@ -855,6 +936,15 @@ void Reader::read(std::span<const DimSlice> selection, void* out, std::size_t ou
                                  std::to_string(capacity) + " bytes); raise staging_bytes");
         }
         break;
+      }
+      if (leaf.route == Route::kGpuDecode) {
+        const auto& cost = costs_[static_cast<std::size_t>(leaf.codec)];
+        if (decodes > 0 &&
+            cost.region(decodes + 1, scratch + leaf.decode_scratch) > ctx.decode_budget) {
+          break;
+        }
+        ++decodes;
+        scratch += leaf.decode_scratch;
       }
       leaf.staging = at;
       leaf.staged = need;
@@ -908,7 +998,7 @@ void Reader::read(std::span<const DimSlice> selection, void* out, std::size_t ou
       auto fetched = std::move(fetching.front());
       fetching.pop_front();
       fetched.get();
-      submit(ctx, slot_of(b), batch_of(b));
+      submit(ctx, slot_of(b), batch_of(b), b);
     }
     for (auto& slot : ctx.slots_) finish(slot);
   } catch (...) {

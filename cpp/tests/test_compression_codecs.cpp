@@ -267,6 +267,23 @@ TEST(Crc32c, ImplementationsAgreeAtEveryLengthAndAlignment) {
   }
 }
 
+// Long inputs take the three-lane paths (blocks of 3 x 8 KiB and 3 x 512 bytes) and then the tail.
+TEST(Crc32c, ImplementationsAgreeOnLongInputs) {
+  const Bytes data = random_bytes(200 * 1024 + 16, 13);
+  for (std::size_t length : {std::size_t{1535}, std::size_t{1536}, std::size_t{1537},
+                             std::size_t{24575}, std::size_t{24576}, std::size_t{24576 + 1536 + 9},
+                             std::size_t{3 * 24576 + 2 * 1536 + 100}, std::size_t{200 * 1024}}) {
+    for (std::size_t offset : {0, 3}) {
+      const std::span<const std::byte> piece(data.data() + offset, length);
+      for (const auto& impl : crc32c_impls()) {
+        ASSERT_EQ(impl.function(piece, 0x9abcdef0),
+                  codecs::detail::crc32c_portable(piece, 0x9abcdef0))
+            << impl.name << " offset " << offset << " length " << length;
+      }
+    }
+  }
+}
+
 TEST(Crc32c, ContinuesAcrossPieces) {
   const Bytes data = random_bytes(1000, 11);
   const std::uint32_t whole = codecs::crc32c(data);
@@ -1041,6 +1058,7 @@ TEST(CompressionCodecs, CodecsAreSafeToShareAcrossThreads) {
       make("zstd", {{"checksum", true}}), make("gzip"),          make("numcodecs.zlib"),
       make("blosc", {{"typesize", 4}}),   make("numcodecs.lz4"), make("crc32c")};
   std::vector<std::thread> threads;
+  threads.reserve(8);
   std::atomic<int> failures{0};
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {

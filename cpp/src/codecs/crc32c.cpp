@@ -34,6 +34,46 @@ constexpr std::array<std::array<std::uint32_t, 256>, 8> make_tables() {
 
 constexpr auto kTables = make_tables();
 
+// a * b modulo the polynomial, both in CRC-32C's reflected bit order (x^0 is the top bit).
+std::uint32_t multiply_mod_p(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t product = 0;
+  for (std::uint32_t bit = 1U << 31; bit != 0; bit >>= 1) {
+    if (a & bit) product ^= b;
+    b = (b & 1) ? (b >> 1) ^ kPolynomial : b >> 1;
+  }
+  return product;
+}
+
+// x^(8n) modulo the polynomial: running a CRC register over n zero bytes multiplies it by this.
+std::uint32_t x_to_the_8n(std::size_t n) {
+  std::uint32_t result = 1U << 31;  // x^0
+  std::uint32_t square = 1U << 23;  // x^8, squared for each bit of n
+  for (; n != 0; n >>= 1) {
+    if (n & 1) result = multiply_mod_p(square, result);
+    square = multiply_mod_p(square, square);
+  }
+  return result;
+}
+
+// Runs a CRC register over a fixed number of zero bytes with four table lookups: the operation
+// is linear, so it is the sum of its effect on each byte of the register.
+class ZeroBytes {
+ public:
+  explicit ZeroBytes(std::size_t n) {
+    const std::uint32_t factor = x_to_the_8n(n);
+    for (std::uint32_t k = 0; k < 4; ++k) {
+      for (std::uint32_t i = 0; i < 256; ++i) table_[k][i] = multiply_mod_p(factor, i << (8 * k));
+    }
+  }
+  [[nodiscard]] std::uint32_t operator()(std::uint32_t c) const {
+    return table_[0][c & 0xFF] ^ table_[1][(c >> 8) & 0xFF] ^ table_[2][(c >> 16) & 0xFF] ^
+           table_[3][c >> 24];
+  }
+
+ private:
+  std::array<std::array<std::uint32_t, 256>, 4> table_{};
+};
+
 std::uint32_t load_le32(const std::byte* p) {
   return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
          static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
@@ -64,12 +104,42 @@ std::uint32_t crc32c_portable(std::span<const std::byte> data, std::uint32_t crc
 
 // The target attribute (rather than relying on the file's -msse4.2 alone) keeps this compiling
 // in builds that do not pass the flag.
+#if defined(__x86_64__)
+// The crc32 instruction takes three cycles and can start every cycle, so three independent
+// streams (three lanes of a block, each from its own register) run three times as fast as one.
+// The register is linear in its input: the block's CRC is the first lane's register moved past
+// the other two lanes' lengths of zero bytes, plus theirs.
+template <std::size_t Lane>
+__attribute__((target("sse4.2"))) void crc32c_three_lanes(const std::byte*& p, std::size_t& n,
+                                                          std::uint64_t& c) {
+  static const ZeroBytes skip(Lane);
+  for (; n >= 3 * Lane; p += 3 * Lane, n -= 3 * Lane) {
+    std::uint64_t a = c;
+    std::uint64_t b = 0;
+    std::uint64_t d = 0;
+    for (std::size_t i = 0; i < Lane; i += 8) {
+      std::uint64_t wa, wb, wd;
+      std::memcpy(&wa, p + i, 8);
+      std::memcpy(&wb, p + Lane + i, 8);
+      std::memcpy(&wd, p + 2 * Lane + i, 8);
+      a = _mm_crc32_u64(a, wa);
+      b = _mm_crc32_u64(b, wb);
+      d = _mm_crc32_u64(d, wd);
+    }
+    c = skip(skip(static_cast<std::uint32_t>(a)) ^ static_cast<std::uint32_t>(b)) ^
+        static_cast<std::uint32_t>(d);
+  }
+}
+#endif
+
 __attribute__((target("sse4.2"))) std::uint32_t crc32c_hardware(std::span<const std::byte> data,
                                                                 std::uint32_t crc) {
   const std::byte* p = data.data();
   std::size_t n = data.size();
 #if defined(__x86_64__)
   std::uint64_t c = ~crc;
+  crc32c_three_lanes<8192>(p, n, c);
+  crc32c_three_lanes<512>(p, n, c);
   for (; n >= 8; p += 8, n -= 8) {
     std::uint64_t word;
     std::memcpy(&word, p, 8);  // x86 is little endian, as CRC-32C's bit order requires
