@@ -566,20 +566,29 @@ def _core_of(arr: Any) -> Any:
     return arr._core
 
 
-def run_child(arguments: list[str], timeout: float) -> dict[str, Any]:
-    """Runs this script as a child with ``arguments``; its last output line is a JSON object."""
-    command = [sys.executable, os.path.abspath(__file__), *arguments]
+def run_child(arguments: list[str], timeout: float, log_path: str | None = None,
+              script: str = __file__) -> dict[str, Any]:
+    """Runs ``script`` (this one by default) as a child with ``arguments``; its last output line
+    is a JSON object. Its stderr goes to ``log_path`` when given."""
+    command = [sys.executable, os.path.abspath(script), *arguments]
+    done: subprocess.CompletedProcess[str] | None = None
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+        stderr = done.stderr
+    except subprocess.TimeoutExpired as e:
+        stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+    if log_path is not None:
+        with open(log_path, "a") as f:
+            f.write(f"$ {' '.join(command)}\n{stderr}\n")
+    if done is None:
         return {"error": f"timed out after {timeout:.0f} s"}
     if done.returncode != 0:
-        lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+        lines = stderr.strip().splitlines() or [f"exit status {done.returncode}"]
         return {"error": lines[-1][:300]}
     try:
         result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        return {"error": f"no result from the child: {done.stdout[-300:]!r} {done.stderr[-300:]!r}"}
+        return {"error": f"no result from the child: {done.stdout[-300:]!r} {stderr[-300:]!r}"}
     return result
 
 

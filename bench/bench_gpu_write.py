@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +54,7 @@ from bench_gpu import (  # noqa: E402
     parse_size,
     print_header,
     read_proc_status,
+    run_child,
 )
 
 WRITERS = ("zarr-device", "zarr-python+cpu", "tensorstore+cpu")
@@ -253,31 +253,6 @@ def child_verify(path: str, layout: dict[str, Any], codec: str, args: argparse.N
     return {**out, "ok": mismatched == 0, "mismatched_elements": mismatched}
 
 
-def run_child(arguments: list[str], timeout: float, log_path: str | None) -> dict[str, Any]:
-    """Runs this script as a child with ``arguments``; its last output line is a JSON object.
-    Its stderr goes to ``log_path`` when given."""
-    command = [sys.executable, os.path.abspath(__file__), *arguments]
-    done: subprocess.CompletedProcess[str] | None = None
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-        stderr = done.stderr
-    except subprocess.TimeoutExpired as e:
-        stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-    if log_path is not None:
-        with open(log_path, "a") as f:
-            f.write(f"$ {' '.join(command)}\n{stderr}\n")
-    if done is None:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    if done.returncode != 0:
-        lines = stderr.strip().splitlines() or [f"exit status {done.returncode}"]
-        return {"error": lines[-1][:300]}
-    try:
-        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        return {"error": f"no result from the child: {done.stdout[-300:]!r} {stderr[-300:]!r}"}
-    return result
-
-
 # ------------------------------------------------------------------------------------------------
 # the parent
 # ------------------------------------------------------------------------------------------------
@@ -459,14 +434,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log_path = os.path.join(args.out, f"{codec}-{writer.replace('+', '-')}.log") if args.out else None
                 log(f"writing {codec} with {writer} ({args.repeat}x) to {path} ...")
                 row.update(run_child(_child_args(args, f"writer:{writer}", path, codec), args.child_timeout,
-                                     log_path))
+                                     log_path, script=__file__))
                 if "error" not in row:
                     row["best_seconds"] = min(row["seconds"])
                     row["gbps"] = row["nbytes"] / row["best_seconds"] / 1e9
                     row["stored"], row["files"] = stored_size(path)
                     row["compression_ratio"] = row["nbytes"] / row["stored"] if row["stored"] else 0.0
                     log(f"  best {row['best_seconds']:.2f} s ({row['gbps']:.2f} GB/s); reading it back ...")
-                    row["verify"] = run_child(_child_args(args, "verify", path, codec), args.child_timeout, log_path)
+                    row["verify"] = run_child(_child_args(args, "verify", path, codec), args.child_timeout, log_path,
+                                              script=__file__)
                     if not row["verify"].get("ok"):
                         log(f"  verification: {json.dumps(row['verify'])}")
                 if not args.keep:

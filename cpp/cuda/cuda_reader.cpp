@@ -878,18 +878,9 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
 }
 
 void Reader::read(std::span<const DimSlice> selection, void* out, std::size_t out_nbytes) {
-  check_selection(selection, array_.metadata().shape);
   const std::size_t es = array_.metadata().dtype->size;
-  std::vector<std::int64_t> shape;
-  std::size_t n = es;
-  for (const auto& s : selection) {
-    shape.push_back(s.count);
-    n *= static_cast<std::size_t>(s.count);
-  }
-  if (n != out_nbytes) {
-    throw UsageError("output buffer holds " + std::to_string(out_nbytes) +
-                     " bytes, the selection " + std::to_string(n));
-  }
+  const auto shape = check_selection_and_buffer(selection, array_.metadata().shape, es, out_nbytes,
+                                                "output buffer holds");
   check_device(device_);
   ZD_CUDA_CHECK(cudaSetDevice(device_));
   if (options_.consumer_stream != 0) {

@@ -572,18 +572,9 @@ void Writer::write_through_host(std::span<const DimSlice> selection,
 
 void Writer::write(std::span<const DimSlice> selection, const void* values, std::size_t nbytes) {
   const auto& meta = array_.metadata();
-  check_selection(selection, meta.shape);
   const std::size_t es = meta.dtype->size;
-  std::vector<std::int64_t> value_shape;
-  std::size_t expected = es;
-  for (const auto& s : selection) {
-    value_shape.push_back(s.count);
-    expected *= static_cast<std::size_t>(s.count);
-  }
-  if (nbytes != expected) {
-    throw UsageError("values hold " + std::to_string(nbytes) + " bytes, the selection " +
-                     std::to_string(expected));
-  }
+  const auto value_shape =
+      check_selection_and_buffer(selection, meta.shape, es, nbytes, "values hold");
   check_device(device_);
   ZD_CUDA_CHECK(cudaSetDevice(device_));
   if (options_.producer_stream != 0) {

@@ -6,6 +6,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "zarr_device/codec.hpp"
 #include "zarr_device/metadata.hpp"
@@ -70,5 +72,14 @@ class Array {
 
 // Validates `selection` against `shape` (SelectionError when out of bounds or malformed).
 void check_selection(std::span<const DimSlice> selection, std::span<const std::int64_t> shape);
+
+// check_selection, then that a C-ordered buffer of `buffer_bytes` holds the selection's elements of
+// `element_size` bytes (UsageError "<buffer> <buffer_bytes> bytes, the selection <n>", `buffer`
+// being e.g. "output buffer holds"). Returns the selection's shape.
+std::vector<std::int64_t> check_selection_and_buffer(std::span<const DimSlice> selection,
+                                                     std::span<const std::int64_t> shape,
+                                                     std::size_t element_size,
+                                                     std::size_t buffer_bytes,
+                                                     std::string_view buffer);
 
 }  // namespace zarr_device

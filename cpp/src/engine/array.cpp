@@ -31,12 +31,6 @@ std::size_t worker_count(const IoOptions& options) {
 // Below this length, reading a chunk row by row costs more than reading it whole and copying.
 constexpr std::size_t kMinRunBytes = 512;
 
-std::size_t selection_elements(std::span<const DimSlice> selection) {
-  std::size_t n = 1;
-  for (const auto& s : selection) n *= static_cast<std::size_t>(s.count);
-  return n;
-}
-
 template <typename F>
 auto with_format_errors(const std::string& where, F f) {
   try {
@@ -68,6 +62,25 @@ void check_selection(std::span<const DimSlice> selection, std::span<const std::i
                            " of extent " + std::to_string(shape[d]));
     }
   }
+}
+
+std::vector<std::int64_t> check_selection_and_buffer(std::span<const DimSlice> selection,
+                                                     std::span<const std::int64_t> shape,
+                                                     std::size_t element_size,
+                                                     std::size_t buffer_bytes,
+                                                     std::string_view buffer) {
+  check_selection(selection, shape);
+  std::vector<std::int64_t> counts;
+  std::size_t n = element_size;
+  for (const auto& s : selection) {
+    counts.push_back(s.count);
+    n *= static_cast<std::size_t>(s.count);
+  }
+  if (buffer_bytes != n) {
+    throw UsageError(std::string(buffer) + " " + std::to_string(buffer_bytes) +
+                     " bytes, the selection " + std::to_string(n));
+  }
+  return counts;
 }
 
 Array::Array(std::shared_ptr<Store> store, std::string path, ArrayMetadata metadata)
@@ -144,14 +157,9 @@ std::vector<std::int64_t> Array::inner_chunk_shape() const {
 
 void Array::read(std::span<const DimSlice> selection, std::span<std::byte> out,
                  const IoOptions& options) const {
-  check_selection(selection, metadata_.shape);
   const std::size_t es = metadata_.dtype->size;
-  if (out.size() != selection_elements(selection) * es) {
-    throw UsageError("output buffer holds " + std::to_string(out.size()) +
-                     " bytes, the selection " + std::to_string(selection_elements(selection) * es));
-  }
-  std::vector<std::int64_t> out_shape;
-  for (const auto& s : selection) out_shape.push_back(s.count);
+  const auto out_shape =
+      check_selection_and_buffer(selection, metadata_.shape, es, out.size(), "output buffer holds");
   const StridedView out_view{out.data(), out_shape, place::c_strides(out_shape, es)};
   const place::GridIntersection grid(selection, metadata_.chunk_shape);
   const std::size_t chunk_bytes = chain_->spec().nbytes();
@@ -209,14 +217,9 @@ void Array::read(std::span<const DimSlice> selection, std::span<std::byte> out,
 
 void Array::write(std::span<const DimSlice> selection, std::span<const std::byte> values,
                   const IoOptions& options) const {
-  check_selection(selection, metadata_.shape);
   const std::size_t es = metadata_.dtype->size;
-  if (values.size() != selection_elements(selection) * es) {
-    throw UsageError("values hold " + std::to_string(values.size()) + " bytes, the selection " +
-                     std::to_string(selection_elements(selection) * es));
-  }
-  std::vector<std::int64_t> value_shape;
-  for (const auto& s : selection) value_shape.push_back(s.count);
+  const auto value_shape =
+      check_selection_and_buffer(selection, metadata_.shape, es, values.size(), "values hold");
   const auto value_strides = place::c_strides(value_shape, es);
   const place::GridIntersection grid(selection, metadata_.chunk_shape);
   const auto& chunk_shape = metadata_.chunk_shape;
