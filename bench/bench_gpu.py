@@ -73,20 +73,14 @@ GIB = 1 << 30
 
 
 def parse_size(text: str) -> int:
-    """A byte count: ``6GiB``, ``256KiB``, ``1.5GB``, ``1048576``."""
-    units = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 10**6, "mb": 10**6,
-             "mib": 1 << 20, "g": 10**9, "gb": 10**9, "gib": 1 << 30, "t": 10**12, "tb": 10**12,
-             "tib": 1 << 40}  # fmt: skip
-    stripped = text.strip().lower()
-    number = stripped.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = stripped[len(number):].strip()
+    """An argparse type: a byte count (``6GiB``, ``256KiB``, ``1048576``), by the package's parser."""
+    from zarr_device.errors import UsageError
+    from zarr_device.sizes import parse_size as parse
+
     try:
-        value = int(float(number) * units[unit])
-    except (ValueError, KeyError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (examples: 6GiB, 256KiB, 1048576)") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: the size must be positive")
-    return value
+        return parse(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def fmt_bytes(n: float) -> str:

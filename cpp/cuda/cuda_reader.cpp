@@ -444,7 +444,9 @@ std::vector<Leaf> Reader::read_from_files(std::vector<Leaf> leaves, const FileBa
   for (auto it = opened.begin(); it != opened.end(); ++it) slots.push_back(it);
   pool_.parallel_for(slots.size(), workers_, [&](std::size_t i) {
     try {
-      slots[i]->second = cufile.open(files.file_path(slots[i]->first));
+      // GPUDirect needs O_DIRECT; file systems without it (tmpfs) still work in compat mode.
+      const int fd = files.open_file(slots[i]->first, true);
+      if (fd >= 0) slots[i]->second = cufile.open(fd, slots[i]->first);
     } catch (const Error&) {
       // Not registrable (file system, driver): those chunks take the staging ring instead.
     }

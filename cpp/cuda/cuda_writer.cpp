@@ -538,6 +538,9 @@ void Writer::store(WriteSlot& slot, std::span<WriteItem> items) {
         }
         value = shard_ ? shard_->assemble(encoded) : encoded[0];
       }
+      // Under the chunk's lock, like every chunk write, so that a read-modify-write of the same
+      // chunk elsewhere cannot put back what it read before this write.
+      const auto lock = store.lock_chunk(array_.path(), item.key);
       if (value) {
         store.set(item.key, value->span());
       } else {

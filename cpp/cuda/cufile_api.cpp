@@ -73,16 +73,11 @@ CuFile::CuFile() {
   error_.clear();
 }
 
-std::unique_ptr<CuFile::File> CuFile::open(const std::filesystem::path& path) const {
-  if (!available_) throw DeviceError("cuFile is not available: " + error_);
+std::unique_ptr<CuFile::File> CuFile::open(int fd, std::string name) const {
   std::unique_ptr<File> file(new File());
-  file->path_ = path.string();
-  // GPUDirect needs O_DIRECT; file systems without it (tmpfs) still work through compat mode.
-  file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-  if (file->fd_ < 0 && errno == EINVAL) file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (file->fd_ < 0) {
-    throw StoreError("cannot open '" + file->path_ + "': " + std::strerror(errno));
-  }
+  file->fd_ = fd;  // owned from here on, whatever happens
+  file->path_ = std::move(name);
+  if (!available_) throw DeviceError("cuFile is not available: " + error_);
   CUfileDescr_t descr{};
   descr.handle.fd = file->fd_;
   descr.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
@@ -125,7 +120,8 @@ CuFile::CuFile() {
   error_ = "this build has no cuFile support (cufile.h was not found when it was built)";
 }
 
-std::unique_ptr<CuFile::File> CuFile::open(const std::filesystem::path&) const {
+std::unique_ptr<CuFile::File> CuFile::open(int fd, std::string /*name*/) const {
+  if (fd >= 0) ::close(fd);
   throw DeviceError("cuFile is not available: " + error_);
 }
 

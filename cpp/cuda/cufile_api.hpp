@@ -39,8 +39,9 @@ class CuFile {
     void* handle_ = nullptr;
     std::string path_;
   };
-  // StoreError when the file cannot be opened or registered.
-  [[nodiscard]] std::unique_ptr<File> open(const std::filesystem::path& path) const;
+  // Registers the open file `fd` (taken over: closed with the result, or on failure), named
+  // `name` in messages. StoreError when it cannot be registered.
+  [[nodiscard]] std::unique_ptr<File> open(int fd, std::string name) const;
 
  private:
   CuFile();

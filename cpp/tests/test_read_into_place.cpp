@@ -99,7 +99,7 @@ namespace {
 TEST(ReadIntoPlace, DirectReadsMatchBufferedOnes) {
   test::TempDir dir;
   auto buffered = make_local_store(dir.path());
-  auto direct = make_local_store(dir.path(), LocalIo::kDirect);
+  auto direct = make_local_store(dir.path(), {.io = LocalIo::kDirect});
   std::vector<std::byte> value((std::size_t{9} << 20) + 12345);
   for (std::size_t i = 0; i < value.size(); ++i) value[i] = std::byte((i * 131 + i / 4099) % 256);
   buffered->set("v", value);

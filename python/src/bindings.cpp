@@ -12,10 +12,13 @@
 #include <tuple>
 
 #include "dlpack.hpp"
+#include "stores/file_tree.hpp"
 #include "zarr_device/array.hpp"
 #include "zarr_device/cuda.hpp"
 #include "zarr_device/device.hpp"
 #include "zarr_device/errors.hpp"
+#include "zarr_device/json_document.hpp"
+#include "zarr_device/nodes.hpp"
 #include "zarr_device/store.hpp"
 
 namespace nb = nanobind;
@@ -28,13 +31,14 @@ namespace {
 // used to feed bytes from zarr-python's stores (object stores, fsspec) into the engine.
 class PythonStore final : public zd::Store {
  public:
-  explicit PythonStore(nb::object impl) : impl_(std::move(impl)) {}
+  PythonStore(nb::object impl, bool read_only) : impl_(std::move(impl)), read_only_(read_only) {}
   ~PythonStore() override {
     nb::gil_scoped_acquire gil;
     impl_.reset();
   }
 
   std::optional<zd::Buffer> get(std::string_view key, zd::ByteRange range) const override {
+    zd::validate_key(key);
     nb::gil_scoped_acquire gil;
     nb::object result = call("get", std::string(key), range.offset, range.length);
     if (result.is_none()) return std::nullopt;
@@ -45,22 +49,31 @@ class PythonStore final : public zd::Store {
     return zd::Buffer::copy_of({static_cast<const std::byte*>(bytes.data()), bytes.size()});
   }
   void set(std::string_view key, std::span<const std::byte> value) override {
+    check_writable();
+    zd::validate_key(key);
     nb::gil_scoped_acquire gil;
     call("set", std::string(key), nb::bytes(value.data(), value.size()));
   }
   void erase(std::string_view key) override {
+    check_writable();
+    zd::validate_key(key);
     nb::gil_scoped_acquire gil;
     call("erase", std::string(key));
   }
   void erase_prefix(std::string_view prefix) override {
+    check_writable();
+    zd::validate_path(prefix);
     nb::gil_scoped_acquire gil;
     call("erase_prefix", std::string(prefix));
   }
+  bool read_only() const override { return read_only_; }
   std::vector<std::string> list_dir(std::string_view prefix) const override {
+    zd::validate_path(prefix);
     nb::gil_scoped_acquire gil;
     return nb::cast<std::vector<std::string>>(call("list_dir", std::string(prefix)));
   }
   std::optional<std::uint64_t> size(std::string_view key) const override {
+    zd::validate_key(key);
     nb::gil_scoped_acquire gil;
     nb::object result = call("size", std::string(key));
     if (result.is_none()) return std::nullopt;
@@ -82,6 +95,7 @@ class PythonStore final : public zd::Store {
     }
   }
   nb::object impl_;
+  bool read_only_;
 };
 
 std::vector<zd::DimSlice> to_selection(
@@ -278,26 +292,82 @@ NB_MODULE(_core, m) {
       .def("list_dir", &zd::Store::list_dir, "prefix"_a)
       .def("exists", &zd::Store::exists, "key"_a)
       .def("size", &zd::Store::size, "key"_a)
-      .def("describe", &zd::Store::describe);
+      .def("describe", &zd::Store::describe)
+      .def_prop_ro("read_only", &zd::Store::read_only);
 
   m.def(
       "local_store",
-      [](const std::string& root, const std::string& io) {
+      [](const std::string& root, const std::string& io, bool read_only) {
         if (io != "buffered" && io != "direct" && io != "gds") {
           throw zd::UsageError("io must be 'buffered', 'direct' or 'gds', not '" + io + "'");
         }
-        return zd::make_local_store(root, io == "gds"      ? zd::LocalIo::kGds
-                                          : io == "direct" ? zd::LocalIo::kDirect
-                                                           : zd::LocalIo::kBuffered);
+        if (root.find('\0') != std::string::npos) {
+          throw zd::UsageError("a store's root may not hold a NUL byte");
+        }
+        zd::LocalStoreOptions options;
+        options.io = io == "gds"      ? zd::LocalIo::kGds
+                     : io == "direct" ? zd::LocalIo::kDirect
+                                      : zd::LocalIo::kBuffered;
+        options.read_only = read_only;
+        return zd::make_local_store(root, options);
       },
-      "root"_a, "io"_a = "buffered");
-  m.def("memory_store", [] { return zd::make_memory_store(); });
+      "root"_a, "io"_a = "buffered", "read_only"_a = false);
+  m.def(
+      "memory_store", [](bool read_only) { return zd::make_memory_store(read_only); },
+      "read_only"_a = false);
   m.def(
       "python_store",
-      [](nb::object impl) -> std::shared_ptr<zd::Store> {
-        return std::make_shared<PythonStore>(std::move(impl));
+      [](nb::object impl, bool read_only) -> std::shared_ptr<zd::Store> {
+        return std::make_shared<PythonStore>(std::move(impl), read_only);
       },
-      "impl"_a);
+      "impl"_a, "read_only"_a = false);
+
+  // Nodes as a whole, and the one path rule.
+  m.def("normalize_node_path", &zd::normalize_node_path, "path"_a);
+  m.def("is_temporary_name",
+        [](std::string_view name) { return zd::stores::is_temporary_name(name); });
+  m.def(
+      "read_document",
+      [](const zd::Store& store, const std::string& key) -> std::optional<std::string> {
+        std::optional<nlohmann::json> doc;
+        {
+          nb::gil_scoped_release release;
+          doc = zd::read_document(store, key);
+        }
+        if (!doc) return std::nullopt;
+        return doc->dump();
+      },
+      "store"_a, "key"_a);
+  m.def(
+      "node_kind",
+      [](const zd::Store& store, const std::string& path) -> std::optional<std::string> {
+        zd::NodeKind kind = zd::NodeKind::kNone;
+        {
+          nb::gil_scoped_release release;
+          kind = zd::node_kind(store, path);
+        }
+        if (kind == zd::NodeKind::kArray) return "array";
+        if (kind == zd::NodeKind::kGroup) return "group";
+        return std::nullopt;
+      },
+      "store"_a, "path"_a);
+  m.def(
+      "update_attributes",
+      [](zd::Store& store, const std::string& path, const std::string& set,
+         const std::vector<std::string>& remove, bool replace) {
+        nb::gil_scoped_release release;
+        const auto changes = zd::parse_json_document(
+            {reinterpret_cast<const std::byte*>(set.data()), set.size()}, "attributes");
+        return zd::update_attributes(store, path, changes, remove, replace).dump();
+      },
+      "store"_a, "path"_a, "set"_a, "remove"_a, "replace"_a);
+  m.def(
+      "erase_node",
+      [](zd::Store& store, const std::string& path) {
+        nb::gil_scoped_release release;
+        zd::erase_node(store, path);
+      },
+      "store"_a, "path"_a);
 
   m.def("cuda_device_count", &zd::cuda_device_count);
   m.def("cuda_build_info", [] { return json_to_python(zd::cuda_info()); });
@@ -354,12 +424,8 @@ NB_MODULE(_core, m) {
           "create",
           [](std::shared_ptr<zd::Store> store, const std::string& path, const std::string& document,
              bool overwrite) {
-            nlohmann::json doc;
-            try {
-              doc = nlohmann::json::parse(document);
-            } catch (const nlohmann::json::exception& e) {
-              throw zd::FormatError(std::string("metadata is not valid JSON: ") + e.what());
-            }
+            const nlohmann::json doc = zd::parse_json_document(
+                {reinterpret_cast<const std::byte*>(document.data()), document.size()}, "metadata");
             return std::const_pointer_cast<zd::Array>(
                 zd::Array::create(store, path, doc, overwrite));
           },

@@ -126,7 +126,7 @@ def test_write_broadcasts_and_checks_shape(tmp_path: Path) -> None:
     expected[1:3, ::2] = [1, 2, 3]
     np.testing.assert_array_equal(arr[:], expected)
     with pytest.raises(zd.UsageError, match="do not fit"):
-        arr[0:2, 0:2] = np.ones((3, 3))
+        arr[0:2, 0:2] = np.ones((3, 3), dtype=np.int64)
 
 
 def test_fill_value_chunks_are_not_stored(tmp_path: Path) -> None:

@@ -11,10 +11,12 @@ import numpy as np
 import numpy.typing as npt
 
 from zarr_device import _core
+from zarr_device.attributes import Attributes
+from zarr_device.casting import check_cast, is_python_values
 from zarr_device.config import get_config
 from zarr_device.devices import LIKES, DeviceLike, Like, read_to_device, resolve_target, write_from_device
 from zarr_device.dtypes import to_numpy_dtype, to_zarr_name
-from zarr_device.errors import NodeNotFoundError, UsageError
+from zarr_device.errors import NodeNotFoundError, OutOfMemoryError, UsageError
 from zarr_device.selection import normalize_selection
 from zarr_device.stores import LocalStore, MemoryStore, StoreLike, ZarrStoreAdapter, as_store
 
@@ -41,19 +43,24 @@ def _join(a: str, b: str) -> str:
 
 
 def _read_json(store: EngineStore, key: str) -> Any | None:
-    raw = store.handle.get(key)
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError as e:
-        from zarr_device.errors import FormatError
-
-        raise FormatError(f"'{key}' in {store.handle.describe()} is not valid JSON: {e}") from None
+    # Parsed by the engine, with its limits on size and nesting (FormatError naming the key).
+    text = _core.read_document(store.handle, key)
+    return None if text is None else json.loads(text)
 
 
 def _write_json(store: EngineStore, key: str, document: Any) -> None:
-    store.handle.set(key, json.dumps(document, indent=2, allow_nan=False).encode())
+    try:
+        text = json.dumps(document, indent=2, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"'{key}': metadata must be JSON (no NaN or infinity): {e}") from None
+    store.handle.set(key, text.encode())
+
+
+def _node_path(path: str) -> str:
+    """A node path as given ("/a/b/" is "a/b"), checked by the engine's one path rule."""
+    if not isinstance(path, str):
+        raise UsageError(f"path must be a string, not {path!r}")
+    return _core.normalize_node_path(path)
 
 
 class Array:
@@ -63,8 +70,9 @@ class Array:
     def __init__(self, core: _core.Array, store: EngineStore, *, read_only: bool) -> None:
         self._core = core
         self._store = store
-        self._read_only = read_only
+        self._read_only = read_only or store.read_only
         self._dtype = to_numpy_dtype(core.dtype)
+        self._attrs: Attributes | None = None
 
     # -- description -------------------------------------------------------------------------
     @property
@@ -115,9 +123,23 @@ class Array:
         return json.loads(self._core.fill_value_json)
 
     @property
-    def attrs(self) -> dict[str, Any]:
-        """A copy of the array's attributes; change them with :meth:`update_attributes`."""
-        return dict(json.loads(self._core.attributes_json))
+    def attrs(self) -> Attributes:
+        """The array's attributes, a mapping that writes every change through to the store
+        (``arr.attrs["units"] = "m"``); see :class:`~zarr_device.attributes.Attributes`."""
+        if self._attrs is None:
+            self._attrs = Attributes(
+                self._store.handle,
+                self.path,
+                json.loads(self._core.attributes_json),
+                read_only=self._read_only,
+                what=f"array '{self.path}'",
+                on_change=self._reopen,
+            )
+        return self._attrs
+
+    def _reopen(self) -> None:
+        # The metadata document changed: the engine's view of it (attributes, document) follows.
+        self._core = _core.Array.open(self._store.handle, self.path)
 
     @property
     def codecs(self) -> list[dict[str, Any]]:
@@ -194,7 +216,7 @@ class Array:
                 out = torch_adapter.empty(sel.shape, self._core.dtype)
                 target = torch_adapter.byte_view(out)
             else:
-                out = np.empty(sel.shape, dtype=self._dtype)
+                out = _allocate(sel.shape, self._dtype, self._core.describe())
                 target = out.reshape(-1).view(np.uint8)
         elif isinstance(out, np.ndarray):
             if out.shape != sel.shape or out.dtype != self._dtype:
@@ -225,10 +247,22 @@ class Array:
         if self._read_only:
             raise UsageError(f"array '{self.path}' is open read-only (open it with mode='r+')")
         sel = normalize_selection(selection, self.shape)
-        if write_from_device(self._core, list(sel.slices), sel.shape, values, get_config()):
+        what = f"array '{self.path}'"
+        if write_from_device(self._core, list(sel.slices), sel.shape, values, get_config(), what):
             return
-        array = _host_values(values)
+        python_values = is_python_values(values)
+        try:
+            array = _host_values(values)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise UsageError(f"{what}: values cannot be written: {e}") from None
         if array.dtype != self._dtype:
+            check_cast(
+                array.dtype,
+                self._dtype,
+                python_values=python_values,
+                what=what,
+                bounds=lambda: (array.min(), array.max()) if array.size else (0, 0),
+            )
             array = array.astype(self._dtype)
         try:
             array = np.broadcast_to(array, sel.shape)
@@ -256,17 +290,20 @@ class Array:
         return data if dtype is None else data.astype(dtype)
 
     def update_attributes(self, attributes: Mapping[str, Any]) -> None:
-        """Merges ``attributes`` into the stored ones (rewrites the metadata document atomically)."""
-        if self._read_only:
-            raise UsageError(f"array '{self.path}' is open read-only (open it with mode='r+')")
-        document = self.metadata
-        if self.zarr_format == 3:
-            document["attributes"] = {**document.get("attributes", {}), **attributes}
-            _write_json(self._store, _join(self.path, "zarr.json"), document)
-        else:
-            merged = {**self.attrs, **attributes}
-            _write_json(self._store, _join(self.path, ".zattrs"), merged)
-        self._core = _core.Array.open(self._store.handle, self.path)
+        """Merges ``attributes`` into the stored ones in one atomic rewrite (``attrs.update``)."""
+        self.attrs.update(attributes)
+
+
+def _allocate(shape: tuple[int, ...], dtype: np.dtype[Any], what: str) -> npt.NDArray[Any]:
+    """An output array, or OutOfMemoryError naming the read when it cannot be had."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    try:
+        return np.empty(shape, dtype=dtype)
+    except (MemoryError, ValueError) as e:
+        raise OutOfMemoryError(
+            f"{what}: the selection's {nbytes} bytes cannot be allocated ({e}); read a smaller "
+            "selection, or into memory you provide (out=)"
+        ) from None
 
 
 def _host_values(values: Any) -> npt.NDArray[Any]:
@@ -291,7 +328,14 @@ class Group(Mapping[str, Union["Array", "Group"]]):
         self._store = store
         self._path = path
         self._document = document
-        self._read_only = read_only
+        self._read_only = read_only or store.read_only
+        self._attrs = Attributes(
+            store.handle,
+            path,
+            document.get("attributes", {}),
+            read_only=self._read_only,
+            what=f"group '{path}'",
+        )
 
     @property
     def store(self) -> EngineStore:
@@ -306,17 +350,26 @@ class Group(Mapping[str, Union["Array", "Group"]]):
         return int(self._document.get("zarr_format", 3))
 
     @property
-    def attrs(self) -> dict[str, Any]:
-        return dict(self._document.get("attributes", {}))
+    def attrs(self) -> Attributes:
+        """The group's attributes, a mapping that writes every change through to the store."""
+        return self._attrs
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
 
     def __repr__(self) -> str:
         return f"<zarr_device.Group {self.path or '/'!r}>"
 
     def __getitem__(self, name: str) -> Array | Group:
-        try:
-            return open(self._store, path=_join(self._path, name), mode="r" if self._read_only else "r+")
-        except NodeNotFoundError:
-            raise KeyError(name) from None
+        if not isinstance(name, str):
+            raise KeyError(name)
+        path = _join(self._path, _node_path(name))
+        if _core.node_kind(self._store.handle, path) is None and not self._store.handle.exists(
+            _join(path, "zarr.json")
+        ):
+            raise KeyError(name)
+        return open(self._store, path=path, mode="r" if self._read_only else "r+")
 
     def __iter__(self) -> Iterator[str]:
         for name in self._store.handle.list_dir(self._path):
@@ -362,21 +415,25 @@ def open(  # noqa: A001 - mirrors zarr.open
     if mode not in ("r", "r+", "a"):
         raise UsageError(f"mode {mode!r} is not one of 'r', 'r+', 'a' (use create() to make arrays)")
     engine_store = as_store(store)
-    path = path.strip("/")
+    path = _node_path(path)
     read_only = mode == "r"
-    document = _read_json(engine_store, _join(path, "zarr.json"))
-    if document is not None and isinstance(document, dict) and document.get("node_type") == "group":
-        return Group(engine_store, path, document, read_only=read_only)
-    if document is None:
-        zgroup = _read_json(engine_store, _join(path, ".zgroup"))
-        if zgroup is not None:
+    if not read_only and engine_store.read_only:
+        raise UsageError(
+            f"{engine_store.handle.describe()} is a read-only store: open its nodes with mode='r'"
+        )
+    kind = _core.node_kind(engine_store.handle, path)
+    if kind == "group":
+        document = _read_json(engine_store, _join(path, "zarr.json"))
+        if document is None:  # Zarr v2
             attrs = _read_json(engine_store, _join(path, ".zattrs")) or {}
-            return Group(engine_store, path, {"zarr_format": 2, "attributes": attrs}, read_only=read_only)
-    if document is None and not engine_store.handle.exists(_join(path, ".zarray")):
+            document = {"zarr_format": 2, "attributes": attrs}
+        return Group(engine_store, path, document, read_only=read_only)
+    if kind is None and not engine_store.handle.exists(_join(path, "zarr.json")):
         raise NodeNotFoundError(
             f"no array or group at '{path}' in {engine_store.handle.describe()} "
             "(no zarr.json, .zarray or .zgroup)"
         )
+    # An array, or a zarr.json that is neither: the engine says what is wrong with it.
     return Array(_core.Array.open(engine_store.handle, path), engine_store, read_only=read_only)
 
 
@@ -532,9 +589,11 @@ def create(
     }
     if dimension_names is not None:
         document["dimension_names"] = list(dimension_names)
-    core = _core.Array.create(
-        engine_store.handle, path.strip("/"), json.dumps(document, allow_nan=False), mode == "w"
-    )
+    try:
+        text = json.dumps(document, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"the array's metadata must be JSON (attributes included): {e}") from None
+    core = _core.Array.create(engine_store.handle, _node_path(path), text, mode == "w")
     return Array(core, engine_store, read_only=False)
 
 
@@ -547,12 +606,13 @@ def create_group(
 ) -> Group:
     """Creates a Zarr v3 group. ``mode``: "w-" fails when a node exists at ``path``; "w" replaces it."""
     engine_store = as_store(store)
-    path = path.strip("/")
+    path = _node_path(path)
     exists = any(engine_store.handle.exists(_join(path, m)) for m in ("zarr.json", ".zarray", ".zgroup"))
     if exists and mode == "w-":
         raise UsageError(f"a node already exists at '{path}' (use mode='w' to replace it)")
     if exists:
-        engine_store.handle.erase_prefix(path)
+        # Only Zarr data goes: this node and the nodes below it, never other files.
+        _core.erase_node(engine_store.handle, path)
     document = {"zarr_format": 3, "node_type": "group", "attributes": dict(attributes or {})}
     _write_json(engine_store, _join(path, "zarr.json"), document)
     return Group(engine_store, path, document, read_only=False)

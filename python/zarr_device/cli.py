@@ -11,7 +11,6 @@ import functools
 import json
 import math
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -24,7 +23,9 @@ import numpy as np
 import numpy.typing as npt
 
 import zarr_device as zd
-from zarr_device.errors import ZarrDeviceError
+from zarr_device import sizes
+from zarr_device.errors import UsageError, ZarrDeviceError
+from zarr_device.sizes import format_bytes
 
 __all__ = [
     "main",
@@ -49,47 +50,13 @@ _NODE_MARKERS = ("zarr.json", ".zarray", ".zgroup")
 # Sizes
 # ------------------------------------------------------------------------------------------------
 
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": 1 << 10,
-    "mib": 1 << 20,
-    "gib": 1 << 30,
-    "tib": 1 << 40,
-}
-
-
 def parse_size(text: str) -> int:
-    """Parses a byte count such as ``1GiB``, ``256KiB``, ``1.5GB`` or ``1048576``."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", text)
-    unit = match.group(2).lower() if match else ""
-    if match is None or unit not in _SIZE_UNITS:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a size (examples: 1GiB, 512MiB, 256KiB, 2GB, 1048576)"
-        )
-    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: the size must be positive")
-    return value
-
-
-def format_bytes(n: float) -> str:
-    """Formats a byte count with a binary unit: ``1.00 GiB``, ``512.0 KiB``, ``17 B``."""
-    if n < 1024:
-        return f"{int(n)} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n /= 1024
-        if n < 1024 or unit == "TiB":
-            return f"{n:.3g} {unit}" if n < 100 else f"{n:.0f} {unit}"
-    raise AssertionError("unreachable")
+    """An argparse type: a byte count such as ``1GiB``, ``256KiB``, ``1.5GB`` or ``1048576``
+    (the package's one size parser, :func:`zarr_device.sizes.parse_size`)."""
+    try:
+        return sizes.parse_size(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _ratio(raw: int, stored: int) -> float | None:

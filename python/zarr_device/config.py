@@ -1,12 +1,57 @@
-"""Process-wide I/O settings."""
+"""Process-wide I/O settings: read from the environment at import, changed with
+:func:`set_config`. Every value is checked where it enters; a bad one raises
+:class:`~zarr_device.UsageError` naming the setting (or the environment variable)."""
 
 from __future__ import annotations
 
+import operator
 import os
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, Literal
+
+from zarr_device.errors import UsageError
+from zarr_device.sizes import parse_size
 
 __all__ = ["IoConfig", "get_config", "set_config"]
+
+
+def _count(minimum: int, maximum: int) -> Callable[[Any, str], int]:
+    def parse(value: Any, what: str) -> int:
+        if isinstance(value, bool):
+            raise UsageError(f"{what} must be an integer, not {value!r}")
+        try:
+            number = int(value.strip()) if isinstance(value, str) else operator.index(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"{what} must be an integer, not {value!r}") from None
+        if not minimum <= number <= maximum:
+            raise UsageError(f"{what} must be from {minimum} to {maximum}, not {number}")
+        return number
+
+    return parse
+
+
+def _size(minimum: int) -> Callable[[Any, str], int]:
+    return lambda value, what: parse_size(value, what=what, minimum=minimum)
+
+
+def _choice(*choices: str) -> Callable[[Any, str], str]:
+    def parse(value: Any, what: str) -> str:
+        if value not in choices:
+            raise UsageError(f"{what} must be {' or '.join(map(repr, choices))}, not {value!r}")
+        return str(value)
+
+    return parse
+
+
+# How each setting's values are checked; its environment variable is ZARR_DEVICE_<NAME>.
+_PARSERS: dict[str, Callable[[Any, str], Any]] = {
+    "threads": _count(0, 4096),
+    "max_inflight_bytes": _size(1),
+    "gpu_decode": _choice("checked", "trusted", "off"),
+    "staging_bytes": _size(2 << 20),
+    "staging_slots": _count(1, 256),
+    "gpu_encode": _choice("on", "off"),
+}
 
 
 @dataclass(frozen=True)
@@ -14,8 +59,9 @@ class IoConfig:
     """How reads and writes run.
 
     ``threads``: worker threads fetching and decoding chunks (0: one per core).
-    ``max_inflight_bytes``: host memory that fetched and decoded chunks may hold at once; it bounds
-    a read's memory beyond its output, whatever the array's size.
+    ``max_inflight_bytes``: host memory that fetched and decoded chunks (and the intermediate
+    buffers of their codecs) may hold at once; it bounds a read's memory beyond its output,
+    whatever the array's size. Sizes take units: ``"256MiB"``.
     ``gpu_decode``: which compressed chunks reads to a CUDA device decode on the GPU. nvCOMP trusts
     its input, and corrupt data can fault the GPU context, so by default ("checked") only chunks a
     crc32c checksum vouches for (verified on the CPU first) decode there; "trusted" sends every
@@ -35,15 +81,25 @@ class IoConfig:
     #: frames, the codec's level not applied); "off" compresses on CPU threads (the level applied).
     gpu_encode: Literal["on", "off"] = "on"
 
+    def __post_init__(self) -> None:
+        # Every way a configuration is made (set_config, replace, IoConfig(...)) checks it.
+        for name, parse in _PARSERS.items():
+            object.__setattr__(self, name, parse(getattr(self, name), name))
 
-_config = IoConfig(
-    threads=int(os.environ.get("ZARR_DEVICE_THREADS", "0")),
-    max_inflight_bytes=int(os.environ.get("ZARR_DEVICE_MAX_INFLIGHT_BYTES", str(256 << 20))),
-    gpu_decode=os.environ.get("ZARR_DEVICE_GPU_DECODE", "checked"),  # type: ignore[arg-type]
-    staging_bytes=int(os.environ.get("ZARR_DEVICE_STAGING_BYTES", str(768 << 20))),
-    staging_slots=int(os.environ.get("ZARR_DEVICE_STAGING_SLOTS", "12")),
-    gpu_encode=os.environ.get("ZARR_DEVICE_GPU_ENCODE", "on"),  # type: ignore[arg-type]
-)
+
+assert set(_PARSERS) == {f.name for f in fields(IoConfig)}
+
+
+def _from_environment() -> IoConfig:
+    values: dict[str, Any] = {}
+    for name, parse in _PARSERS.items():
+        variable = "ZARR_DEVICE_" + name.upper()
+        if variable in os.environ:
+            values[name] = parse(os.environ[variable], f"the environment variable {variable}")
+    return IoConfig(**values)
+
+
+_config = _from_environment()
 
 
 def get_config() -> IoConfig:
@@ -53,14 +109,13 @@ def get_config() -> IoConfig:
 
 def set_config(**changes: Any) -> IoConfig:
     """Changes settings (``threads=``, ``max_inflight_bytes=``, ``gpu_decode=``, ``gpu_encode=``,
-    ``staging_bytes=``, ``staging_slots=``) and returns the previous ones."""
+    ``staging_bytes=``, ``staging_slots=``) and returns the previous ones. Sizes take units
+    (``"256MiB"``). Raises UsageError naming the setting when a value is invalid; nothing
+    changes then."""
     global _config
-    from zarr_device.errors import UsageError
-
-    if changes.get("gpu_decode", "checked") not in ("checked", "trusted", "off"):
-        raise UsageError("gpu_decode must be 'checked', 'trusted' or 'off'")
-    if changes.get("gpu_encode", "on") not in ("on", "off"):
-        raise UsageError("gpu_encode must be 'on' or 'off'")
+    for name in changes:
+        if name not in _PARSERS:
+            raise UsageError(f"unknown setting {name!r}: the settings are {', '.join(_PARSERS)}")
     previous = _config
     _config = replace(_config, **changes)
     return previous

@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 
 from zarr_device import _core
 from zarr_device.config import IoConfig
-from zarr_device.errors import DeviceError, UsageError
+from zarr_device.errors import DeviceError, FormatError, UsageError
 
 __all__ = [
     "DeviceSpec",
@@ -352,12 +352,16 @@ def write_from_device(
     shape: tuple[int, ...],
     values: Any,
     config: IoConfig,
+    what: str,
 ) -> bool:
     """Writes ``values`` held on a CUDA device (torch, CuPy or JAX) straight from device memory:
     the engine lays chunks out, and compresses zstd chunks, on the GPU. False (nothing written)
-    for values elsewhere, which the caller writes through the host."""
+    for values elsewhere, which the caller writes through the host. Casts as host writes do
+    (:func:`zarr_device.casting.check_cast`; ``what`` names the array in errors)."""
     from zarr_device import cupy as cupy_adapter
     from zarr_device import torch as torch_adapter
+    from zarr_device.casting import check_cast
+    from zarr_device.dtypes import to_numpy_dtype
 
     source = None
     if type(values).__module__.split(".")[0] == "jax" and _jax_on_gpu(values):
@@ -366,6 +370,21 @@ def write_from_device(
         except ImportError:
             return False
         values = from_dlpack(values)
+    framework = torch_adapter.is_tensor(values) or cupy_adapter.is_array(values)
+    if framework:
+        target = to_numpy_dtype(core.dtype)
+        try:
+            given = to_numpy_dtype(str(values.dtype).removeprefix("torch."))
+        except FormatError:
+            given = None  # a type without a Zarr name: the conversion below reports it
+        if given is not None:
+            check_cast(
+                given,
+                target,
+                python_values=False,
+                what=what,
+                bounds=lambda: (values.min().item(), values.max().item()) if _count(values) else (0, 0),
+            )
     if torch_adapter.is_tensor(values):
         source = torch_adapter.cuda_source(values, core.dtype, shape)
     elif cupy_adapter.is_array(values):
@@ -387,6 +406,11 @@ def write_from_device(
         )
     del owner  # the memory written from stays alive until here
     return True
+
+
+def _count(values: Any) -> int:
+    """Elements of a torch tensor or CuPy array."""
+    return int(values.numel()) if hasattr(values, "numel") else int(values.size)
 
 
 def _jax_on_gpu(values: Any) -> bool:

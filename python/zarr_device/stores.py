@@ -21,6 +21,9 @@ class EngineStore(Protocol):
     @property
     def handle(self) -> _core.Store: ...
 
+    @property
+    def read_only(self) -> bool: ...
+
 
 class LocalStore:
     """A directory on the local file system. Writes are atomic (temporary file, then rename).
@@ -35,18 +38,28 @@ class LocalStore:
     """
 
     def __init__(
-        self, root: str | os.PathLike[str], *, io: Literal["buffered", "direct", "gds"] = "buffered"
+        self,
+        root: str | os.PathLike[str],
+        *,
+        io: Literal["buffered", "direct", "gds"] = "buffered",
+        read_only: bool = False,
     ) -> None:
         self.root = Path(root).absolute()
         self.io = io
-        self._handle = _core.local_store(str(self.root), io)
+        self._handle = _core.local_store(str(self.root), io, read_only)
 
     @property
     def handle(self) -> _core.Store:
         return self._handle
 
+    @property
+    def read_only(self) -> bool:
+        """Whether writes are refused (every array and group opened from it is read-only)."""
+        return self._handle.read_only
+
     def __repr__(self) -> str:
-        return f"LocalStore({str(self.root)!r}, io={self.io!r})"
+        extra = ", read_only=True" if self.read_only else ""
+        return f"LocalStore({str(self.root)!r}, io={self.io!r}{extra})"
 
 
 class MemoryStore:
@@ -58,6 +71,10 @@ class MemoryStore:
     @property
     def handle(self) -> _core.Store:
         return self._handle
+
+    @property
+    def read_only(self) -> bool:
+        return False
 
     def __repr__(self) -> str:
         return "MemoryStore()"
@@ -120,11 +137,18 @@ class ZarrStoreAdapter:
 
     def __init__(self, store: Any) -> None:
         self.store = store
-        self._handle = _core.python_store(_ZarrStoreCallbacks(store))
+        # A store opened read-only stays so: the engine refuses writes before they reach it.
+        self._handle = _core.python_store(
+            _ZarrStoreCallbacks(store), bool(getattr(store, "read_only", False))
+        )
 
     @property
     def handle(self) -> _core.Store:
         return self._handle
+
+    @property
+    def read_only(self) -> bool:
+        return self._handle.read_only
 
     def __repr__(self) -> str:
         return f"ZarrStoreAdapter({self.store!r})"
@@ -151,7 +175,7 @@ def as_store(store: StoreLike) -> LocalStore | MemoryStore | ZarrStoreAdapter:
         raise UsageError(f"unsupported store {store!r}") from None
     if isinstance(store, zarr.storage.LocalStore):
         # Served natively: the engine reads local files without Python in the loop.
-        return LocalStore(store.root)
+        return LocalStore(store.root, read_only=bool(store.read_only))
     from zarr.abc.store import Store as ZarrStore
 
     if isinstance(store, ZarrStore):

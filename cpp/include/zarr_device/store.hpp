@@ -1,4 +1,5 @@
-// Key-value stores holding Zarr metadata and chunks. Keys are '/'-separated relative paths.
+// Key-value stores holding Zarr metadata and chunks. Keys are '/'-separated relative paths,
+// checked by store_path.hpp's rule at every store entry.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "zarr_device/buffer.hpp"
+#include "zarr_device/store_path.hpp"
 
 namespace zarr_device {
 
@@ -19,6 +21,25 @@ namespace zarr_device {
 struct ByteRange {
   std::int64_t offset = 0;
   std::int64_t length = -1;
+};
+
+// One version of a stored value, open for reading. Every range read through it comes from that
+// version, whatever rewrites of the key happen meanwhile (local files: one open file; memory: the
+// value as it was), so a shard's index and its chunks always agree.
+class ValueReader {
+ public:
+  virtual ~ValueReader() = default;
+  [[nodiscard]] virtual std::uint64_t size() const = 0;
+  // Reads bytes [offset, offset + out.size()) into `out`, cut short at the end; returns how many.
+  virtual std::size_t read_into(std::uint64_t offset, std::span<std::byte> out) const = 0;
+  // Bytes [offset, offset + length) as a buffer, cut short at the end.
+  [[nodiscard]] Buffer read(std::uint64_t offset, std::uint64_t length) const;
+};
+
+// Exclusive access for a read-modify-write, released when the object is destroyed.
+class KeyLock {
+ public:
+  virtual ~KeyLock() = default;
 };
 
 class Store {
@@ -47,6 +68,10 @@ class Store {
   [[nodiscard]] virtual std::optional<std::size_t> get_range_into(std::string_view key,
                                                                   std::uint64_t offset,
                                                                   std::span<std::byte> out) const;
+  // The value at `key` opened for reading ranges of one version of it; nullptr when there is
+  // none. The default reads ranges by key, with no such guarantee: stores that can keep a
+  // version (files, memory) override it.
+  [[nodiscard]] virtual std::shared_ptr<const ValueReader> open(std::string_view key) const;
   // Stores a value atomically: readers see the old value or the new one, never a part.
   virtual void set(std::string_view key, std::span<const std::byte> value) = 0;
   // Removes a value; no error when there is none.
@@ -55,6 +80,8 @@ class Store {
   virtual void erase_prefix(std::string_view prefix) = 0;
   // The names directly under `prefix` (values and sub-prefixes), without the prefix, sorted.
   [[nodiscard]] virtual std::vector<std::string> list_dir(std::string_view prefix) const = 0;
+  // Whether a value is at `key`. A probe: false where a value cannot be (the key names a
+  // prefix, or a part of it is a value), where get() may raise.
   [[nodiscard]] virtual bool exists(std::string_view key) const;
   // A hint that bytes [offset, offset + length) of `key` will be read soon (local files: start
   // reading them from the disk now). Does nothing by default.
@@ -64,6 +91,21 @@ class Store {
   [[nodiscard]] virtual std::optional<std::uint64_t> size(std::string_view key) const;
   // Where the store is, for messages ("file:///data/x.zarr", "memory://").
   [[nodiscard]] virtual std::string describe() const = 0;
+  // Whether writes are refused (UsageError). A store opened read-only stays so.
+  [[nodiscard]] virtual bool read_only() const { return false; }
+
+  // Locks for read-modify-writes. Everyone who takes the lock of the same chunk (or document) is
+  // serialised: threads of this process through any store object on the same data, and, for
+  // local stores, other processes on this machine. The default locks within this process.
+  // A chunk `key` of the array at `node`:
+  [[nodiscard]] virtual std::unique_ptr<KeyLock> lock_chunk(std::string_view node,
+                                                            std::string_view key) const;
+  // A metadata document (zarr.json, .zattrs, ...), to change it from what it holds now:
+  [[nodiscard]] virtual std::unique_ptr<KeyLock> lock_document(std::string_view key) const;
+
+ protected:
+  // Throws UsageError naming the store when it is read-only.
+  void check_writable() const;
 };
 
 // How a local store reads: through the page cache, or around it (O_DIRECT: for cold data read once,
@@ -72,27 +114,30 @@ class Store {
 // (GPUDirect Storage: DMA from the drive where the driver offers it); other reads are direct.
 enum class LocalIo { kBuffered, kDirect, kGds };
 
-// An optional capability of stores whose values are files: where a value lives and how it should
-// be read, for readers that move file bytes themselves (GPUDirect Storage).
+// An optional capability of stores whose values are files: the file of a value, opened for
+// readers that move file bytes themselves (GPUDirect Storage), and how it should be read.
 class FileBacked {
  public:
   virtual ~FileBacked() = default;
-  [[nodiscard]] virtual std::filesystem::path file_path(std::string_view key) const = 0;
+  // A descriptor the caller owns (closes), of the regular file at `key` opened for reading
+  // (O_DIRECT when `direct`, where the file system has it); -1 when there is no value.
+  [[nodiscard]] virtual int open_file(std::string_view key, bool direct) const = 0;
   [[nodiscard]] virtual LocalIo io() const = 0;
 };
 
-// A directory on a local file system. Values are files; writes go to a temporary file that is
-// then renamed over the key, so a crash never leaves a half-written chunk visible.
+struct LocalStoreOptions {
+  LocalIo io = LocalIo::kBuffered;
+  bool read_only = false;
+};
+
+// A directory on a local file system. Values are files, opened beneath the root without
+// following symbolic links out of it; only regular files are read as values. Writes go to an
+// unnamed (or hidden temporary) file that is then renamed over the key, so a crash never leaves
+// a half-written chunk visible.
 std::shared_ptr<Store> make_local_store(const std::filesystem::path& root,
-                                        LocalIo io = LocalIo::kBuffered);
+                                        LocalStoreOptions options = {});
 
 // An in-process map of keys to values.
-std::shared_ptr<Store> make_memory_store();
-
-// Throws UsageError for keys that would leave the store ("..", a leading '/').
-void validate_key(std::string_view key);
-
-// Joins path components with '/', skipping empty ones.
-std::string join_key(std::string_view a, std::string_view b);
+std::shared_ptr<Store> make_memory_store(bool read_only = false);
 
 }  // namespace zarr_device

@@ -6,22 +6,12 @@
 #include "engine/thread_pool.hpp"
 #include "place/chunk_grid.hpp"
 #include "place/strided_copy.hpp"
+#include "zarr_device/nodes.hpp"
 
 namespace zarr_device {
 namespace {
 
 using json = nlohmann::json;
-
-std::optional<json> read_json(const Store& store, const std::string& key) {
-  auto bytes = store.get(key);
-  if (!bytes) return std::nullopt;
-  try {
-    return json::parse(reinterpret_cast<const char*>(bytes->data()),
-                       reinterpret_cast<const char*>(bytes->data()) + bytes->size());
-  } catch (const json::exception& e) {
-    throw FormatError("'" + key + "' is not valid JSON: " + e.what());
-  }
-}
 
 std::size_t worker_count(const IoOptions& options) {
   if (options.threads > 0) return static_cast<std::size_t>(options.threads);
@@ -95,16 +85,20 @@ Array::~Array() = default;
 std::string Array::describe() const { return "array '" + path_ + "' in " + store_->describe(); }
 
 std::shared_ptr<const Array> Array::open(std::shared_ptr<Store> store, const std::string& path) {
+  validate_path(path);
   const std::string where = "array '" + path + "' in " + store->describe();
   return with_format_errors(where, [&]() -> std::shared_ptr<const Array> {
-    if (auto doc = read_json(*store, join_key(path, "zarr.json"))) {
+    // Probed before read: a path through a file (a non-node name) is absent, not a failure.
+    const std::string v3 = join_key(path, "zarr.json");
+    if (auto doc = store->exists(v3) ? read_document(*store, v3) : std::nullopt) {
       if (doc->is_object() && doc->value("node_type", "") == "group") {
         throw NotFoundError("node is a group, not an array");
       }
       return std::make_shared<const Array>(store, path, ArrayMetadata::from_v3(*doc));
     }
-    if (auto zarray = read_json(*store, join_key(path, ".zarray"))) {
-      auto zattrs = read_json(*store, join_key(path, ".zattrs")).value_or(json::object());
+    const std::string v2 = join_key(path, ".zarray");
+    if (auto zarray = store->exists(v2) ? read_document(*store, v2) : std::nullopt) {
+      auto zattrs = read_document(*store, join_key(path, ".zattrs")).value_or(json::object());
       return std::make_shared<const Array>(store, path, ArrayMetadata::from_v2(*zarray, zattrs));
     }
     throw NotFoundError("no array found (no zarr.json or .zarray)");
@@ -113,21 +107,27 @@ std::shared_ptr<const Array> Array::open(std::shared_ptr<Store> store, const std
 
 std::shared_ptr<const Array> Array::create(std::shared_ptr<Store> store, const std::string& path,
                                            const json& document, bool overwrite) {
+  validate_path(path);
   const std::string where = "array '" + path + "' in " + store->describe();
   return with_format_errors(where, [&]() -> std::shared_ptr<const Array> {
     // Validate everything before touching the store.
     auto probe = std::make_shared<const Array>(store, path, ArrayMetadata::from_v3(document));
     json doc = document;
     doc["codecs"] = probe->codecs_json();
-    const bool exists = store->exists(join_key(path, "zarr.json")) ||
-                        store->exists(join_key(path, ".zarray")) ||
-                        store->exists(join_key(path, ".zgroup"));
+    bool exists = true;
+    try {
+      exists = node_kind(*store, path) != NodeKind::kNone;
+    } catch (const FormatError&) {
+      // Metadata that does not parse is a node all the same.
+    }
     if (exists && !overwrite)
       throw UsageError("a node already exists there (use mode 'w' to replace it)");
-    if (overwrite) store->erase_prefix(path);
-    const std::string text = doc.dump(2);
-    store->set(join_key(path, "zarr.json"),
-               {reinterpret_cast<const std::byte*>(text.data()), text.size()});
+    // Only Zarr data goes: the node and the nodes below it, and chunks of this array's key
+    // encoding left behind by one removed by other means (they would read as its data).
+    if (overwrite) erase_node(*store, path);
+    const auto& meta = probe->metadata();
+    erase_chunks(*store, path, meta.chunk_key_encoding, meta.shape.size());
+    write_document(*store, join_key(path, "zarr.json"), doc);
     return std::make_shared<const Array>(store, path, ArrayMetadata::from_v3(doc));
   });
 }
@@ -190,15 +190,20 @@ void Array::read(std::span<const DimSlice> selection, std::span<std::byte> out,
       }
       if (partial) {
         engine::BudgetLease lease(budget, chunk_bytes);
-        const RangeReader reader = [&](std::int64_t offset, std::int64_t length) {
-          return store_->get(key, {offset, length});
-        };
-        const auto total = store_->size(key);
-        if (!total) {
+        // One open version of the shard for its index and its chunks: a rewrite of the shard
+        // meanwhile is not seen at all, rather than seen in part.
+        const auto value = store_->open(key);
+        if (!value) {
           place::fill_strided(region, metadata_.fill_value);
           return;
         }
-        chain_->decode_partial(reader, *total, item.within, region);
+        const RangeReader reader = [&](std::int64_t offset,
+                                       std::int64_t length) -> std::optional<Buffer> {
+          if (offset < 0 || length < 0) return std::nullopt;
+          return value->read(static_cast<std::uint64_t>(offset),
+                             static_cast<std::uint64_t>(length));
+        };
+        chain_->decode_partial(reader, value->size(), item.within, region);
         return;
       }
       engine::BudgetLease lease(budget, 2 * chunk_bytes);
@@ -234,6 +239,9 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
     const std::string key = join_key(path_, metadata_.chunk_key_encoding.key(item.chunk));
     try {
       engine::BudgetLease lease(budget, 3 * chunk_bytes);
+      // Every chunk write holds the chunk's lock, so a read-modify-write here or elsewhere never
+      // puts back what it read before another write of the chunk.
+      const auto lock = store_->lock_chunk(path_, key);
       ByteArray chunk(chunk_bytes);
       const StridedView chunk_view{chunk.data(), chunk_shape, chunk_strides};
       // Does the selection cover every element of the chunk inside the array?

@@ -1,4 +1,9 @@
+// A directory on a local file system as a store. Every path is opened beneath the root
+// (file_tree.hpp); only regular files are values; writes replace values atomically; read-modify-
+// writes are serialised across threads and processes by open-file-description locks.
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -10,74 +15,210 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <random>
+#include <mutex>
 #include <system_error>
 #include <utility>
 
+#include "stores/file_tree.hpp"
+#include "stores/process_locks.hpp"
 #include "zarr_device/store.hpp"
 
 namespace zarr_device {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Closes a file descriptor on scope exit.
-class FileHandle {
- public:
-  explicit FileHandle(int fd) : fd_(fd) {}
-  FileHandle(const FileHandle&) = delete;
-  FileHandle& operator=(const FileHandle&) = delete;
-  FileHandle(FileHandle&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  FileHandle& operator=(FileHandle&&) = delete;
-  ~FileHandle() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  [[nodiscard]] int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
+using stores::FileHandle;
+using stores::FileTree;
 
 std::string errno_text(int err) { return std::system_category().message(err); }
 
+// Readers hold one open file per shard for the length of a read, and a GPU read may hold many:
+// lift the soft limit on open files to the hard one, as runtimes that open many files do.
+void raise_open_file_limit() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+      limit.rlim_cur = std::min<rlim_t>(limit.rlim_max, rlim_t{1} << 20);
+      ::setrlimit(RLIMIT_NOFILE, &limit);
+    }
+  });
+}
+
+// Where the lock of one chunk sits in its array's lock file: one byte, at a place named by the
+// chunk's key relative to the array (so stores rooted anywhere above the array agree).
+off_t lock_offset(std::string_view relative_key) {
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (const char c : relative_key) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ULL;
+  }
+  return static_cast<off_t>(h >> 2);  // below 2^62: any off_t
+}
+
+// An open-file-description lock, held while the file stays open. Unlike classic POSIX locks it
+// belongs to the open file, not the process, so two threads of one process exclude each other.
+class FileLock final : public KeyLock {
+ public:
+  explicit FileLock(FileHandle file) : file_(std::move(file)) {}
+
+ private:
+  FileHandle file_;
+};
+
+// Takes a write lock on [start, start + length) of `fd` (length 0: to the end and beyond).
+// Returns false when the file system has no such locks.
+bool lock_range(int fd, off_t start, off_t length, const std::string& what) {
+  struct flock range {};
+  range.l_type = F_WRLCK;
+  range.l_whence = SEEK_SET;
+  range.l_start = start;
+  range.l_len = length;
+  while (::fcntl(fd, F_OFD_SETLKW, &range) != 0) {
+    if (errno == EINTR) continue;
+    if (errno == EINVAL || errno == ENOLCK || errno == EOPNOTSUPP) return false;
+    throw StoreError("could not lock " + what + ": " + errno_text(errno));
+  }
+  return true;
+}
+
+// Reads until `out` is full or the file ends; returns the bytes read.
+std::size_t read_at(int fd, std::span<std::byte> out, std::uint64_t offset,
+                    const std::string& path) {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const auto n =
+        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw StoreError("could not read " + path + ": " + errno_text(errno));
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return done;
+}
+
+// O_DIRECT reads must start, end and land on block boundaries: read the aligned blocks around
+// [offset, offset + length) into a per-thread aligned buffer and hand `sink` the bytes asked
+// for, in order. Returns how many it handed over (fewer at the end of the file).
+template <typename Sink>
+std::size_t read_direct(int fd, std::uint64_t offset, std::size_t length, const std::string& path,
+                        Sink sink) {
+  constexpr std::size_t kBlock = 4096;
+  constexpr std::size_t kBounce = std::size_t{4} << 20;
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<std::byte, Free> bounce(
+      static_cast<std::byte*>(std::aligned_alloc(kBlock, kBounce)));
+  if (!bounce) throw OutOfMemoryError("could not allocate an O_DIRECT read buffer");
+  std::uint64_t position = offset / kBlock * kBlock;  // file offset of bounce[0]
+  const std::uint64_t end = offset + length;
+  std::size_t delivered = 0;
+  while (position < end) {
+    const std::size_t want = static_cast<std::size_t>(
+        std::min<std::uint64_t>(kBounce, (end - position + kBlock - 1) / kBlock * kBlock));
+    ssize_t n = 0;
+    do {
+      n = ::pread(fd, bounce.get(), want, static_cast<off_t>(position));
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) throw StoreError("could not read " + path + ": " + errno_text(errno));
+    if (n == 0) break;
+    const std::uint64_t got_end = position + static_cast<std::uint64_t>(n);
+    const std::uint64_t from = std::max(position, offset);
+    const std::uint64_t to = std::min(got_end, end);
+    if (to > from) {
+      sink(bounce.get() + (from - position), static_cast<std::size_t>(to - from));
+      delivered += static_cast<std::size_t>(to - from);
+    }
+    if (static_cast<std::size_t>(n) < want) break;  // end of the file
+    position = got_end;
+  }
+  return delivered;
+}
+
+std::size_t read_range(int fd, bool direct, std::span<std::byte> out, std::uint64_t offset,
+                       const std::string& path) {
+  if (!direct) return read_at(fd, out, offset, path);
+  std::byte* to = out.data();
+  return read_direct(fd, offset, out.size(), path, [&](const std::byte* data, std::size_t n) {
+    std::memcpy(to, data, n);
+    to += n;
+  });
+}
+
+// A value opened for reading: the file stays open, so every range comes from this version.
+struct OpenFile {
+  FileHandle file;
+  std::uint64_t size = 0;
+  bool direct = false;
+  std::string path;  // for messages
+};
+
+class FileValueReader final : public ValueReader {
+ public:
+  explicit FileValueReader(OpenFile file) : file_(std::move(file)) {}
+  std::uint64_t size() const override { return file_.size; }
+  std::size_t read_into(std::uint64_t offset, std::span<std::byte> out) const override {
+    if (offset >= file_.size) return 0;
+    out = out.first(
+        static_cast<std::size_t>(std::min<std::uint64_t>(out.size(), file_.size - offset)));
+    return read_range(file_.file.get(), file_.direct, out, offset, file_.path);
+  }
+
+ private:
+  OpenFile file_;
+};
+
 class LocalStore final : public Store, public FileBacked {
  public:
-  LocalStore(fs::path root, LocalIo io)
-      : root_(std::move(root)), io_(io), direct_(io != LocalIo::kBuffered) {}
+  LocalStore(fs::path root, LocalStoreOptions options)
+      : tree_(std::move(root)), options_(options) {}
 
-  fs::path file_path(std::string_view key) const override { return resolve(key); }
-  LocalIo io() const override { return io_; }
+  LocalIo io() const override { return options_.io; }
+  bool read_only() const override { return options_.read_only; }
+  std::string describe() const override { return "file://" + tree_.root().string(); }
+
+  int open_file(std::string_view key, bool direct) const override {
+    auto value = open_value(key, direct);
+    return value ? value->file.release() : -1;
+  }
 
   std::optional<Buffer> get(std::string_view key, ByteRange range) const override {
-    auto value = open_value(key);
+    auto value = open_value(key, direct());
     if (!value) return std::nullopt;
     const auto size = static_cast<std::int64_t>(value->size);
-    std::int64_t start = range.offset < 0 ? std::max<std::int64_t>(0, size + range.offset)
-                                          : std::min(range.offset, size);
+    const std::int64_t start = range.offset < 0 ? std::max<std::int64_t>(0, size + range.offset)
+                                                : std::min(range.offset, size);
     std::int64_t length =
         range.offset < 0 ? size - start : (range.length < 0 ? size - start : range.length);
     length = std::min(length, size - start);
     ByteArray out(static_cast<std::size_t>(length));
-    const auto n = read_at(value->file.get(), value->direct, out.span(), start, value->path);
-    out.shrink(n);
+    out.shrink(read_range(value->file.get(), value->direct, out.span(),
+                          static_cast<std::uint64_t>(start), value->path));
     return std::move(out).freeze();
+  }
+
+  std::shared_ptr<const ValueReader> open(std::string_view key) const override {
+    auto value = open_value(key, direct());
+    if (!value) return nullptr;
+    return std::make_shared<FileValueReader>(std::move(*value));
   }
 
   using Store::get_into;
   std::optional<std::size_t> get_into(std::string_view key,
                                       std::span<const std::span<std::byte>> pieces) const override {
-    auto value = open_value(key);
+    auto value = open_value(key, direct());
     if (!value) return std::nullopt;
     std::size_t total = 0;
     for (const auto& p : pieces) total += p.size();
     if (value->size != total) return value->size;
     const int fd = value->file.get();
-    const fs::path& path = value->path;
     if (value->direct) {
       std::size_t piece = 0;
       std::size_t within = 0;
-      return read_direct(fd, 0, total, path, [&](const std::byte* data, std::size_t n) {
+      return read_direct(fd, 0, total, value->path, [&](const std::byte* data, std::size_t n) {
         while (n > 0) {
           const std::size_t take = std::min(n, pieces[piece].size() - within);
           std::memcpy(pieces[piece].data() + within, data, take);
@@ -110,7 +251,7 @@ class LocalStore final : public Store, public FileBacked {
                                 static_cast<off_t>(done + got));
         if (n < 0) {
           if (errno == EINTR) continue;
-          throw StoreError("could not read " + path.string() + ": " + errno_text(errno));
+          throw StoreError("could not read " + value->path + ": " + errno_text(errno));
         }
         if (n == 0) return done + got;  // the file shrank
         got += static_cast<std::size_t>(n);
@@ -128,242 +269,321 @@ class LocalStore final : public Store, public FileBacked {
   }
 
   std::optional<std::uint64_t> size(std::string_view key) const override {
-    const auto path = resolve(key);
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-      if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
-      throw StoreError("could not stat " + path.string() + ": " + errno_text(errno));
+    auto value = open_value(key, false);
+    if (!value) return std::nullopt;
+    return value->size;
+  }
+
+  bool exists(std::string_view key) const override {
+    validate_key(key);
+    const FileHandle file(tree_.open(key, O_RDONLY | O_NONBLOCK | O_NOCTTY));
+    if (!file.valid()) {
+      if (errno == ENOENT || errno == ENOTDIR) return false;
+      fail("open", key, errno);
     }
-    if (S_ISDIR(st.st_mode)) return std::nullopt;  // a prefix, not a value
-    if (!S_ISREG(st.st_mode)) throw StoreError(path.string() + " is not a regular file");
-    return static_cast<std::uint64_t>(st.st_size);
+    struct stat st {};
+    return ::fstat(file.get(), &st) == 0 && S_ISREG(st.st_mode);
   }
 
   std::optional<std::size_t> get_range_into(std::string_view key, std::uint64_t offset,
                                             std::span<std::byte> out) const override {
-    auto value = open_value(key);
+    auto value = open_value(key, direct());
     if (!value) return std::nullopt;
     if (offset >= value->size) return 0;
-    return read_at(value->file.get(), value->direct,
-                   out.first(std::min<std::uint64_t>(out.size(), value->size - offset)),
-                   static_cast<std::int64_t>(offset), value->path);
+    return read_range(value->file.get(), value->direct,
+                      out.first(std::min<std::uint64_t>(out.size(), value->size - offset)), offset,
+                      value->path);
   }
 
   void will_need(std::string_view key, std::uint64_t offset, std::uint64_t length) const override {
-    const auto path = resolve(key);
-    FileHandle file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (file.get() < 0) return;  // only a hint
+    validate_key(key);
+    const FileHandle file(tree_.open(key, O_RDONLY | O_NONBLOCK | O_NOCTTY));
+    if (!file.valid()) return;  // only a hint
     ::posix_fadvise(file.get(), static_cast<off_t>(offset), static_cast<off_t>(length),
                     POSIX_FADV_WILLNEED);
   }
 
   void set(std::string_view key, std::span<const std::byte> value) override {
-    const auto path = resolve(key);
-    std::error_code ec;
-    fs::create_directories(path.parent_path(), ec);
-    if (ec)
-      throw StoreError("could not create directory " + path.parent_path().string() + ": " +
-                       ec.message());
-    // A hidden temporary beside the target, renamed over it once complete.
-    static std::atomic<std::uint64_t> counter{0};
-    static const std::uint64_t salt = std::random_device{}();
-    const auto tmp =
-        path.parent_path() / ("." + path.filename().string() + ".tmp" + std::to_string(::getpid()) +
-                              "." + std::to_string(salt ^ counter.fetch_add(1)));
-    FileHandle file(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-    if (file.get() < 0) {
-      throw StoreError("could not create " + tmp.string() + ": " + errno_text(errno));
-    }
-    std::size_t done = 0;
-    while (done < value.size()) {
-      const auto n = ::write(file.get(), value.data() + done, value.size() - done);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        const int err = errno;
-        ::unlink(tmp.c_str());
-        throw StoreError("could not write " + path.string() + ": " + errno_text(err));
-      }
-      done += static_cast<std::size_t>(n);
-    }
-    if (::close(file.release()) != 0) {
-      const int err = errno;
-      ::unlink(tmp.c_str());
-      throw StoreError("could not write " + path.string() + ": " + errno_text(err));
-    }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      const int err = errno;
-      ::unlink(tmp.c_str());
-      throw StoreError("could not rename into " + path.string() + ": " + errno_text(err));
-    }
+    check_writable();
+    validate_key(key);
+    const FileHandle dir(tree_.open_dir_creating(path_parent(key)));
+    if (!dir.valid()) fail("create the directory of", key, errno);
+    write_replacing(dir.get(), key, value);
   }
 
   void erase(std::string_view key) override {
-    const auto path = resolve(key);
+    check_writable();
+    validate_key(key);
+    const FileHandle dir(tree_.open(path_parent(key), O_PATH | O_DIRECTORY));
+    if (!dir.valid()) {
+      if (errno == ENOENT || errno == ENOTDIR) return;
+      fail("open the directory of", key, errno);
+    }
+    const std::string name(path_name(key));
     // Erasing a prefix as if it were a key does nothing, as in the memory store.
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR && errno != EISDIR &&
+    if (::unlinkat(dir.get(), name.c_str(), 0) != 0 && errno != ENOENT && errno != EISDIR &&
         errno != EPERM) {
-      throw StoreError("could not remove " + path.string() + ": " + errno_text(errno));
+      fail("remove", key, errno);
     }
   }
 
   void erase_prefix(std::string_view prefix) override {
-    const auto path = resolve(prefix);
-    std::error_code ec;
+    check_writable();
+    validate_path(prefix);
     if (prefix.empty()) {
-      for (const auto& entry : fs::directory_iterator(path, ec)) fs::remove_all(entry.path(), ec);
-    } else {
-      fs::remove_all(path, ec);
+      const FileHandle root(tree_.open("", O_RDONLY | O_DIRECTORY));
+      if (!root.valid()) {
+        if (errno == ENOENT) return;
+        fail("open", prefix, errno);
+      }
+      remove_contents(root.get(), "");
+      return;
     }
-    if (ec && ec != std::errc::no_such_file_or_directory) {
-      throw StoreError("could not remove " + path.string() + ": " + ec.message());
+    const FileHandle dir(tree_.open(path_parent(prefix), O_PATH | O_DIRECTORY));
+    if (!dir.valid()) {
+      if (errno == ENOENT || errno == ENOTDIR) return;
+      fail("open the directory of", prefix, errno);
     }
+    remove_entry(dir.get(), std::string(path_name(prefix)), prefix);
   }
 
   std::vector<std::string> list_dir(std::string_view prefix) const override {
-    std::vector<std::string> names;
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(resolve(prefix), ec)) {
-      auto name = entry.path().filename().string();
-      if (name.starts_with(".") && name.find(".tmp") != std::string::npos) continue;
-      names.push_back(std::move(name));
+    validate_path(prefix);
+    FileHandle dir(tree_.open(prefix, O_RDONLY | O_DIRECTORY));
+    if (!dir.valid()) {
+      if (errno == ENOENT || errno == ENOTDIR) return {};
+      fail("list", prefix, errno);
     }
+    std::vector<std::string> names = entries(std::move(dir), prefix);
+    std::erase_if(names, [](const std::string& n) { return stores::is_internal_name(n); });
     std::sort(names.begin(), names.end());
     return names;
   }
 
-  std::string describe() const override { return "file://" + root_.string(); }
+  std::unique_ptr<KeyLock> lock_chunk(std::string_view node, std::string_view key) const override {
+    check_writable();
+    validate_path(node);
+    validate_key(key);
+    // The lock file lives in the array's directory, so that stores rooted anywhere above the
+    // array name the same file.
+    const FileHandle dir(tree_.open_dir_creating(node));
+    if (!dir.valid()) fail("create the directory of", node, errno);
+    const std::string lock_key = join_key(node, stores::kLockFileName);
+    FileHandle file(::openat(dir.get(), std::string(stores::kLockFileName).c_str(),
+                             O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!file.valid()) fail("open the lock file", lock_key, errno);
+    const std::string_view relative =
+        node.empty() ? key : key.substr(std::min(key.size(), node.size() + 1));
+    if (!lock_range(file.get(), lock_offset(relative), 1, path_of(lock_key))) {
+      return stores::lock_in_process(describe() + '\0' + std::string(key));
+    }
+    return std::make_unique<FileLock>(std::move(file));
+  }
+
+  std::unique_ptr<KeyLock> lock_document(std::string_view key) const override {
+    check_writable();
+    validate_key(key);
+    // The document's own file is locked. Its writers replace it (rename), so after waiting for
+    // the lock we check that the file locked is still the one at the key; if not, the new one's
+    // lock is the one to take.
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      FileHandle file(tree_.open(key, O_RDWR | O_NONBLOCK | O_NOCTTY));
+      if (!file.valid()) {
+        if (errno == ENOENT) return stores::lock_in_process(describe() + '\0' + std::string(key));
+        fail("open", key, errno);
+      }
+      struct stat locked {};
+      if (::fstat(file.get(), &locked) != 0) fail("stat", key, errno);
+      if (!S_ISREG(locked.st_mode)) throw StoreError(path_of(key) + " is not a regular file");
+      if (!lock_range(file.get(), 0, 0, path_of(key))) {
+        return stores::lock_in_process(describe() + '\0' + std::string(key));
+      }
+      const FileHandle now(tree_.open(key, O_RDONLY | O_NONBLOCK | O_NOCTTY));
+      struct stat current {};
+      if (now.valid() && ::fstat(now.get(), &current) == 0 && current.st_dev == locked.st_dev &&
+          current.st_ino == locked.st_ino) {
+        return std::make_unique<FileLock>(std::move(file));
+      }
+    }
+    throw StoreError("could not lock " + path_of(key) + ": it keeps being replaced");
+  }
 
  private:
-  fs::path resolve(std::string_view key) const {
+  [[nodiscard]] bool direct() const { return options_.io != LocalIo::kBuffered; }
+  [[nodiscard]] std::string path_of(std::string_view key) const {
+    return key.empty() ? tree_.root().string() : (tree_.root() / fs::path(key)).string();
+  }
+
+  [[noreturn]] void fail(std::string_view action, std::string_view key, int err) const {
+    const std::string where = path_of(key);
+    switch (err) {
+      case EXDEV:
+        throw StoreError("key '" + std::string(key) + "' of " + describe() +
+                         " leads out of the store through a symbolic link");
+      case ELOOP:
+        throw StoreError("key '" + std::string(key) + "' of " + describe() +
+                         " goes through too many symbolic links");
+      case ENOTDIR:
+        throw StoreError("could not " + std::string(action) + " " + where +
+                         ": a part of its path is a file where a directory should be");
+      default:
+        throw StoreError("could not " + std::string(action) + " " + where + ": " + errno_text(err));
+    }
+  }
+
+  // Opens the value at `key` for reading; nullopt when there is none. A directory, FIFO, socket
+  // or device where a value should be is an error, not an absent value: reading it as the fill
+  // value would return silently wrong data. O_NONBLOCK keeps a FIFO from blocking the open.
+  std::optional<OpenFile> open_value(std::string_view key, bool direct) const {
     validate_key(key);
-    return key.empty() ? root_ : root_ / fs::path(key);
-  }
-
-  // A value opened for reading, with its size.
-  struct OpenValue {
-    FileHandle file;
-    std::size_t size;
-    bool direct;
-    fs::path path;
-  };
-  // nullopt when there is no value at `key` (no file, or a directory: a prefix of keys).
-  std::optional<OpenValue> open_value(std::string_view key) const {
-    auto path = resolve(key);
-    bool direct = false;
-    FileHandle file(open_for_read(path, direct));
-    if (file.get() < 0) return std::nullopt;
-    const auto size = file_size(file.get(), path);
-    if (!size) return std::nullopt;
-    return OpenValue{std::move(file), *size, direct, std::move(path)};
-  }
-
-  // Opens a value for reading, bypassing the page cache in direct mode where the file system
-  // allows it (`direct` says whether it did); -1 when there is no such file.
-  int open_for_read(const fs::path& path, bool& direct) const {
-    direct = false;
-    if (direct_) {
-      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-      if (fd >= 0) {
-        direct = true;
-        return fd;
-      }
-      if (errno != EINVAL) {  // EINVAL: no O_DIRECT on this file system; read through the cache
-        if (errno == ENOENT || errno == ENOTDIR) return -1;
-        throw StoreError("could not open " + path.string() + ": " + errno_text(errno));
-      }
-    }
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      if (errno == ENOENT || errno == ENOTDIR) return -1;
-      throw StoreError("could not open " + path.string() + ": " + errno_text(errno));
-    }
-    return fd;
-  }
-
-  // The size of an open file; nullopt for a directory (a prefix of keys, not a value).
-  static std::optional<std::size_t> file_size(int fd, const fs::path& path) {
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      throw StoreError("could not stat " + path.string() + ": " + errno_text(errno));
-    }
-    if (S_ISDIR(st.st_mode)) return std::nullopt;
-    if (!S_ISREG(st.st_mode)) throw StoreError(path.string() + " is not a regular file");
-    return static_cast<std::size_t>(st.st_size);
-  }
-
-  // Reads until `out` is full or the file ends; returns the bytes read.
-  static std::size_t read_at(int fd, bool direct, std::span<std::byte> out, std::int64_t offset,
-                             const fs::path& path) {
+    constexpr int kFlags = O_RDONLY | O_NONBLOCK | O_NOCTTY;
+    OpenFile value;
     if (direct) {
-      std::byte* to = out.data();
-      return read_direct(fd, static_cast<std::uint64_t>(offset), out.size(), path,
-                         [&](const std::byte* data, std::size_t n) {
-                           std::memcpy(to, data, n);
-                           to += n;
-                         });
+      value.file = FileHandle(tree_.open(key, kFlags | O_DIRECT));
+      value.direct = value.file.valid();
+      // EINVAL: no O_DIRECT on this file system; read through the cache instead.
+      if (!value.file.valid() && errno != EINVAL) {
+        if (errno == ENOENT) return std::nullopt;
+        fail("open", key, errno);
+      }
     }
+    if (!value.file.valid()) {
+      value.file = FileHandle(tree_.open(key, kFlags));
+      if (!value.file.valid()) {
+        if (errno == ENOENT) return std::nullopt;
+        fail("open", key, errno);
+      }
+    }
+    value.path = path_of(key);
+    struct stat st {};
+    if (::fstat(value.file.get(), &st) != 0) fail("stat", key, errno);
+    if (S_ISDIR(st.st_mode)) {
+      throw StoreError(value.path + " is a directory where a value should be");
+    }
+    if (!S_ISREG(st.st_mode)) {
+      throw StoreError(value.path + " is not a regular file (a FIFO, socket or device)");
+    }
+    value.size = static_cast<std::uint64_t>(st.st_size);
+    return value;
+  }
+
+  void write_all(int fd, std::span<const std::byte> value, std::string_view key) const {
     std::size_t done = 0;
-    while (done < out.size()) {
-      const auto n = ::pread(fd, out.data() + done, out.size() - done,
-                             static_cast<off_t>(offset + static_cast<std::int64_t>(done)));
+    while (done < value.size()) {
+      const auto n = ::write(fd, value.data() + done, value.size() - done);
       if (n < 0) {
         if (errno == EINTR) continue;
-        throw StoreError("could not read " + path.string() + ": " + errno_text(errno));
+        fail("write", key, errno);
       }
-      if (n == 0) break;
       done += static_cast<std::size_t>(n);
     }
-    return done;
   }
 
-  // O_DIRECT reads must start, end and land on block boundaries: read the aligned blocks around
-  // [offset, offset + length) into a per-thread aligned buffer and hand `sink` the bytes asked
-  // for, in order. Returns how many it handed over (fewer at the end of the file).
-  template <typename Sink>
-  static std::size_t read_direct(int fd, std::uint64_t offset, std::size_t length,
-                                 const fs::path& path, Sink sink) {
-    constexpr std::size_t kBlock = 4096;
-    constexpr std::size_t kBounce = std::size_t{4} << 20;
-    struct Free {
-      void operator()(std::byte* p) const { std::free(p); }
-    };
-    thread_local std::unique_ptr<std::byte, Free> bounce(
-        static_cast<std::byte*>(std::aligned_alloc(kBlock, kBounce)));
-    if (!bounce) throw OutOfMemoryError("could not allocate an O_DIRECT read buffer");
-    std::uint64_t position = offset / kBlock * kBlock;  // file offset of bounce[0]
-    const std::uint64_t end = offset + length;
-    std::size_t delivered = 0;
-    while (position < end) {
-      const std::size_t want = static_cast<std::size_t>(
-          std::min<std::uint64_t>(kBounce, (end - position + kBlock - 1) / kBlock * kBlock));
-      ssize_t n = 0;
-      do {
-        n = ::pread(fd, bounce.get(), want, static_cast<off_t>(position));
-      } while (n < 0 && errno == EINTR);
-      if (n < 0) throw StoreError("could not read " + path.string() + ": " + errno_text(errno));
-      if (n == 0) break;
-      const std::uint64_t got_end = position + static_cast<std::uint64_t>(n);
-      const std::uint64_t from = std::max(position, offset);
-      const std::uint64_t to = std::min(got_end, end);
-      if (to > from) {
-        sink(bounce.get() + (from - position), static_cast<std::size_t>(to - from));
-        delivered += static_cast<std::size_t>(to - from);
+  // Writes `value` into a file of its own in `dir`, then renames it over the key's name.
+  void write_replacing(int dir, std::string_view key, std::span<const std::byte> value) const {
+    const std::string name(path_name(key));
+    const std::string temporary = stores::temporary_name(name);
+    if (unnamed_files_.load(std::memory_order_relaxed)) {
+      // An unnamed file (O_TMPFILE) gets a name only once complete: a write killed part-way
+      // leaves nothing behind.
+      FileHandle file(::openat(dir, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644));
+      if (file.valid()) {
+        write_all(file.get(), value, key);
+        const std::string self = "/proc/self/fd/" + std::to_string(file.get());
+        if (::linkat(AT_FDCWD, self.c_str(), dir, temporary.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+          rename_into(dir, temporary, name, key);
+          return;
+        }
+        if (errno != ENOENT) fail("write", key, errno);
+        unnamed_files_ = false;  // no /proc: name the file from the start
+      } else if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
+        unnamed_files_ = false;  // this file system has no unnamed files
+      } else {
+        fail("create a file for", key, errno);
       }
-      if (static_cast<std::size_t>(n) < want) break;  // end of the file
-      position = got_end;
     }
-    return delivered;
+    FileHandle file(::openat(dir, temporary.c_str(),
+                             O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!file.valid()) fail("create a file for", key, errno);
+    try {
+      write_all(file.get(), value, key);
+      if (::close(file.release()) != 0) fail("write", key, errno);
+    } catch (...) {
+      ::unlinkat(dir, temporary.c_str(), 0);
+      throw;
+    }
+    rename_into(dir, temporary, name, key);
   }
 
-  fs::path root_;
-  LocalIo io_;
-  bool direct_ = false;
+  void rename_into(int dir, const std::string& temporary, const std::string& name,
+                   std::string_view key) const {
+    if (::renameat(dir, temporary.c_str(), dir, name.c_str()) != 0) {
+      const int err = errno;
+      ::unlinkat(dir, temporary.c_str(), 0);
+      if (err == EISDIR || err == ENOTEMPTY || err == EEXIST) {
+        throw StoreError(path_of(key) + " is a directory where a value should be");
+      }
+      fail("replace", key, err);
+    }
+  }
+
+  // The names in an open directory (which the call takes over).
+  std::vector<std::string> entries(FileHandle dir, std::string_view where) const {
+    DIR* stream = ::fdopendir(dir.get());
+    if (!stream) fail("list", where, errno);
+    dir.release();
+    std::vector<std::string> names;
+    errno = 0;
+    while (const dirent* entry = ::readdir(stream)) {
+      const std::string_view name(entry->d_name);
+      if (name != "." && name != "..") names.emplace_back(name);
+    }
+    const int err = errno;
+    ::closedir(stream);
+    if (err != 0) fail("list", where, err);
+    return names;
+  }
+
+  // Removes `name` in `dir` (a file, a link or a whole directory), never following links.
+  void remove_entry(int dir, const std::string& name, std::string_view key) const {
+    struct stat st {};
+    if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) return;
+      fail("stat", key, errno);
+    }
+    if (S_ISDIR(st.st_mode)) {
+      const FileHandle sub(
+          ::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!sub.valid()) {
+        if (errno == ENOENT) return;
+        fail("open", key, errno);
+      }
+      remove_contents(sub.get(), key);
+      if (::unlinkat(dir, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
+        fail("remove", key, errno);
+      }
+    } else if (::unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT) {
+      fail("remove", key, errno);
+    }
+  }
+
+  void remove_contents(int dir, std::string_view key) const {
+    for (const auto& name : entries(FileHandle(::dup(dir)), key)) {
+      remove_entry(dir, name, join_key(key, name));
+    }
+  }
+
+  FileTree tree_;
+  LocalStoreOptions options_;
+  mutable std::atomic<bool> unnamed_files_{true};
 };
 
 }  // namespace
 
-std::shared_ptr<Store> make_local_store(const std::filesystem::path& root, LocalIo io) {
-  return std::make_shared<LocalStore>(root, io);
+std::shared_ptr<Store> make_local_store(const std::filesystem::path& root,
+                                        LocalStoreOptions options) {
+  raise_open_file_limit();
+  return std::make_shared<LocalStore>(root, options);
 }
 
 }  // namespace zarr_device

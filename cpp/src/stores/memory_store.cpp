@@ -1,8 +1,10 @@
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
 
+#include "stores/process_locks.hpp"
 #include "zarr_device/store.hpp"
 
 namespace zarr_device {
@@ -18,14 +20,40 @@ std::optional<Buffer> cut(const Buffer& value, ByteRange range) {
   return value.slice(static_cast<std::size_t>(start), static_cast<std::size_t>(length));
 }
 
+// A value as it was when opened: buffers are immutable and shared, so this is a snapshot.
+class BufferReader final : public ValueReader {
+ public:
+  explicit BufferReader(Buffer value) : value_(std::move(value)) {}
+  std::uint64_t size() const override { return value_.size(); }
+  std::size_t read_into(std::uint64_t offset, std::span<std::byte> out) const override {
+    if (offset >= value_.size()) return 0;
+    const std::size_t n = std::min<std::size_t>(out.size(), value_.size() - offset);
+    if (n) std::memcpy(out.data(), value_.data() + offset, n);
+    return n;
+  }
+
+ private:
+  Buffer value_;
+};
+
 class MemoryStore final : public Store {
  public:
+  explicit MemoryStore(bool read_only) : read_only_(read_only) {}
+
+  bool read_only() const override { return read_only_; }
   std::optional<Buffer> get(std::string_view key, ByteRange range) const override {
     validate_key(key);
     std::shared_lock lock(mutex_);
     auto it = values_.find(key);
     if (it == values_.end()) return std::nullopt;
     return cut(it->second, range);
+  }
+  std::shared_ptr<const ValueReader> open(std::string_view key) const override {
+    validate_key(key);
+    std::shared_lock lock(mutex_);
+    auto it = values_.find(key);
+    if (it == values_.end()) return nullptr;
+    return std::make_shared<BufferReader>(it->second);
   }
   std::optional<std::uint64_t> size(std::string_view key) const override {
     validate_key(key);
@@ -35,19 +63,22 @@ class MemoryStore final : public Store {
     return it->second.size();
   }
   void set(std::string_view key, std::span<const std::byte> value) override {
+    check_writable();
     validate_key(key);
     auto copy = Buffer::copy_of(value);
     std::unique_lock lock(mutex_);
     values_[std::string(key)] = std::move(copy);
   }
   void erase(std::string_view key) override {
+    check_writable();
     validate_key(key);
     std::unique_lock lock(mutex_);
     auto it = values_.find(key);
     if (it != values_.end()) values_.erase(it);
   }
   void erase_prefix(std::string_view prefix) override {
-    validate_key(prefix);
+    check_writable();
+    validate_path(prefix);
     std::unique_lock lock(mutex_);
     const std::string p = prefix.empty() ? "" : std::string(prefix) + "/";
     for (auto it = values_.begin(); it != values_.end();) {
@@ -58,7 +89,7 @@ class MemoryStore final : public Store {
     }
   }
   std::vector<std::string> list_dir(std::string_view prefix) const override {
-    validate_key(prefix);
+    validate_path(prefix);
     std::shared_lock lock(mutex_);
     const std::string p = prefix.empty() ? "" : std::string(prefix) + "/";
     std::set<std::string> names;
@@ -71,13 +102,33 @@ class MemoryStore final : public Store {
   }
   std::string describe() const override { return "memory://"; }
 
+  // Locks named by this store's address: its data is its own.
+  std::unique_ptr<KeyLock> lock_chunk(std::string_view node, std::string_view key) const override {
+    check_writable();
+    validate_path(node);
+    validate_key(key);
+    return stores::lock_in_process(identity() + std::string(key));
+  }
+  std::unique_ptr<KeyLock> lock_document(std::string_view key) const override {
+    check_writable();
+    validate_key(key);
+    return stores::lock_in_process(identity() + std::string(key));
+  }
+
  private:
+  [[nodiscard]] std::string identity() const {
+    return "memory:" + std::to_string(reinterpret_cast<std::uintptr_t>(this)) + '\0';
+  }
+
+  bool read_only_;
   mutable std::shared_mutex mutex_;
   std::map<std::string, Buffer, std::less<>> values_;
 };
 
 }  // namespace
 
-std::shared_ptr<Store> make_memory_store() { return std::make_shared<MemoryStore>(); }
+std::shared_ptr<Store> make_memory_store(bool read_only) {
+  return std::make_shared<MemoryStore>(read_only);
+}
 
 }  // namespace zarr_device

@@ -4,7 +4,38 @@
 #include <cstring>
 #include <limits>
 
+#include "stores/process_locks.hpp"
+
 namespace zarr_device {
+namespace {
+
+// Reads ranges of a value by key, for stores that cannot hold on to one version of it.
+class KeyRangeReader final : public ValueReader {
+ public:
+  KeyRangeReader(const Store& store, std::string key, std::uint64_t size)
+      : store_(store), key_(std::move(key)), size_(size) {}
+  std::uint64_t size() const override { return size_; }
+  std::size_t read_into(std::uint64_t offset, std::span<std::byte> out) const override {
+    auto got = store_.get_range_into(key_, offset, out);
+    if (!got) throw StoreError("'" + key_ + "' vanished while it was read");
+    return *got;
+  }
+
+ private:
+  const Store& store_;
+  std::string key_;
+  std::uint64_t size_;
+};
+
+}  // namespace
+
+Buffer ValueReader::read(std::uint64_t offset, std::uint64_t length) const {
+  const std::uint64_t total = size();
+  const std::uint64_t start = std::min(offset, total);
+  ByteArray out(static_cast<std::size_t>(std::min(length, total - start)));
+  out.shrink(read_into(start, out.span()));
+  return std::move(out).freeze();
+}
 
 std::optional<std::size_t> Store::get_into(std::string_view key,
                                            std::span<const std::span<std::byte>> pieces) const {
@@ -35,6 +66,12 @@ std::optional<std::size_t> Store::get_range_into(std::string_view key, std::uint
   return n;
 }
 
+std::shared_ptr<const ValueReader> Store::open(std::string_view key) const {
+  const auto total = size(key);
+  if (!total) return nullptr;
+  return std::make_shared<KeyRangeReader>(*this, std::string(key), *total);
+}
+
 bool Store::exists(std::string_view key) const { return get(key, {0, 0}).has_value(); }
 
 std::optional<std::uint64_t> Store::size(std::string_view key) const {
@@ -43,31 +80,20 @@ std::optional<std::uint64_t> Store::size(std::string_view key) const {
   return value->size();
 }
 
-void validate_key(std::string_view key) {
-  if (!key.empty() && key.front() == '/') {
-    throw UsageError("key '" + std::string(key) + "' is absolute");
-  }
-  std::size_t start = 0;
-  while (start <= key.size()) {
-    const std::size_t end = std::min(key.find('/', start), key.size());
-    if (key.substr(start, end - start) == "..") {
-      throw UsageError("key '" + std::string(key) + "' leaves the store");
-    }
-    start = end + 1;
-  }
+std::unique_ptr<KeyLock> Store::lock_chunk(std::string_view node, std::string_view key) const {
+  validate_path(node);
+  validate_key(key);
+  // Named by where the data is, so separate store objects on the same data share the lock.
+  return stores::lock_in_process(describe() + '\0' + std::string(key));
 }
 
-std::string join_key(std::string_view a, std::string_view b) {
-  auto trim = [](std::string_view s) {
-    while (!s.empty() && s.front() == '/') s.remove_prefix(1);
-    while (!s.empty() && s.back() == '/') s.remove_suffix(1);
-    return s;
-  };
-  a = trim(a);
-  b = trim(b);
-  if (a.empty()) return std::string(b);
-  if (b.empty()) return std::string(a);
-  return std::string(a) + "/" + std::string(b);
+std::unique_ptr<KeyLock> Store::lock_document(std::string_view key) const {
+  validate_key(key);
+  return stores::lock_in_process(describe() + '\0' + std::string(key));
+}
+
+void Store::check_writable() const {
+  if (read_only()) throw UsageError("store " + describe() + " is read-only");
 }
 
 }  // namespace zarr_device

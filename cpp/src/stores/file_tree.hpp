@@ -1,0 +1,72 @@
+// File operations that stay inside one directory tree: every path is resolved beneath the root
+// without following symbolic links out of it, so a key can never reach a file the store does not
+// own, whatever links sit inside the tree.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace zarr_device::stores {
+
+// Closes a file descriptor on scope exit.
+class FileHandle {
+ public:
+  FileHandle() = default;
+  explicit FileHandle(int fd) : fd_(fd) {}
+  FileHandle(const FileHandle&) = delete;
+  FileHandle& operator=(const FileHandle&) = delete;
+  FileHandle(FileHandle&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileHandle& operator=(FileHandle&& other) noexcept;
+  ~FileHandle();
+  [[nodiscard]] int get() const { return fd_; }
+  [[nodiscard]] bool valid() const { return fd_ >= 0; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_ = -1;
+};
+
+// How paths are resolved beneath the root: by the kernel (openat2 with RESOLVE_BENEATH, Linux
+// 5.6 and later), or by a walk that opens one component at a time with O_NOFOLLOW and resolves
+// symbolic links itself: relative links that stay inside the tree are followed, absolute ones and
+// ones that climb out are refused, as RESOLVE_BENEATH does.
+enum class Resolver { kOpenat2, kWalk };
+
+class FileTree {
+ public:
+  explicit FileTree(std::filesystem::path root, Resolver resolver = best_resolver());
+  // openat2 when this kernel has it (and no sandbox forbids it), else the walk.
+  static Resolver best_resolver();
+
+  [[nodiscard]] const std::filesystem::path& root() const { return root_; }
+  [[nodiscard]] Resolver resolver() const { return resolver_; }
+
+  // open(2) of `path` (relative, already validated; "" is the root itself) with `flags`; returns
+  // the descriptor, or -1 with errno set: ENOENT when nothing is there (or no root yet), EXDEV
+  // when the path would leave the tree through a symbolic link, ELOOP for too many links.
+  [[nodiscard]] int open(std::string_view path, int flags, mode_t mode = 0) const;
+  // A directory descriptor (O_PATH) of `path`, creating it and its missing parents (the root
+  // included) as needed; -1 with errno set on failure.
+  [[nodiscard]] int open_dir_creating(std::string_view path) const;
+
+ private:
+  [[nodiscard]] int walk(int root, std::string_view path, int flags, mode_t mode) const;
+
+  // The root is opened for each operation, not kept: a tree whose root directory is removed and
+  // made again must write into the new one, not into the removed one.
+  std::filesystem::path root_;
+  Resolver resolver_;
+};
+
+// Names the local store keeps for itself inside a tree, hidden from listings: temporary files of
+// writes in progress (or of writes killed part-way) and the lock file of an array.
+inline constexpr std::string_view kLockFileName = ".zarr-device.lock";
+[[nodiscard]] std::string temporary_name(std::string_view name);
+[[nodiscard]] bool is_temporary_name(std::string_view name);
+[[nodiscard]] bool is_internal_name(std::string_view name);
+
+}  // namespace zarr_device::stores
