@@ -4,6 +4,7 @@
 #
 #   scripts/test.sh              # everything
 #   SKIP_SANITIZERS=1 scripts/test.sh
+#   SKIP_CLEAN_INSTALL=1 scripts/test.sh   # without the clean `pip install` (needs PyPI, ~1-2 min)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -49,3 +50,9 @@ mypy
 
 step "Python tests"
 python -m pytest -q -p no:cacheprovider
+
+if [ -z "${SKIP_CLEAN_INSTALL:-}" ]; then
+  # As a user installs it: isolated build, fresh venv of the system Python, system CMake on PATH.
+  step "clean pip install (system CMake)"
+  CMAKE_BUILD_PARALLEL_LEVEL="$jobs" bash scripts/check-clean-install.sh "$repo"
+fi

@@ -1,0 +1,132 @@
+"""The README's Python snippets, run as a reader would paste them.
+
+Every ```python block of README.md runs. The blocks of one section (the text under one ``#`` or
+``##`` heading) run in their order in one shared namespace, in a fresh temporary working
+directory: a section's snippets must create what they open. Each section is one test, named
+after its heading; a failure points at the README's own line.
+
+Conventions for README.md:
+
+- ``<!-- gpu -->`` on the line just before a ```python fence (an HTML comment, invisible once
+  rendered) marks a block that needs a CUDA GPU. It runs where ``zarr_device.cuda_device_count()
+  > 0``; elsewhere it is skipped with a reason. A section holding such a block also carries the
+  ``gpu`` marker, so ``pytest -m gpu`` (scripts/test-gpu.sh) runs it.
+- A block that imports torch, cupy or jax, or reads with ``like="torch"``, ``"cupy"`` or
+  ``"jax"``, is skipped with a reason where that package cannot be imported.
+
+A skipped block skips the rest of its section too (later blocks may build on it); the blocks
+before it have run by then, and their failures fail the test.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# JAX would otherwise take most of the GPU's memory the first time it is used (see test_gpu.py).
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import pytest
+
+import zarr_device as zd
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+GPU_MARKER = "<!-- gpu -->"
+OPTIONAL_PACKAGES = ("torch", "cupy", "jax")
+_IMPORT = re.compile(r"^\s*(?:import|from)\s+(" + "|".join(OPTIONAL_PACKAGES) + r")\b", re.M)
+_LIKE = re.compile(r"""\blike\s*=\s*["'](""" + "|".join(OPTIONAL_PACKAGES) + r""")["']""")
+
+
+@dataclass
+class Block:
+    line: int  # README line of the block's first line of code (1-based)
+    code: str
+    gpu: bool
+
+    def packages(self) -> list[str]:
+        found = set(_IMPORT.findall(self.code)) | set(_LIKE.findall(self.code))
+        return [p for p in OPTIONAL_PACKAGES if p in found]
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+
+    @property
+    def gpu(self) -> bool:
+        return any(b.gpu for b in self.blocks)
+
+
+def readme_sections(text: str) -> list[Section]:
+    """The sections of a Markdown text that hold ```python blocks, in order."""
+    sections: list[Section] = []
+    title = ""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        stripped = lines[i].strip()
+        if stripped.startswith("```"):
+            info = stripped[3:].strip().lower()
+            start = i + 1
+            i = start
+            while i < len(lines) and lines[i].strip() != "```":
+                i += 1
+            if info == "python":
+                previous = next((l.strip() for l in reversed(lines[:start - 1]) if l.strip()), "")
+                if not sections or sections[-1].title != title:
+                    sections.append(Section(title))
+                code = "\n".join(lines[start:i]) + "\n"
+                sections[-1].blocks.append(Block(start + 1, code, previous == GPU_MARKER))
+        elif re.match(r"#{1,2} ", lines[i]):
+            title = lines[i].lstrip("#").strip()
+        i += 1
+    return sections
+
+
+SECTIONS = readme_sections(README.read_text(encoding="utf-8"))
+
+
+def _slug(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "top"
+
+
+def _skip_reason(block: Block) -> str | None:
+    if block.gpu and zd.cuda_device_count() == 0:
+        return "needs a CUDA GPU (marked <!-- gpu -->); zarr_device sees none"
+    for package in block.packages():
+        try:
+            importlib.import_module(package)
+        except ImportError as e:
+            return f"needs {package}, which cannot be imported here ({e})"
+    return None
+
+
+def test_readme_has_python_snippets() -> None:
+    assert sum(len(s.blocks) for s in SECTIONS) > 0, f"no ```python blocks found in {README}"
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        pytest.param(s, id=_slug(s.title), marks=[pytest.mark.gpu] if s.gpu else [])
+        for s in SECTIONS
+    ],
+)
+def test_readme_section(section: Section, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {"__name__": "__readme__"}
+    for n, block in enumerate(section.blocks):
+        reason = _skip_reason(block)
+        if reason is not None:
+            pytest.skip(
+                f"README.md:{block.line} ({section.title!r}, block {n + 1} of "
+                f"{len(section.blocks)}, {n} run before it) {reason}"
+            )
+        # Padded so that tracebacks give the README's line numbers.
+        source = "\n" * (block.line - 1) + block.code
+        exec(compile(source, str(README), "exec"), namespace)  # noqa: S102 - the README's own code
