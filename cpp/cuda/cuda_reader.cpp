@@ -2,6 +2,8 @@
 // bytes into a ring of pinned staging slots from many threads, copy each slot to the GPU in one
 // transfer, decode there (nvCOMP) or place directly (kernels), while the next slot is filled.
 #include <cuda_runtime_api.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #include <algorithm>
@@ -51,6 +53,9 @@ enum class Route {
 
 struct Leaf {
   std::string key;
+  // The version of the stored value read: a shard's, opened when its index was read and shared
+  // by its inner chunks; a whole chunk's, opened for its batch.
+  std::shared_ptr<const ValueReader> value;
   std::uint64_t offset = 0;  // byte range of the stored value to fetch
   std::uint64_t length = 0;
   const codecs::CodecChain* chain = nullptr;
@@ -71,6 +76,14 @@ struct Leaf {
   std::size_t scratch = kInPlace;  // GPU decodes: offset in the decode scratch, or one of these
   std::size_t decode_scratch = 0;  // GPU decodes: bytes of decode scratch (0: decoded in place)
 };
+
+// A chunk changed between the plan of a read and its fetch (a writer replaced it): the read starts
+// again from a new plan, so it never mixes two versions of one chunk.
+class ValueChanged : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+constexpr int kReadAttempts = 3;
 
 // What decoding chunks at once costs in device memory: nvCOMP's temporary memory, linear in the
 // chunks of one call, then scratch for the chunks not decoded straight into place.
@@ -384,9 +397,9 @@ std::vector<Leaf> Reader::plan(std::span<const DimSlice> selection, const Stride
     const std::string key = join_key(array_.path(), meta.chunk_key_encoding.key(item.chunk));
     try {
       const StridedView region = place::subview(out, item.out_offset, item.count);
-      const auto size = store.size(key);
       auto& leaves = per_chunk[i];
       if (!shard) {
+        const auto size = store.size(key);
         Leaf leaf = make_leaf(key, chain, item.within, region);
         if (size) {
           leaf.length = *size;
@@ -396,14 +409,18 @@ std::vector<Leaf> Reader::plan(std::span<const DimSlice> selection, const Stride
         return;
       }
       const auto& inner = shard->inner();
-      if (!size) {
+      // The shard's index and its chunks come from one open version of it.
+      const auto value = store.open(key);
+      if (!value) {
         leaves.push_back(make_leaf(key, chain, item.within, region));
         return;
       }
-      const RangeReader reader = [&](std::int64_t offset, std::int64_t length) {
-        return store.get(key, {offset, length});
+      const RangeReader reader = [&](std::int64_t offset,
+                                     std::int64_t length) -> std::optional<Buffer> {
+        if (offset < 0 || length < 0) return std::nullopt;
+        return value->read(static_cast<std::uint64_t>(offset), static_cast<std::uint64_t>(length));
       };
-      const auto index = shard->read_index(reader, *size);
+      const auto index = shard->read_index(reader, value->size());
       const auto cps = shard->chunks_per_shard();
       const place::GridIntersection inner_grid(item.within, inner.spec().shape);
       place::GridIntersection::Item sub;
@@ -417,6 +434,7 @@ std::vector<Leaf> Reader::plan(std::span<const DimSlice> selection, const Stride
         Leaf leaf =
             make_leaf(key, inner, sub.within, place::subview(region, sub.out_offset, sub.count));
         if (index[linear]) {
+          leaf.value = value;
           leaf.offset = index[linear]->offset;
           leaf.length = index[linear]->nbytes;
           choose_route(leaf, nvcomp_, options_.gpu_decode);
@@ -439,14 +457,29 @@ std::vector<Leaf> Reader::read_from_files(std::vector<Leaf> leaves, const FileBa
   constexpr std::uint64_t kGdsPiece = std::uint64_t{16} << 20;
   const auto& cufile = CuFile::instance();
   std::map<std::string, std::unique_ptr<CuFile::File>> opened;
-  for (const auto& leaf : leaves) opened.emplace(leaf.key, nullptr);
+  std::map<std::string, const Leaf*> first_leaf;
+  for (const auto& leaf : leaves) {
+    opened.emplace(leaf.key, nullptr);
+    first_leaf.emplace(leaf.key, &leaf);
+  }
   std::vector<std::map<std::string, std::unique_ptr<CuFile::File>>::iterator> slots;
   for (auto it = opened.begin(); it != opened.end(); ++it) slots.push_back(it);
   pool_.parallel_for(slots.size(), workers_, [&](std::size_t i) {
+    const std::string& key = slots[i]->first;
+    const Leaf& leaf = *first_leaf.at(key);
+    // GPUDirect needs O_DIRECT; file systems without it (tmpfs) still work in compat mode. A
+    // shard's chunks come from the version whose index was read; a chunk's file must still be
+    // the size planned.
+    const int fd = leaf.value ? leaf.value->open_file(true) : files.open_file(key, true);
+    if (fd < 0) return;
+    struct stat st {};
+    if (!leaf.value &&
+        (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != leaf.length)) {
+      ::close(fd);
+      throw ValueChanged(where(key) + ": the chunk was replaced while it was read");
+    }
     try {
-      // GPUDirect needs O_DIRECT; file systems without it (tmpfs) still work in compat mode.
-      const int fd = files.open_file(slots[i]->first, true);
-      if (fd >= 0) slots[i]->second = cufile.open(fd, slots[i]->first);
+      slots[i]->second = cufile.open(fd, key);
     } catch (const Error&) {
       // Not registrable (file system, driver): those chunks take the staging ring instead.
     }
@@ -606,6 +639,27 @@ void Reader::check_staged(DeviceContext& ctx, Slot& slot, Leaf& leaf) {
 
 void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
   const Store& store = *array_.store();
+  // 0. One open version of each whole chunk (shards were opened when planned), kept while the
+  // batch is read, so every piece of a chunk comes from the same version of it.
+  auto from_store = [](const Leaf& l) { return l.route != Route::kFill; };
+  std::vector<std::size_t> opened;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (from_store(batch[i]) && !batch[i].value) opened.push_back(i);
+  }
+  struct Close {
+    std::span<Leaf> batch;
+    const std::vector<std::size_t>& opened;
+    ~Close() {
+      for (const std::size_t i : opened) batch[i].value.reset();
+    }
+  } close{batch, opened};
+  pool_.parallel_for(opened.size(), workers_, [&](std::size_t i) {
+    auto& leaf = batch[opened[i]];
+    leaf.value = store.open(leaf.key);
+    if (!leaf.value || leaf.value->size() != leaf.offset + leaf.length) {
+      throw ValueChanged(where(leaf.key) + ": the chunk was replaced while it was read");
+    }
+  });
   // 1. Fetch: pieces of about kPieceBytes, read in parallel into the pinned slot. A piece holds
   // whole leaves stored back to back (a whole shard is then a few large reads, not thousands of
   // small ones) and checks them while their bytes are still in its core's cache; a leaf longer
@@ -660,22 +714,19 @@ void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
           std::memcpy(dst, leaf.chain->spec().fill_value.data(), leaf.spec->dtype->size);
           return;
         case Route::kCpuDecode: {
-          auto stored = store.get(leaf.key, {static_cast<std::int64_t>(leaf.offset),
-                                             static_cast<std::int64_t>(leaf.length)});
-          if (!stored || stored->size() != leaf.length) {
-            throw CodecError("chunk changed or vanished while it was read");
+          auto stored = leaf.value->read(leaf.offset, leaf.length);
+          if (stored.size() != leaf.length) {
+            throw CodecError("chunk is shorter than its shard index says");
           }
           auto [counts, strides] = staged_layout(leaf);
-          leaf.chain->decode_into(*stored, leaf.decoded_selection,
+          leaf.chain->decode_into(stored, leaf.decoded_selection,
                                   StridedView{dst, counts, strides});
           return;
         }
         default: {
-          const auto got = store.get_range_into(leaf.key, leaf.offset + piece.offset,
-                                                {dst + piece.offset, piece.length});
-          if (!got || *got != piece.length) {
-            throw CodecError("chunk changed or vanished while it was read");
-          }
+          const auto got =
+              leaf.value->read_into(leaf.offset + piece.offset, {dst + piece.offset, piece.length});
+          if (got != piece.length) throw CodecError("chunk is shorter than its shard index says");
           if (!piece.checks_leaves) return;
           for (; at < piece.end; ++at) check_staged(ctx, slot, batch[at]);
         }
@@ -1204,7 +1255,18 @@ nlohmann::json cuda_info() {
 
 void read_to_cuda(const Array& array, std::span<const DimSlice> selection, int device, void* out,
                   std::size_t out_nbytes, const CudaReadOptions& options) {
-  cuda::Reader(array, device, options).read(selection, out, out_nbytes);
+  for (int attempt = 1;; ++attempt) {
+    try {
+      cuda::Reader(array, device, options).read(selection, out, out_nbytes);
+      return;
+    } catch (const cuda::ValueChanged& e) {
+      // Every chunk is read again, from a new plan: the output is rewritten whole.
+      if (attempt == cuda::kReadAttempts) {
+        throw StoreError(std::string(e.what()) + " (" + std::to_string(attempt) +
+                         " times: the array is being rewritten faster than it can be read)");
+      }
+    }
+  }
 }
 
 nlohmann::json measure_cuda_decode(const Array& array, std::span<const DimSlice> selection,

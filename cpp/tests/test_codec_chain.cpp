@@ -291,12 +291,14 @@ struct Recording {
   std::atomic<const std::byte*> decode_into_target{nullptr};
   std::atomic<std::size_t> decode_into_size{0};
   std::atomic<std::size_t> last_decoded_size_hint{0};
+  std::atomic<std::size_t> last_decoded_bound{0};
   void reset() {
     decode_calls = 0;
     decode_into_calls = 0;
     decode_into_target = nullptr;
     decode_into_size = 0;
     last_decoded_size_hint = 0;
+    last_decoded_bound = 0;
   }
 };
 Recording recording;
@@ -305,9 +307,10 @@ class RecordingCodec final : public BytesToBytesCodec {
  public:
   std::string_view name() const override { return "test.recording"; }
   json to_json() const override { return {{"name", "test.recording"}}; }
-  Buffer decode(const Buffer& encoded, std::optional<std::size_t> decoded_size) const override {
+  Buffer decode(const Buffer& encoded, DecodedSize size) const override {
     ++recording.decode_calls;
-    recording.last_decoded_size_hint = decoded_size.value_or(0);
+    recording.last_decoded_size_hint = size.exact.value_or(0);
+    recording.last_decoded_bound = size.at_most;
     return encoded;
   }
   void decode_into(const Buffer& encoded, std::span<std::byte> out) const override {
@@ -430,6 +433,41 @@ TEST(CodecChain, WrongDecodedSizeRaisesCodecError) {
       EXPECT_THROW(decode_selection(chain, stored, full), CodecError);
       EXPECT_THROW(decode_selection(chain, stored, part), CodecError);
       EXPECT_THROW(decode_selection(chain, stored, full, true), CodecError);
+    }
+  }
+}
+
+// Stacked compressors: each one's output is bounded by what a valid encoding of the chunk can
+// be, so a small stored chunk cannot expand into gigabytes on its way down the chain.
+TEST(CodecChain, EveryCodecsOutputIsBoundedByTheChunk) {
+  register_recording_codec();
+  const auto spec = make_spec({16}, "uint8");
+  {
+    const CodecChain chain(
+        json::parse(
+            R"([{"name": "bytes"}, {"name": "test.recording"}, {"name": "test.recording"}])"),
+        spec);
+    // 16 bytes, then at most 16 + 16/8 + 1024 = 1042 after one codec, 1042 + 130 + 1024 after two.
+    EXPECT_EQ(chain.max_stored_size(), 2196u);
+    recording.reset();
+    const std::vector<DimSlice> part = {{0, 2, 8}};
+    EXPECT_THROW(decode_selection(chain, test::random_bytes(40, 1), part), CodecError);
+    EXPECT_EQ(recording.decode_calls, 2);
+    EXPECT_EQ(recording.last_decoded_bound, 16u);  // the inner one is told the exact size
+    EXPECT_EQ(chain.decode_memory(), 16u + 1042u + 2196u);
+  }
+  // A zstd frame holding a 64 MiB gzip stream of zeros, as one 16-byte chunk's bytes.
+  const Bytes bomb = encode_with("zstd", encode_with("gzip", Bytes(std::size_t{64} << 20)));
+  ASSERT_LT(bomb.size(), std::size_t{1} << 20);
+  const CodecChain chain(json::parse(R"([{"name": "bytes"}, {"name": "gzip"}, {"name": "zstd"}])"),
+                         spec);
+  const std::vector<std::int64_t> shape = {16};
+  for (const auto& selection : {test::full_selection(shape), std::vector<DimSlice>{{1, 3, 5}}}) {
+    try {
+      (void)decode_selection(chain, bomb, selection);
+      ADD_FAILURE() << "the bomb decoded";
+    } catch (const CodecError& e) {
+      EXPECT_NE(std::string(e.what()).find("more than"), std::string::npos) << e.what();
     }
   }
 }

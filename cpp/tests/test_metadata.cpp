@@ -10,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "codecs/codec_chain.hpp"
 #include "test_util.hpp"
 #include "zarr_device/dtype.hpp"
 #include "zarr_device/errors.hpp"
+#include "zarr_device/json_document.hpp"
 #include "zarr_device/metadata.hpp"
 
 namespace zarr_device {
@@ -897,6 +899,65 @@ TEST(Metadata, V2InvalidDocumentsRaiseFormatError) {
   json no_shape = zarray();
   no_shape.erase("shape");
   EXPECT_THROW((void)ArrayMetadata::from_v2(no_shape, json::object()), FormatError);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile documents: typed errors, before any large allocation or deep recursion.
+
+std::span<const std::byte> text_bytes(const std::string& text) {
+  return {reinterpret_cast<const std::byte*>(text.data()), text.size()};
+}
+
+TEST(JsonDocument, LimitsDepthSizeAndEncoding) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_THROW((void)parse_json_document(text_bytes(deep), "'deep'"), FormatError);
+  const std::string nested_ok = std::string(60, '[') + std::string(60, ']');
+  EXPECT_NO_THROW((void)parse_json_document(text_bytes(nested_ok), "'ok'"));
+  EXPECT_THROW((void)parse_json_document(text_bytes("{\"a\": \"\xff\xfe\"}"), "'utf8'"),
+               FormatError);
+  EXPECT_THROW((void)parse_json_document(text_bytes("{\"a\": 1"), "'cut'"), FormatError);
+  try {
+    (void)parse_json_document(text_bytes(std::string(1000, ' ')), "'big'", {.max_bytes = 100});
+    ADD_FAILURE() << "a document over the limit parsed";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("'big'"), std::string::npos);
+  }
+}
+
+TEST(ArrayMetadataLimits, AtMost64Dimensions) {
+  EXPECT_NO_THROW((void)ArrayMetadata::from_v3(
+      array_doc(std::vector<std::int64_t>(64, 1), std::vector<std::int64_t>(64, 1), "uint8")));
+  EXPECT_THROW((void)ArrayMetadata::from_v3(array_doc(std::vector<std::int64_t>(1000, 1),
+                                                      std::vector<std::int64_t>(1000, 1), "uint8")),
+               FormatError);
+  // 2^62 elements describe fine (nothing is allocated for them) but never overflow.
+  EXPECT_NO_THROW(
+      (void)ArrayMetadata::from_v3(array_doc({std::int64_t{1} << 62}, {1024}, "uint8")));
+  EXPECT_THROW((void)ArrayMetadata::from_v3(array_doc({std::int64_t{1} << 62, 4}, {1, 1}, "uint8")),
+               FormatError);
+}
+
+json nested_shards(int levels) {
+  json codecs = json::array({{{"name", "bytes"}}});
+  for (int i = 0; i < levels; ++i) {
+    codecs = json::array({{{"name", "sharding_indexed"},
+                           {"configuration", {{"chunk_shape", {1}}, {"codecs", codecs}}}}});
+  }
+  return codecs;
+}
+
+TEST(ArrayMetadataLimits, ShardsNestAFewLevelsDeep) {
+  const auto build = [](int levels) {
+    const auto meta =
+        ArrayMetadata::from_v3(array_doc({4}, {1}, "uint8", 0, nested_shards(levels)));
+    return codecs::CodecChain(meta.codecs, {meta.chunk_shape, meta.dtype, meta.fill_value});
+  };
+  // Many chains built on one thread: the limit counts nesting, not chains alive.
+  std::vector<codecs::CodecChain> chains;
+  for (int i = 0; i < 20; ++i) chains.push_back(build(3));
+  EXPECT_NO_THROW((void)build(8));
+  EXPECT_THROW((void)build(9), FormatError);
+  EXPECT_THROW((void)build(3000), FormatError);
 }
 
 }  // namespace

@@ -263,7 +263,14 @@ NB_MODULE(_core, m) {
     } catch (const zd::Error& e) {
       nb::object errors = nb::module_::import_("zarr_device.errors");
       nb::object cls = errors.attr(exception_name(e.kind()));
-      PyErr_SetString(cls.ptr(), e.what());
+      // Messages quote what they reject (a key, a bad byte of a document), which need not be
+      // UTF-8: undecodable bytes are shown escaped rather than turning into a UnicodeDecodeError.
+      const std::string_view what(e.what());
+      PyObject* message = PyUnicode_DecodeUTF8(what.data(), static_cast<Py_ssize_t>(what.size()),
+                                               "backslashreplace");
+      if (message == nullptr) return;  // the decoder's own error stands
+      PyErr_SetObject(cls.ptr(), message);
+      Py_DECREF(message);
     }
   });
 
@@ -289,7 +296,28 @@ NB_MODULE(_core, m) {
           "key"_a, "value"_a)
       .def("erase", &zd::Store::erase, "key"_a)
       .def("erase_prefix", &zd::Store::erase_prefix, "prefix"_a)
-      .def("list_dir", &zd::Store::list_dir, "prefix"_a)
+      .def(
+          "list_dir",
+          [](const zd::Store& s, const std::string& prefix) {
+            std::vector<std::string> names;
+            {
+              nb::gil_scoped_release release;
+              names = s.list_dir(prefix);
+            }
+            // A name that is not UTF-8 (a stray file) can name no Zarr node or chunk.
+            nb::list out;
+            for (const auto& name : names) {
+              PyObject* text =
+                  PyUnicode_DecodeUTF8(name.data(), static_cast<Py_ssize_t>(name.size()), "strict");
+              if (text == nullptr) {
+                PyErr_Clear();
+                continue;
+              }
+              out.append(nb::steal(text));
+            }
+            return out;
+          },
+          "prefix"_a)
       .def("exists", &zd::Store::exists, "key"_a)
       .def("size", &zd::Store::size, "key"_a)
       .def("describe", &zd::Store::describe)

@@ -51,7 +51,7 @@ def _read_json(store: EngineStore, key: str) -> Any | None:
 def _write_json(store: EngineStore, key: str, document: Any) -> None:
     try:
         text = json.dumps(document, indent=2, allow_nan=False)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise UsageError(f"'{key}': metadata must be JSON (no NaN or infinity): {e}") from None
     store.handle.set(key, text.encode())
 
@@ -591,7 +591,7 @@ def create(
         document["dimension_names"] = list(dimension_names)
     try:
         text = json.dumps(document, allow_nan=False)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise UsageError(f"the array's metadata must be JSON (attributes included): {e}") from None
     core = _core.Array.create(engine_store.handle, _node_path(path), text, mode == "w")
     return Array(core, engine_store, read_only=False)

@@ -16,7 +16,7 @@ __all__ = ["Attributes"]
 def _to_json(values: Mapping[str, Any]) -> str:
     try:
         return json.dumps(dict(values), allow_nan=False)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise UsageError(
             f"attribute values must be JSON (str, int, float other than NaN/inf, bool, None, "
             f"lists and dicts of them): {e}"

@@ -1,7 +1,8 @@
 """The ``zarr-device`` command: look inside Zarr stores and measure how fast they read.
 
 ``zarr-device info PATH`` prints the tree of arrays and groups in a store; ``zarr-device bench``
-writes a sample array and reads it back with zarr-device and with zarr-python.
+writes a sample array and reads it back with zarr-device and with zarr-python; ``zarr-device
+fsck PATH`` checks a store for leftovers of killed writes and for damage.
 """
 
 from __future__ import annotations
@@ -683,6 +684,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_info(commands)
     _add_bench(commands)
+    _add_fsck(commands)
     return parser
 
 
@@ -738,6 +740,43 @@ def _add_bench(commands: Any) -> None:
     bench.add_argument("--quiet", action="store_true", help="no progress bars")
     bench.add_argument("--keep", action="store_true", help="keep the sample arrays afterwards")
     bench.set_defaults(run=run_bench)
+
+
+def run_fsck(args: argparse.Namespace, out: TextIO) -> int:
+    """``zarr-device fsck``: prints what is wrong with a store; 1 when something is left to fix."""
+    from zarr_device.fsck import check_store
+
+    with _progress(0, "chunks", quiet=args.quiet or not args.data, unit="chunk") as bar:
+        report = check_store(args.store, fix=args.fix, data=args.data, progress=bar.update)
+    for problem in report.problems:
+        print(problem, file=out)
+    left = sum(not p.fixed for p in report.problems)
+    fixed = len(report.problems) - left
+    checked = f", {report.chunks_checked} chunks read" if args.data else ""
+    print(
+        f"{report.root}: {report.nodes} nodes{checked}; "
+        + (f"{left} problems" if left else "no problems") + (f", {fixed} fixed" if fixed else ""),
+        file=out,
+    )
+    return 0 if report.clean else 1
+
+
+def _add_fsck(commands: Any) -> None:
+    fsck = commands.add_parser(
+        "fsck",
+        help="check a local store for leftovers and damage",
+        description="Check the local store at PATH: temporary files left by writes that did not "
+        "finish, links out of the store, files that cannot be values, metadata that does not "
+        "parse and, with --data, chunks that do not decode. Exit status 1 when a problem is left.",
+    )
+    fsck.add_argument("store", metavar="PATH", help="a local directory holding a Zarr store")
+    fsck.add_argument(
+        "--fix", action="store_true",
+        help="remove temporary files whose writers are gone (nothing else is changed)",
+    )
+    fsck.add_argument("--data", action="store_true", help="also read every chunk of every array")
+    fsck.add_argument("--quiet", action="store_true", help="no progress bar")
+    fsck.set_defaults(run=run_fsck)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -87,6 +88,11 @@ class ArrayToBytesCodec : public Codec {
   // chain decode compressed data straight into the destination.
   [[nodiscard]] virtual std::optional<Endian> plain_layout() const { return std::nullopt; }
 
+  // The most bytes an encoding of a chunk of `spec` can take (the chunk's own size for "bytes").
+  [[nodiscard]] virtual std::size_t max_encoded_size(const ChunkSpec& spec) const {
+    return spec.nbytes();
+  }
+
   // Codecs that can decode a selection from byte ranges of the chunk (sharding) override these.
   [[nodiscard]] virtual bool supports_partial_decode() const { return false; }
   // `total_size` is the stored chunk's size, so every range can be checked before it is read.
@@ -95,12 +101,30 @@ class ArrayToBytesCodec : public Codec {
                               const StridedView& destination) const;
 };
 
+// What a decoder may know of its output's size: its exact size (when the codecs above say), and
+// the most it can be (what any valid encoding of the chunk decodes to). No decoder allocates or
+// grows its output past `at_most`: stacked compressors cannot multiply a small chunk into
+// gigabytes.
+struct DecodedSize {
+  std::optional<std::size_t> exact;
+  std::size_t at_most = std::numeric_limits<std::size_t>::max();
+
+  DecodedSize(std::nullopt_t /*unknown*/) {}            // NOLINT(google-explicit-constructor)
+  DecodedSize(std::size_t n) : exact(n), at_most(n) {}  // NOLINT(google-explicit-constructor)
+  DecodedSize(std::optional<std::size_t> n)             // NOLINT(google-explicit-constructor)
+      : exact(n), at_most(n.value_or(std::numeric_limits<std::size_t>::max())) {}
+  [[nodiscard]] static DecodedSize bounded(std::size_t limit) {
+    DecodedSize size(std::nullopt);
+    size.at_most = limit;
+    return size;
+  }
+};
+
 class BytesToBytesCodec : public Codec {
  public:
-  // Decodes `encoded`. `decoded_size`, where known, is the exact size the result must have;
-  // implementations use it to bound their output and raise CodecError on a mismatch.
-  [[nodiscard]] virtual Buffer decode(const Buffer& encoded,
-                                      std::optional<std::size_t> decoded_size) const = 0;
+  // Decodes `encoded`. Where `size.exact` is known, the result must have that size; otherwise it
+  // may not exceed `size.at_most`. CodecError on a mismatch, before allocating what it claims.
+  [[nodiscard]] virtual Buffer decode(const Buffer& encoded, DecodedSize size) const = 0;
   // Decodes into exactly `out` (whose size is the expected decoded size). The default decodes and
   // copies; decompressors override it to write straight into `out`.
   virtual void decode_into(const Buffer& encoded, std::span<std::byte> out) const;
@@ -109,6 +133,9 @@ class BytesToBytesCodec : public Codec {
   [[nodiscard]] virtual std::optional<std::size_t> encoded_size(std::size_t /*decoded*/) const {
     return std::nullopt;
   }
+  // The most any encoder could write for `decoded` bytes: the exact size where known, else a
+  // generous bound for compressors (none expands incompressible data by more than a fraction).
+  [[nodiscard]] std::size_t max_encoded_size(std::size_t decoded) const;
 };
 
 // What a codec factory knows when it builds a codec from metadata.

@@ -34,6 +34,10 @@ class ValueReader {
   virtual std::size_t read_into(std::uint64_t offset, std::span<std::byte> out) const = 0;
   // Bytes [offset, offset + length) as a buffer, cut short at the end.
   [[nodiscard]] Buffer read(std::uint64_t offset, std::uint64_t length) const;
+  // A descriptor the caller owns, of this version's file opened anew (O_DIRECT when `direct`,
+  // where the file system has it), for readers that move file bytes themselves; -1 when the
+  // value is not a file.
+  [[nodiscard]] virtual int open_file(bool /*direct*/) const { return -1; }
 };
 
 // Exclusive access for a read-modify-write, released when the object is destroyed.

@@ -90,15 +90,14 @@ class BloscCodec final : public BytesToBytesCodec {
               {"blocksize", blocksize_}}}};
   }
 
-  [[nodiscard]] Buffer decode(const Buffer& encoded,
-                              std::optional<std::size_t> decoded_size) const override {
+  [[nodiscard]] Buffer decode(const Buffer& encoded, DecodedSize size) const override {
     const std::size_t nbytes = validated_size(encoded);
-    if (decoded_size) {
-      check_size(nbytes, *decoded_size);
-    } else if (nbytes > max_decoded_size(encoded.size())) {
+    if (size.exact) {
+      check_size(nbytes, *size.exact);
+    } else if (nbytes > std::min(max_decoded_size(encoded.size()), size.at_most)) {
       throw CodecError(name_ + ": header declares " + std::to_string(nbytes) +
                        " bytes, more than " + std::to_string(encoded.size()) +
-                       " bytes of blosc data can hold");
+                       " bytes of blosc data for this chunk can decode to");
     }
     ByteArray out(nbytes);
     decompress(encoded, out.span());

@@ -21,6 +21,14 @@ void ArrayToBytesCodec::decode_partial(const RangeReader& /*read*/, std::uint64_
   throw UsageError("codec '" + std::string(name()) + "' cannot decode from byte ranges");
 }
 
+std::size_t BytesToBytesCodec::max_encoded_size(std::size_t decoded) const {
+  if (auto exact = encoded_size(decoded)) return *exact;
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  // zstd, deflate, lz4 and blosc expand incompressible input by well under 1% plus a header.
+  const std::size_t slack = decoded / 8 + 1024;
+  return decoded > kMax - slack ? kMax : decoded + slack;
+}
+
 void BytesToBytesCodec::decode_into(const Buffer& encoded, std::span<std::byte> out) const {
   Buffer decoded = decode(encoded, out.size());
   if (decoded.size() != out.size()) {

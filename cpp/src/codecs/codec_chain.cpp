@@ -1,5 +1,7 @@
 #include "codecs/codec_chain.hpp"
 
+#include <limits>
+
 #include "place/strided_copy.hpp"
 
 namespace zarr_device::codecs {
@@ -40,6 +42,20 @@ CodecChain::CodecChain(const nlohmann::json& codecs, ChunkSpec spec, int zarr_fo
     }
   }
   if (!array_to_bytes_) throw FormatError("codecs list no array->bytes codec (such as 'bytes')");
+  level_bounds_.push_back(array_to_bytes_->max_encoded_size(specs_.back()));
+  for (const auto& c : bytes_to_bytes_) {
+    level_bounds_.push_back(c->max_encoded_size(level_bounds_.back()));
+  }
+}
+
+std::size_t CodecChain::decode_memory() const {
+  std::size_t total = 0;
+  for (const std::size_t b : level_bounds_) {
+    total = b > std::numeric_limits<std::size_t>::max() - total
+                ? std::numeric_limits<std::size_t>::max()
+                : total + b;
+  }
+  return total;
 }
 
 nlohmann::json CodecChain::to_json() const {
@@ -107,15 +123,15 @@ void CodecChain::decode_into(const Buffer& encoded, std::span<const DimSlice> se
       place::is_c_contiguous(dest, inner.dtype->size)) {
     Buffer current = encoded;
     for (std::size_t i = bytes_to_bytes_.size(); i-- > 1;) {
-      current = bytes_to_bytes_[i]->decode(current, std::nullopt);
+      current = bytes_to_bytes_[i]->decode(current, DecodedSize::bounded(level_bounds_[i]));
     }
     bytes_to_bytes_[0]->decode_into(current, {dest.data, inner.nbytes()});
     return;
   }
   Buffer current = encoded;
   for (std::size_t i = bytes_to_bytes_.size(); i-- > 0;) {
-    const std::optional<std::size_t> size =
-        (i == 0 && layout) ? std::optional<std::size_t>(inner.nbytes()) : std::nullopt;
+    const DecodedSize size =
+        (i == 0 && layout) ? DecodedSize(inner.nbytes()) : DecodedSize::bounded(level_bounds_[i]);
     current = bytes_to_bytes_[i]->decode(current, size);
   }
   array_to_bytes_->decode_into(current, inner, sel, dest);

@@ -42,6 +42,11 @@ class CodecChain {
 
   // The encoded size of a chunk when every codec knows it (shard indexes); nullopt otherwise.
   [[nodiscard]] std::optional<std::size_t> fixed_encoded_size() const;
+  // The most bytes any valid stored chunk can take.
+  [[nodiscard]] std::size_t max_stored_size() const { return level_bounds_.back(); }
+  // Host memory a whole-chunk decode may hold at once: the stored bytes and every intermediate
+  // buffer between the codecs, at their bounds (what a read's max_inflight_bytes accounts).
+  [[nodiscard]] std::size_t decode_memory() const;
 
   // For readers that run some stages elsewhere (the GPU path): the codecs of each kind, and the
   // selection and destination rewritten onto the array the array->bytes codec sees (returns
@@ -63,6 +68,9 @@ class CodecChain {
   std::vector<ChunkSpec> specs_;  // spec seen by each array->array codec, then by array->bytes
   std::shared_ptr<const ArrayToBytesCodec> array_to_bytes_;
   std::vector<std::shared_ptr<const BytesToBytesCodec>> bytes_to_bytes_;
+  // level_bounds_[0]: the most the array->bytes codec's output can be; [i + 1]: the most the
+  // output of bytes->bytes codec i can be. Decoding codec i may produce at most level_bounds_[i].
+  std::vector<std::size_t> level_bounds_;
 };
 
 // What a shard is made of, for readers that fetch and decode its inner chunks themselves.

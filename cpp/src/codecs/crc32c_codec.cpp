@@ -23,9 +23,8 @@ class Crc32cCodec final : public BytesToBytesCodec {
   // zarr-python writes no "configuration" for it.
   [[nodiscard]] nlohmann::json to_json() const override { return {{"name", "crc32c"}}; }
 
-  [[nodiscard]] Buffer decode(const Buffer& encoded,
-                              std::optional<std::size_t> decoded_size) const override {
-    const std::size_t size = payload_size(encoded, decoded_size);
+  [[nodiscard]] Buffer decode(const Buffer& encoded, DecodedSize decoded) const override {
+    const std::size_t size = payload_size(encoded, decoded.exact);
     verify(encoded);
     return encoded.slice(0, size);
   }

@@ -132,16 +132,15 @@ class DeflateCodec final : public BytesToBytesCodec {
     return {{"name", id}, {"configuration", {{"level", level_}}}};
   }
 
-  [[nodiscard]] Buffer decode(const Buffer& encoded,
-                              std::optional<std::size_t> decoded_size) const override {
-    check_input(encoded, decoded_size);
+  [[nodiscard]] Buffer decode(const Buffer& encoded, DecodedSize size) const override {
+    check_input(encoded, size.exact);
     InflateDecoder decoder(encoded.span(), wrapper_, name_);
-    if (decoded_size) {
-      ByteArray out(*decoded_size);
+    if (size.exact) {
+      ByteArray out(*size.exact);
       decode_stream_exact(decoder, out.span(), name_);
       return std::move(out).freeze();
     }
-    const std::size_t limit = max_decoded_size(encoded.size());
+    const std::size_t limit = std::min(max_decoded_size(encoded.size()), size.at_most);
     return decode_stream_growing(decoder, initial_size(encoded, limit), limit, name_);
   }
 

@@ -30,9 +30,13 @@ class Lz4Codec final : public BytesToBytesCodec {
     return {{"id", "lz4"}, {"acceleration", acceleration_}};
   }
 
-  [[nodiscard]] Buffer decode(const Buffer& encoded,
-                              std::optional<std::size_t> decoded_size) const override {
-    const std::size_t declared = declared_size(encoded, decoded_size);
+  [[nodiscard]] Buffer decode(const Buffer& encoded, DecodedSize size) const override {
+    const std::size_t declared = declared_size(encoded, size.exact);
+    if (declared > size.at_most) {
+      throw CodecError(std::string(name()) + ": header declares " + std::to_string(declared) +
+                       " decoded bytes, more than the " + std::to_string(size.at_most) +
+                       " this chunk can hold");
+    }
     ByteArray out(declared);
     decompress(encoded, out.span());
     return std::move(out).freeze();

@@ -20,11 +20,32 @@ struct IndexEntry {
   [[nodiscard]] bool missing() const { return offset == kMissing && nbytes == kMissing; }
 };
 
+// Shards inside shards are allowed, a few levels deep; metadata nesting them without end must be a
+// FormatError, not a stack overflow. Counts the levels being built on this thread.
+class NestingGuard {
+ public:
+  NestingGuard() {
+    if (++depth_ > kMaxDepth) {
+      --depth_;
+      throw FormatError("sharding_indexed codecs nest deeper than " + std::to_string(kMaxDepth) +
+                        " levels");
+    }
+  }
+  ~NestingGuard() { --depth_; }
+  NestingGuard(const NestingGuard&) = delete;
+  NestingGuard& operator=(const NestingGuard&) = delete;
+
+ private:
+  static constexpr int kMaxDepth = 8;
+  static thread_local int depth_;
+};
+thread_local int NestingGuard::depth_ = 0;
+
 class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
  public:
   ShardingCodec(const json& config, const CodecContext& ctx)
       : config_(config),
-        inner_(inner_codecs(config), inner_spec(config, ctx), ctx.zarr_format),
+        inner_(make_inner(config, ctx)),
         index_(config.contains("index_codecs")
                    ? config["index_codecs"]
                    : json::array({{{"name", "bytes"}, {"configuration", {{"endian", "little"}}}},
@@ -67,6 +88,13 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
   }
 
   bool supports_partial_decode() const override { return true; }
+
+  std::size_t max_encoded_size(const ChunkSpec& /*spec*/) const override {
+    const std::size_t inner = inner_.max_stored_size();
+    constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+    if (inner != 0 && num_inner_ > (kMax - index_size_) / inner) return kMax;
+    return index_size_ + num_inner_ * inner;
+  }
 
   void decode_partial(const RangeReader& read, std::uint64_t total_size, const ChunkSpec& spec,
                       std::span<const DimSlice> selection,
@@ -165,6 +193,11 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
   }
 
  private:
+  static CodecChain make_inner(const json& config, const CodecContext& ctx) {
+    const NestingGuard guard;  // held while the inner chain (and shards within it) is built
+    return CodecChain(inner_codecs(config), inner_spec(config, ctx), ctx.zarr_format);
+  }
+
   static const json& inner_codecs(const json& config) {
     if (!config.is_object() || !config.contains("codecs")) {
       throw FormatError("sharding_indexed needs 'chunk_shape' and 'codecs'");

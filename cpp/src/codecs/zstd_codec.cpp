@@ -139,21 +139,21 @@ class ZstdCodec final : public BytesToBytesCodec {
     return {{"name", "zstd"}, {"configuration", {{"level", level_}, {"checksum", checksum_}}}};
   }
 
-  [[nodiscard]] Buffer decode(const Buffer& encoded,
-                              std::optional<std::size_t> decoded_size) const override {
+  [[nodiscard]] Buffer decode(const Buffer& encoded, DecodedSize size) const override {
     const FrameScan scan = scan_frames(encoded.span(), name_);
-    if (decoded_size) {
-      check_expected(scan, *decoded_size, encoded.size());
-      ByteArray out(*decoded_size);
+    if (size.exact) {
+      check_expected(scan, *size.exact, encoded.size());
+      ByteArray out(*size.exact);
       decompress_into(encoded.span(), scan, out.span());
       return std::move(out).freeze();
     }
-    const std::size_t limit = max_decoded_size(encoded.size());
+    const std::size_t limit = std::min(max_decoded_size(encoded.size()), size.at_most);
     if (scan.all_declared) {
       if (scan.declared > limit) {
         throw CodecError(name_ + ": frames declare " + std::to_string(scan.declared) +
-                         " bytes, more than " + std::to_string(encoded.size()) +
-                         " bytes of zstd data can hold");
+                         " bytes, more than the " + std::to_string(limit) + " that " +
+                         std::to_string(encoded.size()) +
+                         " bytes of zstd data for this chunk can decode to");
       }
       if (scan.declared <= trusted_size_claim(encoded.size())) {
         ByteArray out(scan.declared);

@@ -167,6 +167,7 @@ void Array::read(std::span<const DimSlice> selection, std::span<std::byte> out,
   const std::size_t workers = worker_count(options);
   const bool plain = chain_->is_plain();
   const bool partial = chain_->supports_partial_decode();
+  const std::size_t decode_memory = chain_->decode_memory();
 
   engine::ThreadPool::shared(workers).parallel_for(grid.size(), workers, [&](std::size_t i) {
     place::GridIntersection::Item item;
@@ -206,7 +207,8 @@ void Array::read(std::span<const DimSlice> selection, std::span<std::byte> out,
         chain_->decode_partial(reader, value->size(), item.within, region);
         return;
       }
-      engine::BudgetLease lease(budget, 2 * chunk_bytes);
+      // The stored chunk and every buffer between its codecs, at their bounds.
+      engine::BudgetLease lease(budget, decode_memory);
       auto encoded = store_->get(key);
       if (!encoded) {
         place::fill_strided(region, metadata_.fill_value);
@@ -230,6 +232,7 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
   const auto& chunk_shape = metadata_.chunk_shape;
   const auto chunk_strides = place::c_strides(chunk_shape, es);
   const std::size_t chunk_bytes = chain_->spec().nbytes();
+  const std::size_t decode_memory = chain_->decode_memory();
   engine::ByteBudget budget(options.max_inflight_bytes);
   const std::size_t workers = worker_count(options);
 
@@ -238,7 +241,7 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
     grid.at(i, item);
     const std::string key = join_key(path_, metadata_.chunk_key_encoding.key(item.chunk));
     try {
-      engine::BudgetLease lease(budget, 3 * chunk_bytes);
+      engine::BudgetLease lease(budget, chunk_bytes + decode_memory);
       // Every chunk write holds the chunk's lock, so a read-modify-write here or elsewhere never
       // puts back what it read before another write of the chunk.
       const auto lock = store_->lock_chunk(path_, key);

@@ -26,8 +26,16 @@ std::int64_t checked_product(std::span<const std::int64_t> extents, const char* 
   return n;
 }
 
+// NumPy's limit, and far beyond any real array: refusing more keeps every per-dimension loop and
+// allocation small whatever the metadata says.
+constexpr std::size_t kMaxDimensions = 64;
+
 std::vector<std::int64_t> parse_extents(const json& value, const char* what, bool allow_zero) {
   if (!value.is_array()) throw FormatError(std::string(what) + " must be a list of integers");
+  if (value.size() > kMaxDimensions) {
+    throw FormatError(std::string(what) + " has " + std::to_string(value.size()) +
+                      " dimensions; at most " + std::to_string(kMaxDimensions) + " are supported");
+  }
   std::vector<std::int64_t> out;
   for (const auto& v : value) {
     if (!v.is_number_integer())

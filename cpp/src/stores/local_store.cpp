@@ -166,6 +166,15 @@ class FileValueReader final : public ValueReader {
         static_cast<std::size_t>(std::min<std::uint64_t>(out.size(), file_.size - offset)));
     return read_range(file_.file.get(), file_.direct, out, offset, file_.path);
   }
+  int open_file(bool direct) const override {
+    // Through /proc: the same file (this version, even once replaced), with flags of its own.
+    const std::string self = "/proc/self/fd/" + std::to_string(file_.file.get());
+    if (direct) {
+      const int fd = ::open(self.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+      if (fd >= 0 || errno != EINVAL) return fd;
+    }
+    return ::open(self.c_str(), O_RDONLY | O_CLOEXEC);
+  }
 
  private:
   OpenFile file_;
