@@ -4,6 +4,7 @@ store at once, never lost in a copy."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
@@ -50,6 +51,9 @@ class Attributes(MutableMapping[str, Any]):
         self._read_only = read_only
         self._what = what
         self._on_change = on_change
+        # Orders this object's changes and the views they leave behind: threads sharing one node
+        # see their own changes, and a later change's view never gives way to an earlier one's.
+        self._mutex = threading.Lock()
 
     # -- reading ------------------------------------------------------------------------------
     def __getitem__(self, key: str) -> Any:
@@ -77,9 +81,7 @@ class Attributes(MutableMapping[str, Any]):
         self._apply({key: value}, [], replace=False)
 
     def __delitem__(self, key: str) -> None:
-        if key not in self._current:
-            raise KeyError(key)
-        self._apply({}, [key], replace=False)
+        self._apply({}, [key], replace=False, must_exist=True)
 
     def update(  # type: ignore[override]  # one write for the whole update, not one per key
         self, other: Mapping[str, Any] | Iterable[tuple[str, Any]] = (), /, **kwargs: Any
@@ -96,7 +98,17 @@ class Attributes(MutableMapping[str, Any]):
     def clear(self) -> None:
         self.put({})
 
-    def _apply(self, changes: dict[str, Any], removals: list[str], *, replace: bool) -> None:
+    def _apply(
+        self, changes: dict[str, Any], removals: list[str], *, replace: bool, must_exist: bool = False
+    ) -> None:
+        with self._mutex:
+            if must_exist and not all(k in self._current for k in removals):
+                raise KeyError(next(k for k in removals if k not in self._current))
+            self._apply_locked(changes, removals, replace=replace)
+        if self._on_change is not None and (changes or removals or replace):
+            self._on_change()
+
+    def _apply_locked(self, changes: dict[str, Any], removals: list[str], *, replace: bool) -> None:
         for key in changes:
             if not isinstance(key, str):
                 raise UsageError(f"attribute names must be strings, not {key!r}")
@@ -114,8 +126,6 @@ class Attributes(MutableMapping[str, Any]):
             return
         stored_text = _core.update_attributes(self._store, self._path, _to_json(changes), removals, replace)
         self._current = dict(json.loads(stored_text))
-        if self._on_change is not None:
-            self._on_change()
 
     def _document_key(self) -> str:
         prefix = f"{self._path}/" if self._path else ""

@@ -5,6 +5,7 @@ zarr-python store (object stores, fsspec, ...) can feed bytes in through :class:
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Literal, Protocol, Union, runtime_checkable
 
@@ -137,10 +138,13 @@ class ZarrStoreAdapter:
 
     def __init__(self, store: Any) -> None:
         self.store = store
-        # A store opened read-only stays so: the engine refuses writes before they reach it.
-        self._handle = _core.python_store(
-            _ZarrStoreCallbacks(store), bool(getattr(store, "read_only", False))
-        )
+        read_only = bool(getattr(store, "read_only", False))  # a read-only store stays so
+        if _is_zarr_local_store(store):
+            # Local files are the engine's own: its file access (beneath the root) and its locks,
+            # shared with every other handle on the same files, in any process.
+            self._handle = _core.local_store(str(store.root), "buffered", read_only)
+        else:
+            self._handle = _core.python_store(_ZarrStoreCallbacks(store), read_only)
 
     @property
     def handle(self) -> _core.Store:
@@ -152,6 +156,11 @@ class ZarrStoreAdapter:
 
     def __repr__(self) -> str:
         return f"ZarrStoreAdapter({self.store!r})"
+
+
+def _is_zarr_local_store(store: Any) -> bool:
+    zarr_storage = sys.modules.get("zarr.storage")
+    return zarr_storage is not None and isinstance(store, zarr_storage.LocalStore)
 
 
 StoreLike = Union[str, os.PathLike[str], LocalStore, MemoryStore, ZarrStoreAdapter, Any]

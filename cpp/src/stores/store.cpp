@@ -80,16 +80,27 @@ std::optional<std::uint64_t> Store::size(std::string_view key) const {
   return value->size();
 }
 
+namespace {
+
+// A lock named by where the data is: the store's location (a URL of its root) joined with the
+// key, so store objects on the same data share it, whatever level of it they are rooted at.
+std::string location_of(const Store& store, std::string_view key) {
+  std::string where = store.describe();
+  while (!where.empty() && where.back() == '/') where.pop_back();
+  return where + '/' + std::string(key);
+}
+
+}  // namespace
+
 std::unique_ptr<KeyLock> Store::lock_chunk(std::string_view node, std::string_view key) const {
   validate_path(node);
   validate_key(key);
-  // Named by where the data is, so separate store objects on the same data share the lock.
-  return stores::lock_in_process(describe() + '\0' + std::string(key));
+  return stores::lock_in_process(location_of(*this, key));
 }
 
 std::unique_ptr<KeyLock> Store::lock_document(std::string_view key) const {
   validate_key(key);
-  return stores::lock_in_process(describe() + '\0' + std::string(key));
+  return stores::lock_in_process(location_of(*this, key));
 }
 
 void Store::check_writable() const {
