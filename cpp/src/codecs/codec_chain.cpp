@@ -20,7 +20,13 @@ CodecChain::CodecChain(const nlohmann::json& codecs, ChunkSpec spec, int zarr_fo
     const std::string name = entry["name"].get<std::string>();
     const nlohmann::json config =
         entry.contains("configuration") ? entry["configuration"] : nlohmann::json::object();
-    auto codec = registry.create(name, config, CodecContext{current, zarr_format});
+    std::shared_ptr<Codec> codec;
+    try {
+      codec = registry.create(name, config, CodecContext{current, zarr_format});
+    } catch (const nlohmann::json::exception& e) {
+      // A configuration value of the wrong JSON type is bad metadata, like any other.
+      throw FormatError("codec '" + name + "': invalid configuration: " + e.what());
+    }
     if (auto a2a = std::dynamic_pointer_cast<const ArrayToArrayCodec>(codec)) {
       if (array_to_bytes_) {
         throw FormatError("array->array codec '" + name + "' comes after the array->bytes codec");

@@ -348,7 +348,9 @@ json fill_value_to_json(std::span<const std::byte> value, const DataType& dtype)
   return nullptr;
 }
 
-ArrayMetadata ArrayMetadata::from_v3(const json& doc) {
+namespace {
+
+ArrayMetadata parse_v3(const json& doc) {
   if (!doc.is_object()) throw FormatError("zarr.json is not a JSON object");
   const auto& format = require(doc, "zarr_format");
   if (format != 3) throw FormatError("zarr_format " + format.dump() + " is not 3");
@@ -416,7 +418,7 @@ ArrayMetadata ArrayMetadata::from_v3(const json& doc) {
   return m;
 }
 
-ArrayMetadata ArrayMetadata::from_v2(const json& zarray, const json& zattrs) {
+ArrayMetadata parse_v2(const json& zarray, const json& zattrs) {
   if (!zarray.is_object()) throw FormatError(".zarray is not a JSON object");
   if (require(zarray, "zarr_format") != 2) throw FormatError(".zarray zarr_format is not 2");
   ArrayMetadata m;
@@ -469,6 +471,27 @@ ArrayMetadata ArrayMetadata::from_v2(const json& zarray, const json& zattrs) {
   m.codecs = codecs;
   if (zattrs.is_object()) m.attributes = zattrs;
   return m;
+}
+
+// A value of the wrong JSON type deep inside (a name that is an object, ...) is bad metadata like
+// any other: the caller sees FormatError, never the JSON library's own exception.
+template <typename F>
+ArrayMetadata typed_errors(const char* document, F parse) {
+  try {
+    return parse();
+  } catch (const json::exception& e) {
+    throw FormatError(std::string(document) + " is not valid metadata: " + e.what());
+  }
+}
+
+}  // namespace
+
+ArrayMetadata ArrayMetadata::from_v3(const json& doc) {
+  return typed_errors("zarr.json", [&] { return parse_v3(doc); });
+}
+
+ArrayMetadata ArrayMetadata::from_v2(const json& zarray, const json& zattrs) {
+  return typed_errors(".zarray", [&] { return parse_v2(zarray, zattrs); });
 }
 
 std::int64_t ArrayMetadata::num_elements() const { return checked_product(shape, "shape"); }
