@@ -499,7 +499,7 @@ std::int64_t ArrayMetadata::num_elements() const { return checked_product(shape,
 std::vector<std::int64_t> ArrayMetadata::grid_shape() const {
   std::vector<std::int64_t> grid(shape.size());
   for (std::size_t i = 0; i < shape.size(); ++i) {
-    grid[i] = (shape[i] + chunk_shape[i] - 1) / chunk_shape[i];
+    grid[i] = shape[i] / chunk_shape[i] + (shape[i] % chunk_shape[i] != 0 ? 1 : 0);
   }
   return grid;
 }

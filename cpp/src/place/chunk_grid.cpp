@@ -10,9 +10,11 @@ std::vector<DimPart> intersect_dimension(const DimSlice& s, std::int64_t extent)
   while (k < s.count) {
     const std::int64_t element = s.start + k * s.step;
     const std::int64_t chunk = element / extent;
-    const std::int64_t chunk_end = std::min((chunk + 1) * extent, last + 1);
-    // selected elements in [element, chunk_end)
-    const std::int64_t n = (chunk_end - element + s.step - 1) / s.step;
+    // Selected elements in [element, element + span): to the chunk's end or the selection's.
+    // Written so that nothing overflows near the largest extents (2^63 - 1) metadata may give.
+    const std::int64_t left_in_chunk = extent - (element - chunk * extent);
+    const std::int64_t span = std::min(left_in_chunk, last - element + 1);
+    const std::int64_t n = (span - 1) / s.step + 1;
     parts.push_back({chunk, {element - chunk * extent, s.step, n}, k});
     k += n;
   }
