@@ -5,6 +5,7 @@
 #   scripts/test.sh              # everything
 #   SKIP_SANITIZERS=1 scripts/test.sh
 #   SKIP_CLEAN_INSTALL=1 scripts/test.sh   # without the clean `pip install` (needs PyPI, ~1-2 min)
+#   SKIP_FUZZ=1 scripts/test.sh            # without the libFuzzer step (FUZZ_SECONDS=N per target)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,6 +41,13 @@ if [ -z "${SKIP_SANITIZERS:-}" ]; then
   ninja -C build/asan -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build/asan --output-on-failure -j "$jobs"
+fi
+
+if [ -z "${SKIP_FUZZ:-}" ]; then
+  # libFuzzer on the metadata parser, shard indexes, each decoder and whole codec chains
+  # (clang, ASan + UBSan): a fixed time here, longer by hand (scripts/fuzz.sh --seconds 600).
+  step "fuzzing (libFuzzer, ${FUZZ_SECONDS:-40} s per target)"
+  bash scripts/fuzz.sh --seconds "${FUZZ_SECONDS:-40}" --jobs "$jobs"
 fi
 
 step "Python package build"

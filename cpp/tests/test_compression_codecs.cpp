@@ -1083,4 +1083,23 @@ TEST(CompressionCodecs, CodecsAreSafeToShareAcrossThreads) {
 }
 
 }  // namespace
+// Found by fuzzing (cpp/fuzz): libzstd's streaming decoder "completes" a frame that ends in an
+// empty last block before producing its declared size when the output buffer is small; every
+// decode path must refuse it, not only the sized ones.
+TEST(Zstd, AFrameMustHoldTheSizeItDeclares) {
+  const auto codec = make("zstd");
+  const Bytes frames = from_hex("28b52ffd80180a5d2c0005000028b52ffd0000050000");
+  EXPECT_THROW((void)codec->decode(to_buffer(frames), std::nullopt), CodecError);
+  EXPECT_THROW((void)codec->decode(to_buffer(frames), DecodedSize::bounded(1 << 20)), CodecError);
+}
+
+// crc32c returns a slice of its input, yet it too keeps to the bound the chain gives it.
+TEST(Crc32c, KeepsToTheChainsBound) {
+  const auto codec = make("crc32c");
+  const Bytes payload = bytes_of("abcdefgh");
+  const Buffer stored = codec->encode(to_buffer(payload));
+  EXPECT_EQ(to_bytes(codec->decode(stored, DecodedSize::bounded(8))), payload);
+  EXPECT_THROW((void)codec->decode(stored, DecodedSize::bounded(7)), CodecError);
+}
+
 }  // namespace zarr_device

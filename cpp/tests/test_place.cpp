@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <random>
 #include <vector>
@@ -402,4 +403,19 @@ TEST(Place, GridIntersectionEmptyAndScalar) {
 }
 
 }  // namespace
+// Found by fuzzing: an empty selection of an array with a huge other dimension built that
+// dimension's parts (gigabytes) before finding there was nothing to do.
+TEST(Place, EmptySelectionsBuildNothing) {
+  const std::vector<DimSlice> selection = {{0, 1, 0}, {0, 1, 666666666}, {0, 1, 5}};
+  const std::vector<std::int64_t> chunks = {1, 3, 2};
+  const place::GridIntersection grid(selection, chunks);
+  EXPECT_EQ(grid.size(), 0u);
+  // At the largest extent metadata allows, nothing overflows either.
+  const std::int64_t last = std::numeric_limits<std::int64_t>::max() - 1;
+  const auto parts = place::intersect_dimension({last, 1, 1}, 4);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].within.count, 1);
+  EXPECT_EQ(parts[0].chunk, last / 4);
+}
+
 }  // namespace zarr_device

@@ -25,6 +25,10 @@ class Crc32cCodec final : public BytesToBytesCodec {
 
   [[nodiscard]] Buffer decode(const Buffer& encoded, DecodedSize decoded) const override {
     const std::size_t size = payload_size(encoded, decoded.exact);
+    if (size > decoded.at_most) {
+      throw CodecError("crc32c: chunk holds " + std::to_string(size) + " bytes, more than the " +
+                       std::to_string(decoded.at_most) + " its chunk can");
+    }
     verify(encoded);
     return encoded.slice(0, size);
   }

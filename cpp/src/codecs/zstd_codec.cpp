@@ -87,7 +87,9 @@ FrameScan scan_frames(std::span<const std::byte> in, std::string_view codec) {
 }
 
 // Streaming decompression, for frames that do not declare their size. Accepts any number of
-// concatenated frames.
+// concatenated frames. A frame that declares its size must produce exactly that: libzstd's
+// streaming decoder does not check it when the output buffer is smaller than the declared size
+// (1.5.4: a frame ending in an empty last block "completes" early).
 class ZstdStreamDecoder final : public StreamDecoder {
  public:
   ZstdStreamDecoder(ZSTD_DCtx* dctx, std::span<const std::byte> in, std::string_view codec)
@@ -95,15 +97,29 @@ class ZstdStreamDecoder final : public StreamDecoder {
 
   bool run(std::span<std::byte> out, std::size_t& pos) override {
     while (true) {
-      if (in_.pos == in_.size && !frame_open_) return true;
+      if (!in_frame_) {
+        if (in_.pos == in_.size) return true;
+        declared_ = ZSTD_getFrameContentSize(static_cast<const char*>(in_.src) + in_.pos,
+                                             in_.size - in_.pos);
+        produced_ = 0;
+        in_frame_ = true;
+      }
       if (pos == out.size()) return false;
       ZSTD_outBuffer output{out.data(), out.size(), pos};
       const std::size_t in_before = in_.pos;
       const std::size_t result = ZSTD_decompressStream(dctx_, &output, &in_);
       if (ZSTD_isError(result)) throw_zstd_error(codec_, result);
       const bool progressed = in_.pos != in_before || output.pos != pos;
+      produced_ += output.pos - pos;
       pos = output.pos;
-      frame_open_ = result != 0;
+      if (result == 0) {  // the frame is complete
+        if (declared_ != ZSTD_CONTENTSIZE_UNKNOWN && declared_ != ZSTD_CONTENTSIZE_ERROR &&
+            produced_ != declared_) {
+          throw CodecError(std::string(codec_) + ": a frame declares " + std::to_string(declared_) +
+                           " bytes and holds " + std::to_string(produced_));
+        }
+        in_frame_ = false;
+      }
       // With room to write, zstd stops only when it needs input: nothing left means truncation.
       if (!progressed) {
         throw CodecError(std::string(codec_) +
@@ -117,7 +133,9 @@ class ZstdStreamDecoder final : public StreamDecoder {
   ZSTD_DCtx* dctx_;
   ZSTD_inBuffer in_;
   std::string_view codec_;
-  bool frame_open_ = true;
+  bool in_frame_ = false;
+  unsigned long long declared_ = 0;  // the current frame's declared size, or ZSTD_CONTENTSIZE_*
+  std::uint64_t produced_ = 0;       // what it has produced so far
 };
 
 class ZstdCodec final : public BytesToBytesCodec {

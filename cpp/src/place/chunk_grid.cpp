@@ -23,6 +23,14 @@ std::vector<DimPart> intersect_dimension(const DimSlice& s, std::int64_t extent)
 
 GridIntersection::GridIntersection(std::span<const DimSlice> selection,
                                    std::span<const std::int64_t> chunk_shape) {
+  // An empty selection touches no chunk: the other dimensions' parts (which metadata can make
+  // huge) are not built.
+  for (const auto& s : selection) {
+    if (s.count == 0) {
+      size_ = 0;
+      return;
+    }
+  }
   for (std::size_t d = 0; d < selection.size(); ++d) {
     parts_.push_back(intersect_dimension(selection[d], chunk_shape[d]));
     size_ *= parts_.back().size();
