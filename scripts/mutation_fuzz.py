@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Mutation fuzzing of stored Zarr data read by zarr_device (engine: python/tests/mutation_fuzz.py).
+"""Mutation fuzzing of stored Zarr data read by zarr_device (engine: python/tests/mutation_fuzz/).
 
 Writes a corpus of arrays with zarr-python, then repeatedly mutates a copy of one array's files
 (chunks, shards, shard indexes, metadata) and reads it with zarr_device in a worker process; prints

@@ -1,4 +1,4 @@
-"""Mutation fuzzing (python/tests/mutation_fuzz.py): a bounded run asserting the rule (no crash, no
+"""Mutation fuzzing (python/tests/mutation_fuzz/): a bounded run asserting the rule (no crash, no
 hang, no exception outside zarr_device.ZarrDeviceError, no different data under a failing crc32c),
 and checks of the fuzzer's own oracle and reproducers. `scripts/mutation_fuzz.py` runs it longer."""
 
