@@ -304,11 +304,7 @@ void Writer::plan_item(WriteItem& item, std::span<const std::int64_t> chunk,
   item.leaves.resize(count);
   std::vector<std::int64_t> coords(rank, 0);
   for (std::size_t i = 0; i < count; ++i) {
-    std::size_t rest = i;
-    for (std::size_t d = rank; d-- > 0;) {
-      coords[d] = static_cast<std::int64_t>(rest % static_cast<std::size_t>(per[d]));
-      rest /= static_cast<std::size_t>(per[d]);
-    }
+    place::c_order_coords(i, per, coords);
     auto& leaf = item.leaves[i];
     leaf.region.resize(rank);
     std::int64_t offset = 0;

@@ -9,9 +9,13 @@
 #include <optional>
 #include <string>
 
+#include "zarr_device/codec.hpp"
+
 namespace zarr_device::cuda {
 
-enum class GpuCodec { kZstd, kGzip, kDeflate, kLz4 };
+// The kinds of device decoding codecs declare (zarr_device/codec.hpp); nvCOMP has a decoder for
+// each compressor among them.
+using GpuCodec = DeviceDecoding::Kind;
 
 // One batched decompressor: the same calling convention for every algorithm.
 struct BatchedDecompressor {

@@ -397,6 +397,49 @@ NB_MODULE(_core, m) {
       },
       "store"_a, "path"_a);
 
+  // Reads of many arrays in one pass (host memory) or one pipeline (a CUDA device). Each request:
+  // (array, selection, out) on the host; (array, selection, pointer, bytes, consumer stream) on a
+  // device. The arrays are kept alive by the request list for the call.
+  m.def(
+      "read_many",
+      [](const std::vector<std::tuple<std::shared_ptr<zd::Array>, Selection,
+                                      nb::ndarray<std::uint8_t, nb::c_contig, nb::device::cpu>>>&
+             requests,
+         int threads, std::size_t max_inflight_bytes) {
+        std::vector<zd::ReadRequest> reads;
+        reads.reserve(requests.size());
+        for (const auto& [array, selection, out] : requests) {
+          reads.push_back({array.get(),
+                           to_selection(selection),
+                           {reinterpret_cast<std::byte*>(out.data()), out.size()}});
+        }
+        nb::gil_scoped_release release;
+        zd::read_many(reads, io_options(threads, max_inflight_bytes));
+      },
+      "requests"_a, "threads"_a = 0, "max_inflight_bytes"_a = 0);
+  m.def(
+      "read_many_cuda",
+      [](const std::vector<std::tuple<std::shared_ptr<zd::Array>, Selection, std::uintptr_t,
+                                      std::size_t, std::uintptr_t>>& requests,
+         int device, int threads, std::size_t max_inflight_bytes, const std::string& gpu_decode,
+         std::size_t staging_bytes, int staging_slots) {
+        std::vector<zd::CudaReadRequest> reads;
+        reads.reserve(requests.size());
+        for (const auto& [array, selection, ptr, nbytes, stream] : requests) {
+          reads.push_back(
+              {array.get(), to_selection(selection), reinterpret_cast<void*>(ptr), nbytes, stream});
+        }
+        zd::CudaReadOptions options;
+        options.gpu_decode = parse_gpu_decode(gpu_decode);
+        options.io = io_options(threads, max_inflight_bytes);
+        if (staging_bytes > 0) options.staging_bytes = staging_bytes;
+        if (staging_slots > 0) options.slots = staging_slots;
+        nb::gil_scoped_release release;
+        zd::read_many_to_cuda(reads, device, options);
+      },
+      "requests"_a, "device"_a, "threads"_a = 0, "max_inflight_bytes"_a = 0,
+      "gpu_decode"_a = "checked", "staging_bytes"_a = 0, "staging_slots"_a = 0);
+
   m.def("cuda_device_count", &zd::cuda_device_count);
   m.def("cuda_build_info", [] { return json_to_python(zd::cuda_info()); });
 

@@ -60,6 +60,7 @@ from zarr_device.api import (
     open_group,
 )
 from zarr_device.config import IoConfig, get_config, set_config
+from zarr_device.many import read_many
 from zarr_device.devices import DeviceSpec, cuda_build_info, cuda_device_count, parse_device
 from zarr_device.dtypes import ZARR_DTYPE_NAMES
 from zarr_device.errors import (
@@ -88,6 +89,7 @@ __all__ = [
     "open_group",
     "create",
     "create_group",
+    "read_many",
     "IoConfig",
     "get_config",
     "set_config",

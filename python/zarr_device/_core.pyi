@@ -131,3 +131,18 @@ class DeviceArray:
     def device(self) -> int: ...
     @property
     def ptr(self) -> int: ...
+
+def read_many(
+    requests: list[tuple[Array, list[tuple[int, int, int]], Any]],
+    threads: int = 0,
+    max_inflight_bytes: int = 0,
+) -> None: ...
+def read_many_cuda(
+    requests: list[tuple[Array, list[tuple[int, int, int]], int, int, int]],
+    device: int,
+    threads: int = 0,
+    max_inflight_bytes: int = 0,
+    gpu_decode: str = "checked",
+    staging_bytes: int = 0,
+    staging_slots: int = 0,
+) -> None: ...

@@ -209,31 +209,7 @@ class Array:
                 f"like={like!r} reads onto a GPU: pass device='cuda' (or device='cuda:N'); on the "
                 "CPU, read NumPy (like='numpy') or torch (like='torch')"
             )
-        if out is None:
-            if like == "torch":
-                from zarr_device import torch as torch_adapter
-
-                out = torch_adapter.empty(sel.shape, self._core.dtype)
-                target = torch_adapter.byte_view(out)
-            else:
-                out = _allocate(sel.shape, self._dtype, self._core.describe())
-                target = out.reshape(-1).view(np.uint8)
-        elif isinstance(out, np.ndarray):
-            if out.shape != sel.shape or out.dtype != self._dtype:
-                raise UsageError(
-                    f"out has shape {out.shape} and dtype {out.dtype}; the selection needs "
-                    f"shape {sel.shape} and dtype {self._dtype}"
-                )
-            if not out.flags.c_contiguous or not out.flags.writeable:
-                raise UsageError("out must be C-contiguous and writeable")
-            target = out.reshape(-1).view(np.uint8)
-        elif type(out).__module__ == "torch":
-            from zarr_device import torch as torch_adapter
-
-            torch_adapter.check_out_shape(out, sel.shape, self._core.dtype)
-            target = torch_adapter.byte_view(out)
-        else:
-            raise UsageError("out must be a NumPy array or a torch tensor")
+        out, target = host_destination(self._core, sel.shape, like, out)
         self._core.read(list(sel.slices), target, config.threads, config.max_inflight_bytes)
         return out
 
@@ -292,6 +268,37 @@ class Array:
     def update_attributes(self, attributes: Mapping[str, Any]) -> None:
         """Merges ``attributes`` into the stored ones in one atomic rewrite (``attrs.update``)."""
         self.attrs.update(attributes)
+
+
+def host_destination(
+    core: _core.Array, shape: tuple[int, ...], like: Like | None, out: Any
+) -> tuple[Any, npt.NDArray[np.uint8]]:
+    """The result of a host read of ``shape`` from ``core`` (``out``, checked, or a new NumPy array
+    or, with ``like="torch"``, torch tensor) and the bytes the engine fills."""
+    dtype = to_numpy_dtype(core.dtype)
+    if out is None:
+        if like == "torch":
+            from zarr_device import torch as torch_adapter
+
+            tensor = torch_adapter.empty(shape, core.dtype)
+            return tensor, torch_adapter.byte_view(tensor)
+        array = _allocate(shape, dtype, core.describe())
+        return array, array.reshape(-1).view(np.uint8)
+    if isinstance(out, np.ndarray):
+        if out.shape != shape or out.dtype != dtype:
+            raise UsageError(
+                f"out has shape {out.shape} and dtype {out.dtype}; the selection needs "
+                f"shape {shape} and dtype {dtype}"
+            )
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise UsageError("out must be C-contiguous and writeable")
+        return out, out.reshape(-1).view(np.uint8)
+    if type(out).__module__ == "torch":
+        from zarr_device import torch as torch_adapter
+
+        torch_adapter.check_out_shape(out, shape, core.dtype)
+        return out, torch_adapter.byte_view(out)
+    raise UsageError("out must be a NumPy array or a torch tensor")
 
 
 def _allocate(shape: tuple[int, ...], dtype: np.dtype[Any], what: str) -> npt.NDArray[Any]:
@@ -382,6 +389,26 @@ class Group(Mapping[str, Union["Array", "Group"]]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+    def read(
+        self, *, device: DeviceLike = None, like: Like | None = None, out: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Reads every array of the group and of its subgroups in one call
+        (:func:`zarr_device.read_many`); returns ``{"sub/name": result}``, paths relative to the
+        group."""
+        from zarr_device.many import read_many
+
+        return read_many(self.all_arrays(), device=device, like=like, out=out)
+
+    def all_arrays(self) -> dict[str, Array]:
+        """Every array of the group and of its subgroups, by path relative to the group."""
+        found: dict[str, Array] = {}
+        for name, node in self.members().items():
+            if isinstance(node, Array):
+                found[name] = node
+            else:
+                found.update({f"{name}/{sub}": a for sub, a in node.all_arrays().items()})
+        return found
 
     def members(self) -> dict[str, Array | Group]:
         return {name: self[name] for name in self}

@@ -15,7 +15,7 @@ import importlib.util
 import operator
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
@@ -304,6 +304,61 @@ def read_to_device(
     return _read_to_cuda(core, slices, shape, spec.index, like, out, config)
 
 
+@dataclass
+class CudaDestination:
+    """Where a read to a CUDA device lands: device memory (``ptr``, ``nbytes``) that ``result``
+    owns, allocated on ``stream``; ``finish`` turns the filled result into what the caller gets."""
+
+    result: Any
+    ptr: int
+    nbytes: int
+    stream: int
+    finish: Callable[[Any], Any] | None = None
+
+
+def cuda_destination(
+    dtype: str, shape: tuple[int, ...], index: int, like: Like | None, out: Any
+) -> CudaDestination:
+    """Allocates (or checks ``out`` as) the memory a read of ``shape`` and ``dtype`` fills on CUDA
+    device ``index``, as ``like`` asks; nothing is read yet."""
+    from zarr_device import cupy as cupy_adapter
+    from zarr_device import torch as torch_adapter
+
+    if out is not None:
+        if torch_adapter.is_tensor(out):
+            ptr, nbytes = torch_adapter.check_out(out, shape, dtype, f"cuda:{index}")
+            return CudaDestination(out, ptr, nbytes, torch_adapter.ready_stream(index))
+        ptr, nbytes = cupy_adapter.check_out(out, shape, dtype, index)
+        return CudaDestination(out, ptr, nbytes, cupy_adapter.ready_stream(index))
+    if like == "torch":
+        tensor = torch_adapter.empty(shape, dtype, device=f"cuda:{index}")
+        ptr, nbytes = torch_adapter.pointer(tensor)
+        return CudaDestination(tensor, ptr, nbytes, torch_adapter.ready_stream(index))
+    if like == "cupy":
+        array = cupy_adapter.empty(shape, dtype, index)
+        ptr, nbytes = cupy_adapter.pointer(array)
+        return CudaDestination(array, ptr, nbytes, cupy_adapter.ready_stream(index))
+    finish = None
+    if like == "jax":
+        from zarr_device import jax as jax_adapter
+
+        jax_adapter.jax_dtype(dtype)  # refuse a type, or a device, JAX cannot hold before any I/O
+        jax_adapter.device(index)
+        finish = jax_adapter.from_device_array
+    # Fresh engine-owned device memory, wrapped as a DLPack-exporting array.
+    nbytes = _core_dtype_size(dtype)
+    for n in shape:
+        nbytes *= n
+    buffer = _core.DeviceBuffer(index, nbytes)
+    return CudaDestination(_core.DeviceArray(buffer, list(shape), dtype), buffer.ptr, nbytes, 0, finish)
+
+
+def _core_dtype_size(dtype: str) -> int:
+    from zarr_device.dtypes import to_numpy_dtype
+
+    return int(to_numpy_dtype(dtype).itemsize)
+
+
 def _read_to_cuda(
     core: _core.Array,
     slices: Sequence[tuple[int, int, int]],
@@ -313,37 +368,9 @@ def _read_to_cuda(
     out: Any,
     config: IoConfig,
 ) -> Any:
-    from zarr_device import cupy as cupy_adapter
-    from zarr_device import torch as torch_adapter
-
-    dtype = core.dtype
-    if out is not None:
-        if torch_adapter.is_tensor(out):
-            ptr, nbytes = torch_adapter.check_out(out, shape, dtype, f"cuda:{index}")
-            stream = torch_adapter.ready_stream(index)
-        else:
-            ptr, nbytes = cupy_adapter.check_out(out, shape, dtype, index)
-            stream = cupy_adapter.ready_stream(index)
-        _read_cuda(core, slices, index, ptr, nbytes, stream, config)
-        return out
-    if like == "torch":
-        tensor = torch_adapter.empty(shape, dtype, device=f"cuda:{index}")
-        ptr, nbytes = torch_adapter.pointer(tensor)
-        _read_cuda(core, slices, index, ptr, nbytes, torch_adapter.ready_stream(index), config)
-        return tensor
-    if like == "cupy":
-        array = cupy_adapter.empty(shape, dtype, index)
-        ptr, nbytes = cupy_adapter.pointer(array)
-        _read_cuda(core, slices, index, ptr, nbytes, cupy_adapter.ready_stream(index), config)
-        return array
-    if like == "jax":
-        from zarr_device import jax as jax_adapter
-
-        jax_adapter.jax_dtype(dtype)  # refuse a type, or a device, JAX cannot hold before any I/O
-        jax_adapter.device(index)
-        result = _read_device_array(core, slices, shape, index, config)
-        return jax_adapter.from_device_array(result)
-    return _read_device_array(core, slices, shape, index, config)
+    destination = cuda_destination(core.dtype, shape, index, like, out)
+    _read_cuda(core, slices, index, destination.ptr, destination.nbytes, destination.stream, config)
+    return destination.finish(destination.result) if destination.finish else destination.result
 
 
 def write_from_device(
@@ -418,22 +445,6 @@ def _jax_on_gpu(values: Any) -> bool:
         return all(d.platform == "gpu" for d in values.devices())
     except (AttributeError, RuntimeError):
         return False
-
-
-def _read_device_array(
-    core: _core.Array,
-    slices: Sequence[tuple[int, int, int]],
-    shape: tuple[int, ...],
-    index: int,
-    config: IoConfig,
-) -> _core.DeviceArray:
-    """Reads into fresh engine-owned device memory, wrapped as a DLPack-exporting array."""
-    nbytes = core.itemsize
-    for n in shape:
-        nbytes *= n
-    buffer = _core.DeviceBuffer(index, nbytes)
-    _read_cuda(core, slices, index, buffer.ptr, nbytes, 0, config)
-    return _core.DeviceArray(buffer, list(shape), core.dtype)
 
 
 def _read_framework(

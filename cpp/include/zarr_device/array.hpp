@@ -70,6 +70,19 @@ class Array {
   std::unique_ptr<codecs::CodecChain> chain_;
 };
 
+// One array's part of a read of many: a selection of `array` into `out`, a C-contiguous buffer of
+// the selection's shape.
+struct ReadRequest {
+  const Array* array = nullptr;
+  std::vector<DimSlice> selection;
+  std::span<std::byte> out;
+};
+
+// Reads many arrays (or selections of them) in one parallel pass: every chunk of every request is
+// work for the same pool under one memory budget, so no array waits for another's slowest chunk.
+// Errors name the array and the chunk.
+void read_many(std::span<const ReadRequest> requests, const IoOptions& options = {});
+
 // Validates `selection` against `shape` (SelectionError when out of bounds or malformed).
 void check_selection(std::span<const DimSlice> selection, std::span<const std::int64_t> shape);
 

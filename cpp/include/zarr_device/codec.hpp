@@ -120,6 +120,22 @@ struct DecodedSize {
   }
 };
 
+// An optional capability of bytes->bytes codecs: what a device's batched decoder (nvCOMP) needs to
+// know to take the codec's output as it is stored, so the codec itself never runs on the CPU.
+// Codecs without it decode on CPU threads.
+struct DeviceDecoding {
+  enum class Kind { kChecksum, kZstd, kGzip, kDeflate, kLz4 };
+  static constexpr std::size_t kKinds = 5;
+  Kind kind = Kind::kChecksum;
+  std::size_t header = 0;   // framing bytes before the stream the device decoder takes
+  std::size_t trailer = 0;  // and after it (a checksum's 4 bytes, zlib's Adler-32)
+  // Whether `stored` (this codec's whole encoding, framing included) is of the plain form the
+  // device decoder takes, decoding to exactly `decoded` bytes: checked on the CPU in nanoseconds,
+  // since device decoders trust their input. Checksums (kChecksum) are verified on the CPU
+  // instead and have none.
+  bool (*accepts)(std::span<const std::byte> stored, std::size_t decoded) = nullptr;
+};
+
 class BytesToBytesCodec : public Codec {
  public:
   // Decodes `encoded`. Where `size.exact` is known, the result must have that size; otherwise it
@@ -136,6 +152,10 @@ class BytesToBytesCodec : public Codec {
   // The most any encoder could write for `decoded` bytes: the exact size where known, else a
   // generous bound for compressors (none expands incompressible data by more than a fraction).
   [[nodiscard]] std::size_t max_encoded_size(std::size_t decoded) const;
+  // What a device decoder can do with this codec's output; nullopt: nothing (CPU decoding).
+  [[nodiscard]] virtual std::optional<DeviceDecoding> device_decoding() const {
+    return std::nullopt;
+  }
 };
 
 // What a codec factory knows when it builds a codec from metadata.

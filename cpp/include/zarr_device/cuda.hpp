@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <span>
+#include <vector>
 
 #include "zarr_device/array.hpp"
 
@@ -51,6 +52,24 @@ nlohmann::json cuda_info();
 // chunk crosses PCIe once.
 void read_to_cuda(const Array& array, std::span<const DimSlice> selection, int device, void* out,
                   std::size_t out_nbytes, const CudaReadOptions& options = {});
+
+// One array's part of a read of many: a selection of `array` into `out` (device memory on the
+// read's device, C-contiguous, `out_nbytes` long), allocated on `consumer_stream` (a cudaStream_t
+// whose earlier work must finish before `out` is written; 0 for none).
+struct CudaReadRequest {
+  const Array* array = nullptr;
+  std::vector<DimSlice> selection;
+  void* out = nullptr;
+  std::size_t out_nbytes = 0;
+  std::uintptr_t consumer_stream = 0;
+};
+
+// Reads many arrays (or selections of them) onto CUDA device `device` in one pipeline: every chunk
+// of every request is one stream through the staging ring, so the disk and the copy engine never
+// wait between arrays. Returns once every output is complete; an error names the array and the
+// chunk (the outputs then hold nothing to rely on).
+void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
+                       const CudaReadOptions& options = {});
 
 // Times the GPU decode stage alone over the chunks of `selection` that a read would decode with
 // nvCOMP (their compressed bytes staged in device memory beforehand): {"seconds",

@@ -18,6 +18,11 @@ std::string hex32(std::uint32_t value) {
 
 class Crc32cCodec final : public BytesToBytesCodec {
  public:
+  // Verified on the CPU (crc32c.hpp) by readers that move the rest of the chunk to a device.
+  [[nodiscard]] std::optional<DeviceDecoding> device_decoding() const override {
+    return DeviceDecoding{DeviceDecoding::Kind::kChecksum, 0, kChecksumSize, nullptr};
+  }
+
   [[nodiscard]] std::string_view name() const override { return "crc32c"; }
 
   // zarr-python writes no "configuration" for it.

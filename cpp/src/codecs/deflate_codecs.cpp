@@ -116,8 +116,31 @@ class InflateDecoder final : public StreamDecoder {
   bool stream_done_ = false;
 };
 
+// A gzip member (RFC 1952) whose trailer says it holds `decoded` bytes (modulo 2^32).
+bool gzip_member_of(std::span<const std::byte> stored, std::size_t decoded) {
+  const auto* p = reinterpret_cast<const unsigned char*>(stored.data());
+  const std::size_t n = stored.size();
+  if (n < 18 || p[0] != 0x1f || p[1] != 0x8b || p[2] != 8) return false;
+  return load_le32(stored.data() + n - 4) == static_cast<std::uint32_t>(decoded);
+}
+
+// A zlib stream (RFC 1950) with a valid header and no preset dictionary; the device decoder takes
+// the deflate stream between its 2-byte header and its Adler-32 trailer.
+bool zlib_stream(std::span<const std::byte> stored, std::size_t /*decoded*/) {
+  const auto* p = reinterpret_cast<const unsigned char*>(stored.data());
+  return stored.size() >= 6 && (p[0] & 0x0f) == 8 && (p[1] & 0x20) == 0 &&
+         ((p[0] << 8) | p[1]) % 31 == 0;
+}
+
 class DeflateCodec final : public BytesToBytesCodec {
  public:
+  [[nodiscard]] std::optional<DeviceDecoding> device_decoding() const override {
+    if (wrapper_ == Wrapper::kGzip) {
+      return DeviceDecoding{DeviceDecoding::Kind::kGzip, 0, 0, &gzip_member_of};
+    }
+    return DeviceDecoding{DeviceDecoding::Kind::kDeflate, 2, 4, &zlib_stream};
+  }
+
   DeflateCodec(std::string name, MetadataStyle style, Wrapper wrapper, int default_level,
                const nlohmann::json& configuration)
       : name_(std::move(name)), style_(style), wrapper_(wrapper) {

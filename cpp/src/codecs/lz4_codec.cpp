@@ -16,8 +16,17 @@ std::size_t max_decoded_size(std::size_t compressed) {
   return saturating_mul_add(compressed, 255, 64);
 }
 
+// numcodecs' LZ4 chunk: a 4-byte little-endian size, then one LZ4 block of that many bytes.
+bool lz4_block_of(std::span<const std::byte> stored, std::size_t decoded) {
+  return stored.size() >= kHeaderSize && load_le32(stored.data()) == decoded;
+}
+
 class Lz4Codec final : public BytesToBytesCodec {
  public:
+  [[nodiscard]] std::optional<DeviceDecoding> device_decoding() const override {
+    return DeviceDecoding{DeviceDecoding::Kind::kLz4, kHeaderSize, 0, &lz4_block_of};
+  }
+
   explicit Lz4Codec(const nlohmann::json& configuration) {
     // LZ4 treats values below 1 as 1 and clamps large ones, so any integer is accepted.
     acceleration_ =

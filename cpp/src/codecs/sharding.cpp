@@ -135,11 +135,9 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
     std::vector<std::int64_t> coords(chunks_per_shard_.size(), 0);
     std::vector<std::optional<Buffer>> chunks(num_inner_);
     for (std::size_t i = 0; i < num_inner_; ++i) {
-      std::size_t rest = i;
+      place::c_order_coords(i, chunks_per_shard_, coords);
       std::int64_t src_offset = 0;
-      for (std::size_t d = coords.size(); d-- > 0;) {
-        coords[d] = static_cast<std::int64_t>(rest % chunks_per_shard_[d]);
-        rest /= chunks_per_shard_[d];
+      for (std::size_t d = 0; d < coords.size(); ++d) {
         src_offset += coords[d] * inner.shape[d] * shard_strides[d];
       }
       place::copy_strided(shard.data() + src_offset, shard_strides, scratch_view, es);
@@ -303,10 +301,7 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
     place::GridIntersection::Item item;
     for (std::size_t i = 0; i < grid.size(); ++i) {
       grid.at(i, item);
-      std::size_t linear = 0;
-      for (std::size_t d = 0; d < item.chunk.size(); ++d) {
-        linear = linear * chunks_per_shard_[d] + static_cast<std::size_t>(item.chunk[d]);
-      }
+      const std::size_t linear = place::c_order_index(item.chunk, chunks_per_shard_);
       const auto region = place::subview(destination, item.out_offset, item.count);
       const auto& entry = index[linear];
       if (entry.missing()) {

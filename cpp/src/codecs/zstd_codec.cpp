@@ -138,8 +138,18 @@ class ZstdStreamDecoder final : public StreamDecoder {
   std::uint64_t produced_ = 0;       // what it has produced so far
 };
 
+// One standard frame that declares exactly `decoded` bytes: what nvCOMP's zstd decoder takes.
+bool one_frame_of(std::span<const std::byte> stored, std::size_t decoded) {
+  return ZSTD_getFrameContentSize(stored.data(), stored.size()) == decoded &&
+         ZSTD_findFrameCompressedSize(stored.data(), stored.size()) == stored.size();
+}
+
 class ZstdCodec final : public BytesToBytesCodec {
  public:
+  [[nodiscard]] std::optional<DeviceDecoding> device_decoding() const override {
+    return DeviceDecoding{DeviceDecoding::Kind::kZstd, 0, 0, &one_frame_of};
+  }
+
   ZstdCodec(std::string name, MetadataStyle style, const nlohmann::json& configuration)
       : name_(std::move(name)), style_(style) {
     ConfigReader config(name_, configuration);

@@ -23,6 +23,8 @@ void read_to_cuda(const Array&, std::span<const DimSlice>, int, void*, std::size
   no_cuda();
 }
 
+void read_many_to_cuda(std::span<const CudaReadRequest>, int, const CudaReadOptions&) { no_cuda(); }
+
 nlohmann::json measure_cuda_decode(const Array&, std::span<const DimSlice>, int, int,
                                    const CudaReadOptions&) {
   no_cuda();

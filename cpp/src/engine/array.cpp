@@ -1,5 +1,6 @@
 #include "zarr_device/array.hpp"
 
+#include <algorithm>
 #include <thread>
 
 #include "codecs/codec_chain.hpp"
@@ -155,71 +156,103 @@ std::vector<std::int64_t> Array::inner_chunk_shape() const {
   return metadata_.chunk_shape;
 }
 
-void Array::read(std::span<const DimSlice> selection, std::span<std::byte> out,
-                 const IoOptions& options) const {
-  const std::size_t es = metadata_.dtype->size;
-  const auto out_shape =
-      check_selection_and_buffer(selection, metadata_.shape, es, out.size(), "output buffer holds");
-  const StridedView out_view{out.data(), out_shape, place::c_strides(out_shape, es)};
-  const place::GridIntersection grid(selection, metadata_.chunk_shape);
-  const std::size_t chunk_bytes = chain_->spec().nbytes();
+namespace {
+
+// One target of a host read, prepared: its output as a strided view, its chunks as a grid.
+struct PreparedRead {
+  const Array* array;
+  StridedView out;
+  place::GridIntersection grid;
+};
+
+// Reads one chunk of a target (item of its grid) into its place in the output.
+void read_chunk(const Array& array, const place::GridIntersection::Item& item,
+                const StridedView& out, engine::ByteBudget& budget) {
+  const auto& meta = array.metadata();
+  const auto& chain = array.chain();
+  const Store& store = *array.store();
+  const std::size_t es = meta.dtype->size;
+  const std::size_t chunk_bytes = chain.spec().nbytes();
+  const std::string key = join_key(array.path(), meta.chunk_key_encoding.key(item.chunk));
+  const StridedView region = place::subview(out, item.out_offset, item.count);
+  try {
+    std::vector<std::span<std::byte>> rows;
+    if (chain.is_plain() && place::is_full(item.within, meta.chunk_shape) &&
+        place::contiguous_runs(region, es, kMinRunBytes, rows)) {
+      // Stored bytes are the elements as the output wants them: read straight into place (into
+      // the rows of the region when it is not one block: no intermediate buffer, no copy).
+      auto size = store.get_into(key, std::span<const std::span<std::byte>>(rows));
+      if (!size) {
+        place::fill_strided(region, meta.fill_value);
+      } else if (*size != chunk_bytes) {
+        throw CodecError("chunk holds " + std::to_string(*size) + " bytes, expected " +
+                         std::to_string(chunk_bytes) + " for its shape and data type");
+      }
+      return;
+    }
+    if (chain.supports_partial_decode()) {
+      engine::BudgetLease lease(budget, chunk_bytes);
+      // One open version of the shard for its index and its chunks: a rewrite of the shard
+      // meanwhile is not seen at all, rather than seen in part.
+      const auto value = store.open(key);
+      if (!value) {
+        place::fill_strided(region, meta.fill_value);
+        return;
+      }
+      const RangeReader reader = [&](std::int64_t offset,
+                                     std::int64_t length) -> std::optional<Buffer> {
+        if (offset < 0 || length < 0) return std::nullopt;
+        return value->read(static_cast<std::uint64_t>(offset), static_cast<std::uint64_t>(length));
+      };
+      chain.decode_partial(reader, value->size(), item.within, region);
+      return;
+    }
+    // The stored chunk and every buffer between its codecs, at their bounds.
+    engine::BudgetLease lease(budget, chain.decode_memory());
+    auto encoded = store.get(key);
+    if (!encoded) {
+      place::fill_strided(region, meta.fill_value);
+      return;
+    }
+    chain.decode_into(*encoded, item.within, region);
+  } catch (Error& e) {
+    e.add_context(array.describe() + ", chunk '" + key + "'");
+    throw;
+  }
+}
+
+}  // namespace
+
+void read_many(std::span<const ReadRequest> requests, const IoOptions& options) {
+  std::vector<PreparedRead> reads;
+  reads.reserve(requests.size());
+  std::vector<std::size_t> first{0};  // one index space over every target's chunks
+  for (const auto& r : requests) {
+    const auto& meta = r.array->metadata();
+    const std::size_t es = meta.dtype->size;
+    const auto shape = check_selection_and_buffer(r.selection, meta.shape, es, r.out.size(),
+                                                  "output buffer holds");
+    reads.push_back({r.array, StridedView{r.out.data(), shape, place::c_strides(shape, es)},
+                     place::GridIntersection(r.selection, meta.chunk_shape)});
+    first.push_back(first.back() + reads.back().grid.size());
+  }
+  // One budget and one parallel loop for them all: no target waits for another's slowest chunk.
   engine::ByteBudget budget(options.max_inflight_bytes);
   const std::size_t workers = worker_count(options);
-  const bool plain = chain_->is_plain();
-  const bool partial = chain_->supports_partial_decode();
-  const std::size_t decode_memory = chain_->decode_memory();
-
-  engine::ThreadPool::shared(workers).parallel_for(grid.size(), workers, [&](std::size_t i) {
+  engine::ThreadPool::shared(workers).parallel_for(first.back(), workers, [&](std::size_t i) {
+    const auto t =
+        static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), i) - first.begin()) -
+        1;
     place::GridIntersection::Item item;
-    grid.at(i, item);
-    const std::string key = join_key(path_, metadata_.chunk_key_encoding.key(item.chunk));
-    const StridedView region = place::subview(out_view, item.out_offset, item.count);
-    try {
-      std::vector<std::span<std::byte>> rows;
-      if (plain && place::is_full(item.within, metadata_.chunk_shape) &&
-          place::contiguous_runs(region, es, kMinRunBytes, rows)) {
-        // Stored bytes are the elements as the output wants them: read straight into place (into
-        // the rows of the region when it is not one block: no intermediate buffer, no copy).
-        auto size = store_->get_into(key, std::span<const std::span<std::byte>>(rows));
-        if (!size) {
-          place::fill_strided(region, metadata_.fill_value);
-        } else if (*size != chunk_bytes) {
-          throw CodecError("chunk holds " + std::to_string(*size) + " bytes, expected " +
-                           std::to_string(chunk_bytes) + " for its shape and data type");
-        }
-        return;
-      }
-      if (partial) {
-        engine::BudgetLease lease(budget, chunk_bytes);
-        // One open version of the shard for its index and its chunks: a rewrite of the shard
-        // meanwhile is not seen at all, rather than seen in part.
-        const auto value = store_->open(key);
-        if (!value) {
-          place::fill_strided(region, metadata_.fill_value);
-          return;
-        }
-        const RangeReader reader = [&](std::int64_t offset,
-                                       std::int64_t length) -> std::optional<Buffer> {
-          if (offset < 0 || length < 0) return std::nullopt;
-          return value->read(static_cast<std::uint64_t>(offset),
-                             static_cast<std::uint64_t>(length));
-        };
-        chain_->decode_partial(reader, value->size(), item.within, region);
-        return;
-      }
-      // The stored chunk and every buffer between its codecs, at their bounds.
-      engine::BudgetLease lease(budget, decode_memory);
-      auto encoded = store_->get(key);
-      if (!encoded) {
-        place::fill_strided(region, metadata_.fill_value);
-        return;
-      }
-      chain_->decode_into(*encoded, item.within, region);
-    } catch (Error& e) {
-      e.add_context(describe() + ", chunk '" + key + "'");
-      throw;
-    }
+    reads[t].grid.at(i - first[t], item);
+    read_chunk(*reads[t].array, item, reads[t].out, budget);
   });
+}
+
+void Array::read(std::span<const DimSlice> selection, std::span<std::byte> out,
+                 const IoOptions& options) const {
+  const ReadRequest request{this, {selection.begin(), selection.end()}, out};
+  read_many({&request, 1}, options);
 }
 
 void Array::write(std::span<const DimSlice> selection, std::span<const std::byte> values,

@@ -21,6 +21,24 @@ std::vector<DimPart> intersect_dimension(const DimSlice& s, std::int64_t extent)
   return parts;
 }
 
+std::size_t c_order_index(std::span<const std::int64_t> coords,
+                          std::span<const std::int64_t> shape) {
+  std::size_t linear = 0;
+  for (std::size_t d = 0; d < coords.size(); ++d) {
+    linear = linear * static_cast<std::size_t>(shape[d]) + static_cast<std::size_t>(coords[d]);
+  }
+  return linear;
+}
+
+void c_order_coords(std::size_t index, std::span<const std::int64_t> shape,
+                    std::span<std::int64_t> coords) {
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    const auto extent = static_cast<std::size_t>(shape[d]);
+    coords[d] = static_cast<std::int64_t>(index % extent);
+    index /= extent;
+  }
+}
+
 GridIntersection::GridIntersection(std::span<const DimSlice> selection,
                                    std::span<const std::int64_t> chunk_shape) {
   // An empty selection touches no chunk: the other dimensions' parts (which metadata can make

@@ -20,6 +20,14 @@ struct DimPart {
 // The chunks along one dimension that hold at least one selected element.
 std::vector<DimPart> intersect_dimension(const DimSlice& selection, std::int64_t chunk_extent);
 
+// The position of `coords` in a C-ordered (row-major) grid of `shape`: how a shard's index orders
+// its inner chunks, and how every reader and writer finds one of them.
+std::size_t c_order_index(std::span<const std::int64_t> coords,
+                          std::span<const std::int64_t> shape);
+// The inverse: the coordinates (into `coords`, of the grid's rank) of position `index`.
+void c_order_coords(std::size_t index, std::span<const std::int64_t> shape,
+                    std::span<std::int64_t> coords);
+
 // The Cartesian product of the per-dimension parts, addressable by a linear index so that workers
 // can pull chunks from one counter without building a list of them.
 class GridIntersection {

@@ -1,0 +1,176 @@
+"""Model-sized loads: a state dict of many bf16 arrays (one Zarr array per tensor, sizes like a
+transformer's layers) read onto a GPU in one call (``zd.read_many``) and one array after another,
+uncompressed and with zstd + crc32c, against the machine's limits measured in the same run
+(page cache -> pinned memory with many threads, pinned -> GPU copy).
+
+    python bench/bench_many.py --size 6GiB --out /tmp/bm [--cold] [--json results.json]
+
+Prints a table of GB/s (decoded bytes per second, 10^9) and the ratio of each figure to
+min(page cache, pinned copy); every read is checked against the first one's fingerprint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_gpu import (  # noqa: E402 - the GPU benchmark's helpers
+    GIB,
+    MIB,
+    child_limits,
+    drop_caches,
+    engine_info,
+    fmt_bytes,
+    log,
+    machine_info,
+    package_versions,
+    parse_size,
+)
+
+COLS = 4096  # a hidden size; rows vary
+
+
+def tensor_rows(total: int, seed: int) -> list[int]:
+    """Rows of bf16 [rows, 4096] tensors of 16-128 MiB (a layer's weights) adding up to ~total."""
+    rng = np.random.default_rng(seed)
+    rows: list[int] = []
+    left = total
+    while left > 16 * MIB:
+        size = int(min(left, rng.choice([16, 32, 48, 64, 90, 128]) * MIB))
+        rows.append(max(1, size // (COLS * 2)))
+        left -= rows[-1] * COLS * 2
+    return rows
+
+
+def write_state_dict(path: str, rows: Sequence[int], codec: str, chunk_rows: int) -> float:
+    import ml_dtypes
+
+    import zarr_device as zd
+
+    compressors: Any = None if codec == "none" else [{"name": "zstd", "configuration": {"level": 1}}, {"name": "crc32c"}]
+    group = zd.create_group(path, mode="w")
+    rng = np.random.default_rng(0)
+    start = time.perf_counter()
+    for i, n in enumerate(rows):
+        arr = group.create_array(f"layer{i:03d}", shape=(n, COLS), dtype="bfloat16", chunks=(min(chunk_rows, n), COLS),
+                                 compressors=compressors)
+        arr[...] = (rng.standard_normal((n, COLS), dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+    return time.perf_counter() - start
+
+
+def fingerprint(tensors: dict[str, Any]) -> list[float]:
+    import torch
+
+    return [float(t.view(torch.int16).to(torch.int64).sum().item()) for _, t in sorted(tensors.items())]
+
+
+def timed(read: Any) -> tuple[float, dict[str, Any]]:
+    import torch
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    result = read()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start, result
+
+
+def measure(path: str, device: str, repeat: int, cold: bool) -> dict[str, Any]:
+    import zarr_device as zd
+
+    group = zd.open_group(path)
+    arrays = group.all_arrays()
+    nbytes = sum(a.nbytes for a in arrays.values())
+    ways = {
+        "one call": lambda: zd.read_many(arrays, device=device, like="torch"),
+        "one by one": lambda: {n: a.read(device=device, like="torch") for n, a in arrays.items()},
+    }
+    out: dict[str, Any] = {"arrays": len(arrays), "bytes": nbytes}
+    reference = None
+    for name, read in ways.items():
+        read()  # warm: the page cache holds the files, the ring is allocated
+        runs = []
+        for _ in range(repeat):
+            seconds, result = timed(read)
+            runs.append(seconds)
+            got = fingerprint(result)
+            reference = reference or got
+            if got != reference:
+                raise AssertionError(f"{name} returned other values")
+            del result
+        entry = {"warm_seconds": min(runs), "warm_gbps": nbytes / min(runs) / 1e9}
+        if cold:
+            why = drop_caches()
+            if why is None:
+                seconds, result = timed(read)
+                del result
+                entry.update(cold_seconds=seconds, cold_gbps=nbytes / seconds / 1e9)
+        out[name] = entry
+        log(f"  {name}: {entry['warm_gbps']:.2f} GB/s warm")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=parse_size, default=6 * GIB, help="state dict size (default 6GiB)")
+    parser.add_argument("--chunk-rows", type=int, default=256, help="rows per chunk (256 x 4096 bf16: 2 MiB)")
+    parser.add_argument("--codecs", default="none,zstd", help="none,zstd (zstd level 1 + crc32c)")
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cold", action="store_true", help="also one cold read each (drops the page cache)")
+    parser.add_argument("--out", default=None, help="where to write the data (default: a temp dir)")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+
+    out_dir = args.out or tempfile.mkdtemp(prefix="zd-bench-many-")
+    rows = tensor_rows(args.size, seed=1)
+    machine, versions, engine = machine_info(), package_versions(), engine_info()
+    print(f"machine:  {machine['cpu']}; {machine['usable_cores']} cores; {fmt_bytes(machine['memory_bytes'] or 0)} RAM")
+    for gpu in machine["gpus"] or ["no GPU found"]:
+        print(f"gpu:      {gpu}")
+    print("versions: " + ", ".join(f"{k} {v or '-'}" for k, v in versions.items()))
+    print(f"engine:   {json.dumps(engine)}")
+    print(f"data:     {len(rows)} bf16 arrays of [rows, {COLS}], {fmt_bytes(sum(rows) * COLS * 2)}; "
+          f"chunks of {args.chunk_rows} rows ({fmt_bytes(args.chunk_rows * COLS * 2)})", flush=True)
+    document: dict[str, Any] = {"machine": machine, "versions": versions, "engine": engine, "rows": rows,
+                                "chunk_rows": args.chunk_rows, "results": {}}
+    table = []
+    for codec in args.codecs.split(","):
+        path = os.path.join(out_dir, f"state-{codec}.zarr")
+        log(f"writing {codec} state dict to {path}")
+        written = write_state_dict(path, rows, codec, args.chunk_rows)
+        stored = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+        limits = child_limits(path, args.device, 2 * GIB, os.cpu_count() or 16, cold=args.cold)
+        result = measure(path, args.device, args.repeat, args.cold)
+        result.update(limits=limits, stored_bytes=stored, write_seconds=written)
+        document["results"][codec] = result
+        bound = min(limits["page_cache_to_pinned"]["gbps"], limits["h2d_pinned"]["gbps"])
+        for way in ("one call", "one by one"):
+            r = result[way]
+            table.append((codec, fmt_bytes(stored), way, r["warm_gbps"], r["warm_gbps"] / bound,
+                          r.get("cold_gbps"), limits.get("disk_to_pinned_cold", {}).get("gbps"),
+                          limits["page_cache_to_pinned"]["gbps"], limits["h2d_pinned"]["gbps"]))
+    print()
+    print(f"{'codec':5}  {'stored':>9}  {'read':10}  {'warm GB/s':>9}  {'of limit':>8}  {'cold GB/s':>9}  "
+          f"{'disk GB/s':>9}  {'cache GB/s':>10}  {'copy GB/s':>9}")
+    for codec, stored_text, way, warm, ratio, cold, disk, cache, copy in table:
+        print(f"{codec:5}  {stored_text:>9}  {way:10}  {warm:9.2f}  {ratio:8.1%}  "
+              f"{(f'{cold:.2f}' if cold else '-'):>9}  {(f'{disk:.2f}' if disk else '-'):>9}  {cache:10.2f}  {copy:9.2f}")
+    print("\nlimit: min(page cache -> pinned with many threads, pinned -> GPU copy), measured in this run; "
+          "every read returned the same values.")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(document, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+#include "gpu/read_plan.hpp"
+
+#include "place/chunk_grid.hpp"
+#include "place/strided_copy.hpp"
+
+namespace zarr_device::gpu {
+namespace {
+
+Leaf make_leaf(const Array& array, std::string key, const codecs::CodecChain& chain,
+               std::vector<DimSlice> selection, const StridedView& destination) {
+  Leaf leaf;
+  leaf.array = &array;
+  leaf.key = std::move(key);
+  leaf.chain = &chain;
+  leaf.decoded_selection = selection;
+  leaf.decoded_destination = destination;
+  leaf.selection = std::move(selection);
+  leaf.destination = destination;
+  leaf.spec = &chain.map_to_encoded(leaf.selection, leaf.destination);
+  return leaf;
+}
+
+// The leaves of one chunk of one target.
+void plan_chunk(const ReadTarget& target, const place::GridIntersection::Item& item,
+                const DeviceDecoders& decoders, GpuDecode policy, std::vector<Leaf>& leaves) {
+  const Array& array = *target.array;
+  const auto& meta = array.metadata();
+  const auto& chain = array.chain();
+  const Store& store = *array.store();
+  const std::string key = join_key(array.path(), meta.chunk_key_encoding.key(item.chunk));
+  const StridedView region = place::subview(target.out, item.out_offset, item.count);
+  const auto* shard = chain.shard_layout();
+  if (!shard) {
+    Leaf leaf = make_leaf(array, key, chain, item.within, region);
+    if (const auto size = store.size(key)) {
+      leaf.length = *size;
+      choose_route(leaf, decoders, policy);
+    }
+    leaves.push_back(std::move(leaf));
+    return;
+  }
+  // The shard's index and its chunks come from one open version of it.
+  const auto value = store.open(key);
+  if (!value) {
+    leaves.push_back(make_leaf(array, key, chain, item.within, region));
+    return;
+  }
+  const RangeReader reader = [&](std::int64_t offset,
+                                 std::int64_t length) -> std::optional<Buffer> {
+    if (offset < 0 || length < 0) return std::nullopt;
+    return value->read(static_cast<std::uint64_t>(offset), static_cast<std::uint64_t>(length));
+  };
+  const auto index = shard->read_index(reader, value->size());
+  const auto& inner = shard->inner();
+  const place::GridIntersection inner_grid(item.within, inner.spec().shape);
+  place::GridIntersection::Item sub;
+  for (std::size_t j = 0; j < inner_grid.size(); ++j) {
+    inner_grid.at(j, sub);
+    const std::size_t linear = place::c_order_index(sub.chunk, shard->chunks_per_shard());
+    Leaf leaf =
+        make_leaf(array, key, inner, sub.within, place::subview(region, sub.out_offset, sub.count));
+    if (index[linear]) {
+      leaf.value = value;
+      leaf.offset = index[linear]->offset;
+      leaf.length = index[linear]->nbytes;
+      choose_route(leaf, decoders, policy);
+    }
+    leaves.push_back(std::move(leaf));
+  }
+}
+
+}  // namespace
+
+std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> staged_layout(const Leaf& leaf) {
+  std::vector<std::int64_t> counts;
+  for (const auto& s : leaf.decoded_selection) counts.push_back(s.count);
+  auto strides = place::c_strides(counts, leaf.spec->dtype->size);
+  return {std::move(counts), std::move(strides)};
+}
+
+std::size_t selection_bytes(const Leaf& leaf) {
+  std::size_t n = leaf.spec->dtype->size;
+  for (const auto& s : leaf.selection) n *= static_cast<std::size_t>(s.count);
+  return n;
+}
+
+std::size_t staged_bytes(const Leaf& leaf) {
+  switch (leaf.route) {
+    case Route::kFill:
+      return leaf.spec->dtype->size;
+    case Route::kCopy:
+    case Route::kDeviceDecode:
+      return leaf.length;
+    case Route::kCpuDecode:
+      return selection_bytes(leaf);
+  }
+  return 0;
+}
+
+bool decodes_in_place(const Leaf& leaf, std::size_t alignment) {
+  return !leaf.swap && place::is_full(leaf.selection, leaf.spec->shape) &&
+         place::is_c_contiguous(leaf.destination, leaf.spec->dtype->size) &&
+         reinterpret_cast<std::uintptr_t>(leaf.destination.data) % alignment == 0;
+}
+
+void choose_route(Leaf& leaf, const DeviceDecoders& decoders, GpuDecode policy) {
+  const auto& chain = *leaf.chain;
+  const auto layout = chain.array_to_bytes().plain_layout();
+  if (!layout) {
+    leaf.route = Route::kCpuDecode;
+    return;
+  }
+  leaf.swap = *layout == Endian::kBig && leaf.spec->dtype->swap_unit > 1;
+  // Checksums at the end are verified on the CPU; what is left must be one codec the device
+  // decodes (by its own declaration: no codec is recognised here by name).
+  const auto b2b = chain.bytes_to_bytes();
+  std::size_t n = b2b.size();
+  for (; n > 0; --n) {
+    const auto d = b2b[n - 1]->device_decoding();
+    if (!d || d->kind != DecodeKind::kChecksum) break;
+    ++leaf.crc32c;
+    leaf.trailer += d->trailer;
+  }
+  if (n == 0) {
+    leaf.route = Route::kCopy;
+    return;
+  }
+  const auto d = b2b[0]->device_decoding();
+  if (n != 1 || !d || d->kind == DecodeKind::kChecksum) {
+    leaf.route = Route::kCpuDecode;
+    return;
+  }
+  leaf.codec = d->kind;
+  leaf.accepts = d->accepts;
+  leaf.header = d->header;
+  leaf.trailer += d->trailer;
+  const bool allowed =
+      policy == GpuDecode::kTrusted || (policy == GpuDecode::kChecked && leaf.crc32c > 0);
+  leaf.route = allowed && decoders.has(d->kind) ? Route::kDeviceDecode : Route::kCpuDecode;
+}
+
+bool device_can_take(const Leaf& leaf, std::span<const std::byte> stored) {
+  const std::size_t checksums = 4 * static_cast<std::size_t>(leaf.crc32c);
+  if (stored.size() < leaf.header + leaf.trailer || !leaf.accepts) return false;
+  return leaf.accepts(stored.first(stored.size() - checksums), leaf.spec->nbytes());
+}
+
+std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDecoders& decoders,
+                             GpuDecode policy, engine::ThreadPool& pool, std::size_t workers) {
+  // One index space over every target's chunks, so one parallel loop plans them all.
+  std::vector<place::GridIntersection> grids;
+  std::vector<std::size_t> first{0};
+  for (const auto& t : targets) {
+    grids.emplace_back(t.selection, t.array->metadata().chunk_shape);
+    first.push_back(first.back() + grids.back().size());
+  }
+  std::vector<std::vector<Leaf>> per_chunk(first.back());
+  pool.parallel_for(per_chunk.size(), workers, [&](std::size_t i) {
+    const std::size_t t =
+        static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), i) - first.begin()) -
+        1;
+    place::GridIntersection::Item item;
+    grids[t].at(i - first[t], item);
+    try {
+      plan_chunk(targets[t], item, decoders, policy, per_chunk[i]);
+    } catch (Error& e) {
+      const auto& meta = targets[t].array->metadata();
+      e.add_context(targets[t].array->describe() + ", chunk '" +
+                    join_key(targets[t].array->path(), meta.chunk_key_encoding.key(item.chunk)) +
+                    "'");
+      throw;
+    }
+  });
+  std::size_t total = 0;
+  for (const auto& chunk : per_chunk) total += chunk.size();
+  std::vector<Leaf> leaves;
+  leaves.reserve(total);
+  for (auto& chunk : per_chunk) {
+    for (auto& leaf : chunk) leaves.push_back(std::move(leaf));
+  }
+  return leaves;
+}
+
+}  // namespace zarr_device::gpu

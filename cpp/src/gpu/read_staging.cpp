@@ -1,0 +1,170 @@
+#include "gpu/read_staging.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "codecs/crc32c.hpp"
+#include "gpu/read_plan.hpp"
+
+namespace zarr_device::gpu {
+namespace {
+
+bool staged_from_store(const Leaf& l) {
+  return l.route == Route::kCopy || l.route == Route::kDeviceDecode;
+}
+
+// Verifies a staged leaf's checksums and sizes. Returns false when a device decoder cannot take
+// it as stored (it is then decoded on the CPU).
+bool check_staged(const Leaf& leaf, const std::byte* host) {
+  std::span<const std::byte> stored{host + leaf.staging, leaf.length};
+  for (int c = 0; c < leaf.crc32c; ++c) {
+    const std::size_t n = stored.size();
+    if (n < 4) throw CodecError("crc32c: chunk of " + std::to_string(n) + " bytes is too short");
+    std::uint32_t want = 0;
+    std::memcpy(&want, stored.data() + n - 4, 4);
+    const std::uint32_t got = codecs::crc32c(stored.first(n - 4));
+    if (got != want) {
+      char text[64];
+      std::snprintf(text, sizeof text, "crc32c mismatch: stored %08x, computed %08x", want, got);
+      throw ChecksumError(text);
+    }
+    stored = stored.first(n - 4);
+  }
+  if (leaf.route == Route::kCopy && stored.size() != leaf.spec->nbytes()) {
+    throw CodecError("chunk holds " + std::to_string(stored.size()) + " bytes, expected " +
+                     std::to_string(leaf.spec->nbytes()) + " for its shape and data type");
+  }
+  return leaf.route != Route::kDeviceDecode ||
+         device_can_take(leaf, {host + leaf.staging, leaf.length});
+}
+
+// Decodes a leaf on the CPU into its staged layout (from its stored bytes in `stored`).
+ByteArray decode_on_cpu(const Leaf& leaf, const Buffer& stored) {
+  ByteArray decoded(selection_bytes(leaf));
+  auto [counts, strides] = staged_layout(leaf);
+  leaf.chain->decode_into(stored, leaf.decoded_selection,
+                          StridedView{decoded.data(), counts, strides});
+  return decoded;
+}
+
+}  // namespace
+
+std::vector<ReadPiece> plan_pieces(std::span<const Leaf> batch) {
+  std::vector<ReadPiece> pieces;
+  for (std::size_t i = 0; i < batch.size();) {
+    const auto& leaf = batch[i];
+    if (!staged_from_store(leaf)) {
+      pieces.push_back({i, i + 1, 0, 0, false});
+      ++i;
+    } else if (leaf.length > kPieceBytes) {
+      for (std::uint64_t o = 0; o < leaf.length; o += kPieceBytes) {
+        pieces.push_back(
+            {i, i + 1, o,
+             static_cast<std::size_t>(std::min<std::uint64_t>(kPieceBytes, leaf.length - o)),
+             false});
+      }
+      ++i;
+    } else {
+      std::size_t j = i + 1;
+      std::uint64_t length = leaf.length;
+      while (j < batch.size() && staged_from_store(batch[j]) && batch[j].key == leaf.key &&
+             batch[j].array == leaf.array && batch[j].offset == leaf.offset + length &&
+             batch[j].staging == leaf.staging + length && length + batch[j].length <= kPieceBytes) {
+        length += batch[j].length;
+        ++j;
+      }
+      pieces.push_back({i, j, 0, static_cast<std::size_t>(length), true});
+      i = j;
+    }
+  }
+  return pieces;
+}
+
+std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
+                                    engine::ThreadPool& pool, std::size_t workers) {
+  // 0. One open version of each whole chunk (shards were opened when planned), kept while the
+  // batch is read, so every piece of a chunk comes from the same version of it.
+  std::vector<std::size_t> opened;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].route != Route::kFill && !batch[i].value) opened.push_back(i);
+  }
+  struct Close {
+    std::span<Leaf> batch;
+    const std::vector<std::size_t>& opened;
+    ~Close() {
+      for (const std::size_t i : opened) batch[i].value.reset();
+    }
+  } close{batch, opened};
+  pool.parallel_for(opened.size(), workers, [&](std::size_t i) {
+    auto& leaf = batch[opened[i]];
+    leaf.value = leaf.array->store()->open(leaf.key);
+    if (!leaf.value || leaf.value->size() != leaf.offset + leaf.length) {
+      throw ValueChanged(leaf.where() + ": the chunk was replaced while it was read");
+    }
+  });
+
+  // 1. The pieces, read in parallel; each checks the leaves it holds whole.
+  std::mutex decoded_mutex;
+  std::vector<CpuDecoded> decoded;
+  auto decode_here = [&](std::size_t index, const Leaf& leaf) {
+    auto bytes = decode_on_cpu(leaf, Buffer::copy_of({host + leaf.staging, leaf.length}));
+    std::lock_guard guard(decoded_mutex);
+    decoded.push_back({index, std::move(bytes)});
+  };
+  const auto pieces = plan_pieces(batch);
+  pool.parallel_for(pieces.size(), workers, [&](std::size_t p) {
+    const auto& piece = pieces[p];
+    std::size_t at = piece.first;
+    try {
+      auto& leaf = batch[at];
+      std::byte* dst = host + leaf.staging;
+      switch (leaf.route) {
+        case Route::kFill:
+          std::memcpy(dst, leaf.chain->spec().fill_value.data(), leaf.spec->dtype->size);
+          return;
+        case Route::kCpuDecode: {
+          const auto stored = leaf.value->read(leaf.offset, leaf.length);
+          if (stored.size() != leaf.length) {
+            throw CodecError("chunk is shorter than its shard index says");
+          }
+          auto [counts, strides] = staged_layout(leaf);
+          leaf.chain->decode_into(stored, leaf.decoded_selection,
+                                  StridedView{dst, counts, strides});
+          return;
+        }
+        default: {
+          const auto got =
+              leaf.value->read_into(leaf.offset + piece.offset, {dst + piece.offset, piece.length});
+          if (got != piece.length) throw CodecError("chunk is shorter than its shard index says");
+          if (!piece.whole_leaves) return;
+          for (; at < piece.end; ++at) {
+            if (!check_staged(batch[at], host)) decode_here(at, batch[at]);
+          }
+        }
+      }
+    } catch (Error& e) {
+      e.add_context(batch[at].where());
+      throw;
+    }
+  });
+
+  // 2. The leaves read in parts, checked once all their parts are in.
+  std::vector<std::size_t> long_leaves;
+  for (const auto& piece : pieces) {
+    if (!piece.whole_leaves && piece.length > 0 && piece.offset == 0)
+      long_leaves.push_back(piece.first);
+  }
+  pool.parallel_for(long_leaves.size(), workers, [&](std::size_t i) {
+    const auto& leaf = batch[long_leaves[i]];
+    try {
+      if (!check_staged(leaf, host)) decode_here(long_leaves[i], leaf);
+    } catch (Error& e) {
+      e.add_context(leaf.where());
+      throw;
+    }
+  });
+  return decoded;
+}
+
+}  // namespace zarr_device::gpu

@@ -1,0 +1,290 @@
+// The host stages of a device read, without a device: planning many arrays of mixed layouts into
+// one list of leaves, routing each by what its codecs declare, batching into staging slots and
+// decode regions, and the CPU stage that reads and checks a batch into (here, ordinary) memory.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "gpu/read_batches.hpp"
+#include "gpu/read_plan.hpp"
+#include "gpu/read_staging.hpp"
+#include "test_util.hpp"
+#include "zarr_device/array.hpp"
+
+namespace zarr_device::gpu {
+namespace {
+
+using test::array_doc;
+using test::json;
+
+const json kZstdCrc = json::array({{{"name", "bytes"}}, {{"name", "zstd"}}, {{"name", "crc32c"}}});
+
+json sharded(const std::vector<std::int64_t>& inner, const json& codecs) {
+  return json::array({{{"name", "sharding_indexed"},
+                       {"configuration", {{"chunk_shape", inner}, {"codecs", codecs}}}}});
+}
+
+DeviceDecoders all_decoders() {
+  DeviceDecoders d;
+  d.present.fill(true);
+  d.present[static_cast<std::size_t>(DecodeKind::kChecksum)] = false;
+  return d;
+}
+
+// An array in `store` at `path`, filled with 0, 1, 2, ... (as int32) where `fill` says.
+std::shared_ptr<const Array> make_array(const std::shared_ptr<Store>& store,
+                                        const std::string& path, std::vector<std::int64_t> shape,
+                                        std::vector<std::int64_t> chunks, const json& codecs,
+                                        bool fill = true) {
+  auto array = Array::create(store, path, array_doc(shape, chunks, "int32", 0, codecs), false);
+  if (fill) {
+    std::vector<std::int32_t> values(static_cast<std::size_t>(test::product(shape)));
+    std::iota(values.begin(), values.end(), 1);
+    array->write(test::full_selection(shape),
+                 {reinterpret_cast<const std::byte*>(values.data()), values.size() * 4});
+  }
+  return array;
+}
+
+ReadTarget whole(const std::shared_ptr<const Array>& array, std::vector<std::byte>& out) {
+  const auto& shape = array->metadata().shape;
+  out.assign(static_cast<std::size_t>(test::product(shape)) * 4, std::byte{0});
+  return {array.get(), test::full_selection(shape),
+          StridedView{out.data(), shape, test::c_strides(shape, 4)}};
+}
+
+std::vector<Leaf> plan(std::span<const ReadTarget> targets, GpuDecode policy = GpuDecode::kChecked,
+                       const DeviceDecoders& decoders = all_decoders()) {
+  return plan_reads(targets, decoders, policy, engine::ThreadPool::shared(2), 2);
+}
+
+TEST(GpuReadPlan, RoutesByWhatCodecsDeclare) {
+  auto store = make_memory_store();
+  struct Case {
+    json codecs;
+    GpuDecode policy;
+    Route route;
+    int crc32c;
+    std::size_t header, trailer;
+  };
+  const Case cases[] = {
+      {json::array({{{"name", "bytes"}}}), GpuDecode::kChecked, Route::kCopy, 0, 0, 0},
+      {json::array({{{"name", "bytes"}}, {{"name", "crc32c"}}}), GpuDecode::kChecked, Route::kCopy,
+       1, 0, 4},
+      {kZstdCrc, GpuDecode::kChecked, Route::kDeviceDecode, 1, 0, 4},
+      {kZstdCrc, GpuDecode::kOff, Route::kCpuDecode, 1, 0, 4},
+      {json::array({{{"name", "bytes"}}, {{"name", "zstd"}}}), GpuDecode::kChecked,
+       Route::kCpuDecode, 0, 0, 0},
+      {json::array({{{"name", "bytes"}}, {{"name", "zstd"}}}), GpuDecode::kTrusted,
+       Route::kDeviceDecode, 0, 0, 0},
+      {json::array({{{"name", "bytes"}}, {{"name", "numcodecs.zlib"}}, {{"name", "crc32c"}}}),
+       GpuDecode::kChecked, Route::kDeviceDecode, 1, 2, 8},
+      {json::array({{{"name", "bytes"}}, {{"name", "numcodecs.lz4"}}}), GpuDecode::kTrusted,
+       Route::kDeviceDecode, 0, 4, 0},
+      {json::array(
+           {{{"name", "bytes"}}, {{"name", "gzip"}}, {{"name", "zstd"}}, {{"name", "crc32c"}}}),
+       GpuDecode::kTrusted, Route::kCpuDecode, 1, 0, 4},
+      {json::array({{{"name", "bytes"}}, {{"name", "blosc"}}, {{"name", "crc32c"}}}),
+       GpuDecode::kTrusted, Route::kCpuDecode, 1, 0, 4},
+  };
+  int n = 0;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.codecs.dump() + " policy " + std::to_string(static_cast<int>(c.policy)));
+    auto array = make_array(store, "a" + std::to_string(n++), {8}, {8}, c.codecs);
+    std::vector<std::byte> out;
+    const ReadTarget target = whole(array, out);
+    const auto leaves = plan({&target, 1}, c.policy);
+    ASSERT_EQ(leaves.size(), 1u);
+    EXPECT_EQ(leaves[0].route, c.route);
+    EXPECT_EQ(leaves[0].crc32c, c.crc32c);
+    if (c.route == Route::kDeviceDecode) {
+      EXPECT_EQ(leaves[0].header, c.header);
+      EXPECT_EQ(leaves[0].trailer, c.trailer);
+    }
+  }
+  // No device decoder present: the CPU decodes.
+  auto array = make_array(store, "none", {8}, {8}, kZstdCrc);
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  EXPECT_EQ(plan({&target, 1}, GpuDecode::kTrusted, DeviceDecoders{})[0].route, Route::kCpuDecode);
+}
+
+TEST(GpuReadPlan, ManyArraysOfMixedLayoutsAreOneList) {
+  auto store = make_memory_store();
+  auto plain = make_array(store, "plain", {6, 4}, {3, 4}, json::array({{{"name", "bytes"}}}));
+  auto empty = make_array(store, "empty", {4}, {2}, kZstdCrc, /*fill=*/false);
+  auto shards = make_array(store, "shards", {8, 8}, {8, 8}, sharded({4, 4}, kZstdCrc));
+  std::vector<std::byte> a, b, c;
+  const ReadTarget targets[] = {whole(plain, a), whole(empty, b), whole(shards, c)};
+  const auto leaves = plan(targets);
+  ASSERT_EQ(leaves.size(), 2u + 2u + 4u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(leaves[i].array, plain.get());
+    EXPECT_EQ(leaves[i].route, Route::kCopy);
+    EXPECT_EQ(leaves[i].length, 3u * 4 * 4);
+    EXPECT_EQ(leaves[i].destination.data, a.data() + i * 48);
+  }
+  EXPECT_EQ(leaves[0].key, "plain/c/0/0");
+  for (std::size_t i = 2; i < 4; ++i) EXPECT_EQ(leaves[i].route, Route::kFill);
+  for (std::size_t i = 4; i < 8; ++i) {
+    const auto& leaf = leaves[i];
+    EXPECT_EQ(leaf.array, shards.get());
+    EXPECT_EQ(leaf.key, "shards/c/0/0");
+    EXPECT_EQ(leaf.route, Route::kDeviceDecode);
+    EXPECT_EQ(leaf.codec, DecodeKind::kZstd);
+    ASSERT_TRUE(leaf.value);  // the shard's one open version, shared
+    EXPECT_EQ(leaf.value, leaves[4].value);
+  }
+  // Inner chunks land in their quarter of the output: (0,0), (0,4), (4,0), (4,4).
+  EXPECT_EQ(leaves[5].destination.data, c.data() + 4 * 4);
+  EXPECT_EQ(leaves[6].destination.data, c.data() + 4 * 8 * 4);
+}
+
+TEST(GpuReadPlan, ErrorsNameTheArrayAndChunk) {
+  auto store = make_memory_store();
+  auto shards = make_array(store, "bad", {8}, {8}, sharded({4}, kZstdCrc));
+  auto bytes = store->get("bad/c/0");
+  std::vector<std::byte> broken(bytes->data(), bytes->data() + bytes->size());
+  broken.back() ^= std::byte{1};  // the index's checksum
+  store->set("bad/c/0", broken);
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(shards, out);
+  try {
+    (void)plan({&target, 1});
+    ADD_FAILURE() << "planned a shard whose index fails its checksum";
+  } catch (const ChecksumError& e) {
+    EXPECT_NE(std::string(e.what()).find("array 'bad'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("chunk 'bad/c/0'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GpuReadPlan, FramingChecksBeforeTheDeviceSeesBytes) {
+  auto store = make_memory_store();
+  auto array = make_array(store, "z", {64}, {64}, kZstdCrc);
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  const auto leaves = plan({&target, 1});
+  auto stored = store->get("z/c/0");
+  std::vector<std::byte> bytes(stored->data(), stored->data() + stored->size());
+  EXPECT_TRUE(device_can_take(leaves[0], bytes));
+  bytes[5] ^= std::byte{0xff};  // the frame header's content size
+  EXPECT_FALSE(device_can_take(leaves[0], bytes));
+  EXPECT_FALSE(device_can_take(leaves[0], std::span(bytes).first(3)));
+}
+
+Leaf sized_leaf(Route route, std::size_t length, const ChunkSpec& spec) {
+  Leaf leaf;
+  leaf.route = route;
+  leaf.length = length;
+  leaf.spec = &spec;
+  leaf.key = "k";
+  return leaf;
+}
+
+TEST(GpuReadBatches, SlotsAndDecodeRegionsCutBatches) {
+  const auto spec = test::make_spec({1024}, "uint8");
+  std::vector<Leaf> leaves;
+  for (int i = 0; i < 10; ++i) leaves.push_back(sized_leaf(Route::kCopy, 1000, spec));
+  auto batches = pack_batches(leaves, 4096, DecodeCosts{}, 0);
+  // Leaves of 1000 bytes at 1024-byte steps (the slot alignment is 256): 4 per 4 KiB slot.
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[0].end, 4u);
+  EXPECT_EQ(leaves[1].staging, 1024u);
+  EXPECT_EQ(batches.back().end, 10u);
+  // Device decodes also stop at the decode region's budget.
+  std::vector<Leaf> decodes;
+  for (int i = 0; i < 10; ++i) decodes.push_back(sized_leaf(Route::kDeviceDecode, 100, spec));
+  DecodeCosts costs{};
+  costs[static_cast<std::size_t>(DecodeKind::kZstd)] = {1000, 1000};
+  batches = pack_batches(decodes, 1 << 20, costs, 3100);  // 3 chunks' temporary memory
+  ASSERT_EQ(batches.size(), 4u);
+  EXPECT_EQ(batches[0].end - batches[0].begin, 3u);
+  // A leaf larger than a slot cannot be read this way: a typed error that says what to do.
+  std::vector<Leaf> huge = {sized_leaf(Route::kCopy, 5000, spec)};
+  auto array = Array::create(make_memory_store(), "h", array_doc({4}, {4}, "uint8"), false);
+  huge[0].array = array.get();
+  EXPECT_THROW((void)pack_batches(huge, 4096, DecodeCosts{}, 0), OutOfMemoryError);
+}
+
+TEST(GpuReadBatches, DecodeRegionsFollowTheData) {
+  const auto spec = test::make_spec({1 << 18}, "uint8");
+  std::vector<Leaf> leaves;
+  for (int i = 0; i < 8; ++i) {
+    Leaf leaf = sized_leaf(Route::kDeviceDecode, 1 << 17, spec);
+    leaf.selection = test::full_selection(spec.shape);
+    // A destination the decoder's output cannot start at (misaligned): decoded into scratch.
+    leaf.destination = {reinterpret_cast<std::byte*>(std::uintptr_t{1}), spec.shape, {1}};
+    leaves.push_back(leaf);
+  }
+  DecodeCosts costs{};
+  costs[static_cast<std::size_t>(DecodeKind::kZstd)] = {1 << 20, 1 << 18};
+  PerKind alignment{};
+  alignment.fill(8);
+  // Not in place (no destination): each needs a chunk of scratch. 12 slots x 128 KiB staged per
+  // chunk against 512 KiB of decode memory per chunk: three regions.
+  EXPECT_EQ(plan_decode_regions(leaves, costs, alignment, 12), 3u);
+  EXPECT_EQ(leaves[0].decode_scratch, std::size_t{1} << 18);
+  EXPECT_EQ(plan_decode_regions(leaves, costs, alignment, 2), 1u);  // at most the slots
+}
+
+TEST(GpuReadStaging, PiecesHoldWholeAdjacentLeavesOfOneValue) {
+  const auto spec = test::make_spec({4}, "uint8");
+  std::vector<Leaf> batch;
+  std::size_t at = 0;
+  for (int i = 0; i < 4; ++i) {
+    Leaf leaf = sized_leaf(Route::kCopy, 256, spec);
+    leaf.offset = static_cast<std::uint64_t>(i) * 256;
+    leaf.staging = at;
+    at += 256;
+    batch.push_back(leaf);
+  }
+  batch[3].key = "other";  // another value: a piece of its own
+  batch.push_back(sized_leaf(Route::kCopy, kPieceBytes * 2 + 5, spec));
+  batch.back().staging = at;
+  const auto pieces = plan_pieces(batch);
+  ASSERT_EQ(pieces.size(), 2u + 3u);
+  EXPECT_EQ(pieces[0].first, 0u);
+  EXPECT_EQ(pieces[0].end, 3u);
+  EXPECT_EQ(pieces[0].length, 768u);
+  EXPECT_TRUE(pieces[0].whole_leaves);
+  EXPECT_EQ(pieces[1].first, 3u);
+  EXPECT_FALSE(pieces[2].whole_leaves);  // the long leaf, in parts
+  EXPECT_EQ(pieces[4].length, 5u);
+}
+
+TEST(GpuReadStaging, FetchReadsChecksAndNamesTheChunk) {
+  auto store = make_memory_store();
+  auto good = make_array(store, "good", {16}, {8},
+                         json::array({{{"name", "bytes"}}, {{"name", "crc32c"}}}));
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(good, out);
+  auto leaves = plan({&target, 1});
+  const auto batches = pack_batches(leaves, 1 << 20, DecodeCosts{}, 0);
+  ASSERT_EQ(batches.size(), 1u);
+  std::vector<std::byte> host(1 << 20);
+  EXPECT_TRUE(fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2).empty());
+  std::int32_t second = 0;
+  std::memcpy(&second, host.data() + leaves[1].staging, 4);
+  EXPECT_EQ(second, 9);           // the first element of chunk 1
+  EXPECT_FALSE(leaves[0].value);  // whole chunks' versions are let go with the batch
+
+  // A checksum that fails is a ChecksumError naming the array and the chunk.
+  auto stored = store->get("good/c/1");
+  std::vector<std::byte> bad(stored->data(), stored->data() + stored->size());
+  bad[0] ^= std::byte{1};
+  store->set("good/c/1", bad);
+  try {
+    (void)fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);
+    ADD_FAILURE() << "a failing checksum passed";
+  } catch (const ChecksumError& e) {
+    EXPECT_NE(std::string(e.what()).find("chunk 'good/c/1'"), std::string::npos) << e.what();
+  }
+  // A chunk replaced by one of another size since the plan: the read must start again.
+  store->set("good/c/1", test::bytes_of("short"));
+  EXPECT_THROW((void)fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2),
+               ValueChanged);
+}
+
+}  // namespace
+}  // namespace zarr_device::gpu

@@ -1,0 +1,189 @@
+"""Reading many arrays in one call (zd.read_many, Group.read): every result equals the array's own
+read bit for bit, whatever mix of layouts, codecs and data types one call holds, on the host and
+(marker ``gpu``) on a CUDA device; errors name the array; results fill given buffers in place."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import assert_bits_equal
+
+import zarr_device as zd
+
+ZSTD_CRC = [{"name": "zstd"}, {"name": "crc32c"}]
+
+
+def _mixed_arrays(root: Path) -> dict[str, zd.Array]:
+    """Arrays of many layouts in one group: plain, zstd+crc32c, zstd alone, gzip, blosc, sharded,
+    big-endian, F order, bfloat16, a never-written one and a 0-d one."""
+    rng = np.random.default_rng(7)
+    group = zd.create_group(root)
+    specs: dict[str, dict[str, Any]] = {
+        "plain": dict(shape=(40, 33), dtype="float32", chunks=(16, 16), compressors=None),
+        "zstd_crc": dict(shape=(64, 32), dtype="int32", chunks=(8, 32), compressors=ZSTD_CRC),
+        "zstd": dict(shape=(100,), dtype="uint16", chunks=(30,), compressors="zstd"),
+        "gzip": dict(shape=(17, 5), dtype="float64", chunks=(4, 5), compressors="gzip"),
+        "blosc": dict(shape=(50,), dtype="int8", chunks=(16,), compressors="blosc"),
+        "sharded": dict(shape=(32, 24), dtype="float32", chunks=(4, 8), shards=(16, 24), compressors=ZSTD_CRC),
+        "big_endian": dict(shape=(20,), dtype=">i4", chunks=(6,), compressors=ZSTD_CRC),
+        "f_order": dict(shape=(9, 11), dtype="uint8", chunks=(4, 4), order="F"),
+        "bf16": dict(shape=(12, 12), dtype="bfloat16", chunks=(5, 5), compressors=ZSTD_CRC),
+        "empty": dict(shape=(10,), dtype="int64", chunks=(3,), fill_value=-5),
+        "scalar": dict(shape=(), dtype="float32"),
+    }
+    arrays: dict[str, zd.Array] = {}
+    for name, kwargs in specs.items():
+        arr = group.create_array(name, **kwargs)
+        if name != "empty":
+            values = rng.integers(-100, 100, size=arr.shape).astype(arr.dtype)
+            arr[...] = values
+        arrays[name] = arr
+    sub = group.create_group("sub")
+    arrays["sub/inner"] = sub.create_array("inner", shape=(6,), dtype="int32", chunks=(4,))
+    arrays["sub/inner"][...] = np.arange(6, dtype=np.int32)
+    return arrays
+
+
+def test_host_results_equal_each_arrays_own_read(tmp_path: Path) -> None:
+    arrays = _mixed_arrays(tmp_path / "g.zarr")
+    results = zd.read_many(arrays)
+    assert set(results) == set(arrays)
+    for name, arr in arrays.items():
+        assert_bits_equal(results[name], arr[...], name)
+
+
+def test_selections_lists_and_groups(tmp_path: Path) -> None:
+    arrays = _mixed_arrays(tmp_path / "g.zarr")
+    picked = zd.read_many({"a": (arrays["sharded"], (slice(3, 30, 4), 5)), "b": (arrays["zstd"], slice(None, None, 7))})
+    assert_bits_equal(picked["a"], arrays["sharded"][3:30:4, 5], "a")
+    assert_bits_equal(picked["b"], arrays["zstd"][::7], "b")
+    by_path = zd.read_many([arrays["plain"], arrays["gzip"]])
+    assert set(by_path) == {"plain", "gzip"}
+    whole = zd.open_group(tmp_path / "g.zarr").read()
+    assert set(whole) == set(arrays)
+    assert_bits_equal(whole["sub/inner"], np.arange(6, dtype=np.int32), "sub/inner")
+
+
+def test_out_fills_given_buffers_in_place(tmp_path: Path) -> None:
+    arrays = _mixed_arrays(tmp_path / "g.zarr")
+    buffer = np.empty((64, 32), dtype=np.int32)
+    results = zd.read_many({"zstd_crc": arrays["zstd_crc"], "plain": arrays["plain"]}, out={"zstd_crc": buffer})
+    assert results["zstd_crc"] is buffer
+    assert_bits_equal(buffer, arrays["zstd_crc"][...], "zstd_crc")
+    with pytest.raises(zd.UsageError, match="shape"):
+        zd.read_many({"plain": arrays["plain"]}, out={"plain": np.empty((2, 2), np.float32)})
+    with pytest.raises(zd.UsageError, match="not among"):
+        zd.read_many({"plain": arrays["plain"]}, out={"other": buffer})
+
+
+def test_torch_results_on_the_host(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    arrays = _mixed_arrays(tmp_path / "g.zarr")
+    results = zd.read_many({"bf16": arrays["bf16"], "plain": arrays["plain"]}, like="torch")
+    assert results["bf16"].dtype == torch.bfloat16
+    assert_bits_equal(results["plain"].numpy(), arrays["plain"][...], "plain")
+
+
+def test_an_error_names_the_array_and_chunk(tmp_path: Path) -> None:
+    arrays = _mixed_arrays(tmp_path / "g.zarr")
+    chunk = tmp_path / "g.zarr" / "zstd_crc" / "c" / "3" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[2] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(zd.ChecksumError, match=r"array 'zstd_crc'.*chunk 'zstd_crc/c/3/0'"):
+        zd.read_many(arrays)
+
+
+def test_bad_calls_are_usage_errors(tmp_path: Path) -> None:
+    arrays = _mixed_arrays(tmp_path / "g.zarr")
+    with pytest.raises(zd.UsageError, match="named"):
+        zd.read_many([arrays["plain"], arrays["plain"]])
+    with pytest.raises(zd.UsageError):
+        zd.read_many({"x": "not an array"})  # type: ignore[dict-item]
+    with pytest.raises(zd.UsageError):
+        zd.read_many({"plain": arrays["plain"]}, like="cupy")
+    assert zd.read_many({}) == {}
+
+
+# ----------------------------------------------------------------------------------------------
+# On a CUDA device
+
+N_GPUS = zd.cuda_device_count()
+gpu = pytest.mark.skipif(N_GPUS == 0, reason="no CUDA device visible to zarr_device (or a build without CUDA)")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("gpu_decode", ["checked", "trusted", "off"])
+def test_device_results_equal_the_host_reads(tmp_path: Path, gpu_decode: str) -> None:
+    torch = pytest.importorskip("torch")
+    arrays = _mixed_arrays(tmp_path / "g.zarr")
+    previous = zd.set_config(gpu_decode=gpu_decode)
+    try:
+        results = zd.read_many(arrays, device="cuda:0", like="torch")
+    finally:
+        zd.set_config(gpu_decode=previous.gpu_decode)
+    for name, arr in arrays.items():
+        tensor = results[name]
+        assert tensor.device.type == "cuda"
+        host = tensor.cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+        expected = np.ascontiguousarray(arr[...])
+        assert host.tobytes() == expected.astype(expected.dtype.newbyteorder("=")).tobytes(), name
+
+
+@pytest.mark.gpu
+@gpu
+def test_device_reads_fill_out_and_take_every_like(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    arrays = _mixed_arrays(tmp_path / "g.zarr")
+    target = torch.empty((64, 32), dtype=torch.int32, device="cuda:0")
+    results = zd.read_many({"zstd_crc": arrays["zstd_crc"], "plain": arrays["plain"]}, device="cuda:0", out={"zstd_crc": target})
+    assert results["zstd_crc"] is target
+    np.testing.assert_array_equal(target.cpu().numpy(), arrays["zstd_crc"][...])
+    neutral = zd.read_many({"plain": arrays["plain"]}, device="cuda:0")["plain"]
+    np.testing.assert_array_equal(torch.from_dlpack(neutral).cpu().numpy(), arrays["plain"][...])
+
+
+@pytest.mark.gpu
+@gpu
+def test_device_read_errors_name_the_array(tmp_path: Path) -> None:
+    arrays = _mixed_arrays(tmp_path / "g.zarr")
+    chunk = tmp_path / "g.zarr" / "sharded" / "c" / "1" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[10] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(zd.CodecError, match="array 'sharded'"):
+        zd.read_many(arrays, device="cuda:0", like="torch")
+    # The engine is left whole: the next read works.
+    del arrays["sharded"]
+    assert len(zd.read_many(arrays, device="cuda:0", like="torch")) == len(arrays)
+
+
+@pytest.mark.gpu
+@gpu
+def test_device_reads_from_several_threads(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    arrays = _mixed_arrays(tmp_path / "g.zarr")
+    expected = {name: np.ascontiguousarray(arr[...]) for name, arr in arrays.items() if arr.dtype.kind != "V"}
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(5):
+                got = zd.read_many({n: arrays[n] for n in expected}, device="cuda:0", like="torch")
+                for name, want in expected.items():
+                    np.testing.assert_array_equal(got[name].cpu().numpy(), want.astype(want.dtype.newbyteorder("=")))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[0]
+    torch.cuda.synchronize()
