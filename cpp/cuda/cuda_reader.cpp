@@ -477,14 +477,17 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
                                   slot.stream));
   }
 
-  // Whole chunks that land in contiguous, adjacent places are copied together.
+  // Whole chunks that land in contiguous, adjacent places of one output are copied together
+  // (never across outputs: two allocations adjacent in memory are still two, and one copy may not
+  // span them).
   struct CopyMerger {
     cudaStream_t stream;
     std::byte* dst = nullptr;
     const std::byte* src = nullptr;
     std::size_t n = 0;
-    void add(std::byte* d, const std::byte* s, std::size_t bytes) {
-      if (n && d == dst + n && s == src + n) {
+    std::size_t target = 0;
+    void add(std::byte* d, const std::byte* s, std::size_t bytes, std::size_t of) {
+      if (n && of == target && d == dst + n && s == src + n) {
         n += bytes;
         return;
       }
@@ -492,6 +495,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
       dst = d;
       src = s;
       n = bytes;
+      target = of;
     }
     void flush() {
       if (n) ZD_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
@@ -522,7 +526,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
       case Route::kCopy:
         if (!leaf.swap && place::is_full(leaf.selection, leaf.spec->shape) &&
             place::is_c_contiguous(leaf.destination, es)) {
-          copies.add(leaf.destination.data, staged, leaf.spec->nbytes());
+          copies.add(leaf.destination.data, staged, leaf.spec->nbytes(), leaf.target);
           break;
         }
         place_on_device(staged, *leaf.spec, leaf.selection, leaf.destination, leaf.swap,

@@ -126,6 +126,9 @@ TEST(GpuReadPlan, ManyArraysOfMixedLayoutsAreOneList) {
     EXPECT_EQ(leaves[i].destination.data, a.data() + i * 48);
   }
   EXPECT_EQ(leaves[0].key, "plain/c/0/0");
+  EXPECT_EQ(leaves[1].target, 0u);  // which output each lands in (copies never span two)
+  EXPECT_EQ(leaves[2].target, 1u);
+  EXPECT_EQ(leaves[7].target, 2u);
   for (std::size_t i = 2; i < 4; ++i) EXPECT_EQ(leaves[i].route, Route::kFill);
   for (std::size_t i = 4; i < 8; ++i) {
     const auto& leaf = leaves[i];

@@ -32,6 +32,7 @@ inline constexpr std::size_t kPlaced = SIZE_MAX - 1;  // already in its destinat
 
 struct Leaf {
   const Array* array = nullptr;  // whose chunk (for messages)
+  std::size_t target = 0;        // which output of the read it lands in
   std::string key;
   // The version of the stored value read: a shard's, opened when its index was read and shared
   // by its inner chunks; a whole chunk's, opened for its batch.

@@ -163,6 +163,7 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
     grids[t].at(i - first[t], item);
     try {
       plan_chunk(targets[t], item, decoders, policy, per_chunk[i]);
+      for (auto& leaf : per_chunk[i]) leaf.target = t;
     } catch (Error& e) {
       const auto& meta = targets[t].array->metadata();
       e.add_context(targets[t].array->describe() + ", chunk '" +
