@@ -56,6 +56,8 @@ from typing import Any
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
+from zarr_device.cli import parse_size  # noqa: E402 - the package's size parser, as an argparse type
+
 READERS = ("zarr-device", "zarr-device-direct", "zarr-device-gds", "zarr-python-gpu", "zarr-python+cuda",
            "tensorstore+cuda", "kvikio-gds")
 PEERS = READERS[3:]
@@ -70,17 +72,6 @@ GIB = 1 << 30
 # ------------------------------------------------------------------------------------------------
 # small helpers
 # ------------------------------------------------------------------------------------------------
-
-
-def parse_size(text: str) -> int:
-    """An argparse type: a byte count (``6GiB``, ``256KiB``, ``1048576``), by the package's parser."""
-    from zarr_device.errors import UsageError
-    from zarr_device.sizes import parse_size as parse
-
-    try:
-        return parse(text)
-    except UsageError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def fmt_bytes(n: float) -> str:

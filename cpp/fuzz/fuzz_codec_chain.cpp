@@ -167,10 +167,8 @@ void write_seeds(const std::string& dir) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  const json table = {{"target", "fuzz_codec_chain"},
-                      {"input", "[entry][variant][chunk bytes]"},
-                      {"entries", json::parse(kTable)}};
-  export_if_asked(table, write_seeds);
+  export_if_asked("fuzz_codec_chain", "[entry][variant][chunk bytes]", json::parse(kTable),
+                  write_seeds);
   cases();
   return 0;
 }

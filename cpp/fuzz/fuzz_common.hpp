@@ -28,9 +28,11 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "codecs/codec_chain.hpp"
+#include "place/chunk_grid.hpp"
 #include "place/strided_copy.hpp"
 #include "zarr_device/buffer.hpp"
 #include "zarr_device/codec.hpp"
@@ -257,23 +259,15 @@ inline const std::byte* element_at(const StridedView& v, const std::vector<std::
   return p;
 }
 
-// Calls f(index) for every multi-index of `shape` (once for rank 0).
+// Calls f(index) for every multi-index of `shape`, in C order (once for rank 0).
 inline void for_each_index(const std::vector<std::int64_t>& shape,
                            const std::function<void(const std::vector<std::int64_t>&)>& f) {
-  for (auto e : shape) {
-    if (e == 0) return;
-  }
+  std::size_t count = 1;
+  for (auto e : shape) count *= static_cast<std::size_t>(e);
   std::vector<std::int64_t> index(shape.size(), 0);
-  while (true) {
+  for (std::size_t i = 0; i < count; ++i) {
+    place::c_order_coords(i, shape, index);
     f(index);
-    std::size_t d = shape.size();
-    while (d > 0) {
-      --d;
-      if (++index[d] < shape[d]) break;
-      index[d] = 0;
-      if (d == 0) return;
-    }
-    if (shape.empty()) return;
   }
 }
 
@@ -339,8 +333,10 @@ inline void write_file(const std::string& path, std::span<const std::byte> bytes
 
 // The answers to ZARR_DEVICE_FUZZ_TABLE / ZARR_DEVICE_FUZZ_SEEDS (see the top of this file).
 // Returns normally when neither is set.
-inline void export_if_asked(const json& table,
+// `target` names the target, `input` describes how it reads its input, `entries` are its table.
+inline void export_if_asked(std::string_view target, std::string_view input, json entries,
                             const std::function<void(const std::string&)>& seeds) {
+  const json table = {{"target", target}, {"input", input}, {"entries", std::move(entries)}};
   bool done = false;
   if (const char* path = std::getenv("ZARR_DEVICE_FUZZ_TABLE")) {
     const std::string text = table.dump(1);

@@ -128,10 +128,8 @@ void check_round_trip(const DecoderCase& c, std::span<const std::byte> data, con
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  const json table = {{"target", "fuzz_decoders"},
-                      {"input", "[entry][expected size u16 le][encoded bytes]"},
-                      {"entries", json::parse(kTable)}};
-  export_if_asked(table, write_seeds);
+  export_if_asked("fuzz_decoders", "[entry][expected size u16 le][encoded bytes]",
+                  json::parse(kTable), write_seeds);
   cases();
   return 0;
 }

@@ -201,12 +201,10 @@ void write_seeds(const std::string& dir) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  const json table = {{"target", "fuzz_metadata"},
-                      {"input",
-                       "[mode: bit0 v2, bit1 also Array::open][zarr.json | "
-                       ".zarray[NUL .zattrs]]"},
-                      {"entries", json::array()}};
-  export_if_asked(table, write_seeds);
+  export_if_asked("fuzz_metadata",
+                  "[mode: bit0 v2, bit1 also Array::open][zarr.json | "
+                  ".zarray[NUL .zattrs]]",
+                  json::array(), write_seeds);
   return 0;
 }
 

@@ -150,10 +150,8 @@ const char* outcome(bool ok) { return ok ? "succeeds" : "fails"; }
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  const json table = {{"target", "fuzz_shard_index"},
-                      {"input", "[entry][variant][shard bytes]"},
-                      {"entries", json::parse(kTable)}};
-  export_if_asked(table, write_seeds);
+  export_if_asked("fuzz_shard_index", "[entry][variant][shard bytes]", json::parse(kTable),
+                  write_seeds);
   cases();
   return 0;
 }

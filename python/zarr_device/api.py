@@ -371,12 +371,10 @@ class Group(Mapping[str, Union["Array", "Group"]]):
     def __getitem__(self, name: str) -> Array | Group:
         if not isinstance(name, str):
             raise KeyError(name)
-        path = _join(self._path, _node_path(name))
-        if _core.node_kind(self._store.handle, path) is None and not self._store.handle.exists(
-            _join(path, "zarr.json")
-        ):
-            raise KeyError(name)
-        return open(self._store, path=path, mode="r" if self._read_only else "r+")
+        try:
+            return open(self._store, path=_join(self._path, _node_path(name)), mode="r" if self._read_only else "r+")
+        except NodeNotFoundError:
+            raise KeyError(name) from None
 
     def __iter__(self) -> Iterator[str]:
         for name in self._store.handle.list_dir(self._path):

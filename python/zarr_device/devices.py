@@ -346,17 +346,13 @@ def cuda_destination(
         jax_adapter.device(index)
         finish = jax_adapter.from_device_array
     # Fresh engine-owned device memory, wrapped as a DLPack-exporting array.
-    nbytes = _core_dtype_size(dtype)
+    from zarr_device.dtypes import to_numpy_dtype
+
+    nbytes = int(to_numpy_dtype(dtype).itemsize)
     for n in shape:
         nbytes *= n
     buffer = _core.DeviceBuffer(index, nbytes)
     return CudaDestination(_core.DeviceArray(buffer, list(shape), dtype), buffer.ptr, nbytes, 0, finish)
-
-
-def _core_dtype_size(dtype: str) -> int:
-    from zarr_device.dtypes import to_numpy_dtype
-
-    return int(to_numpy_dtype(dtype).itemsize)
 
 
 def _read_to_cuda(

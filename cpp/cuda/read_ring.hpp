@@ -1,0 +1,151 @@
+// The per-device staging ring of reads onto a CUDA GPU: pinned slots (and their device copies)
+// that batches are filled into, copied from and decoded out of, kept between reads because pinned
+// allocations are slow and synchronise the device. Internal to cpp/cuda.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "device_memory.hpp"
+#include "gpu/read_batches.hpp"
+#include "gpu/read_leaf.hpp"
+#include "zarr_device/cuda.hpp"
+#include "zarr_device/device.hpp"
+
+namespace zarr_device::cuda {
+
+using gpu::align_up;
+using gpu::kMaxBatch;
+using gpu::kStagingAlignment;
+using gpu::Leaf;
+
+// A device decode whose status and size are checked when its batch is off the slot.
+struct PendingCheck {
+  const Leaf* leaf;
+  std::size_t index;     // in the batch's status arrays
+  std::size_t expected;  // decoded bytes
+};
+
+// The per-batch arrays nvCOMP reads and writes, at the end of each slot (host and device).
+struct BatchArrays {
+  const void** inputs;
+  std::size_t* input_sizes;
+  std::size_t* capacities;
+  std::size_t* sizes;
+  void** outputs;
+  int* statuses;
+  static constexpr std::size_t bytes() { return kMaxBatch * (5 * sizeof(void*) + sizeof(int)); }
+  static BatchArrays at(std::byte* base) {
+    BatchArrays a{};
+    a.inputs = reinterpret_cast<const void**>(base);
+    a.input_sizes = reinterpret_cast<std::size_t*>(base + kMaxBatch * 8);
+    a.capacities = reinterpret_cast<std::size_t*>(base + kMaxBatch * 16);
+    a.sizes = reinterpret_cast<std::size_t*>(base + kMaxBatch * 24);
+    a.outputs = reinterpret_cast<void**>(base + kMaxBatch * 32);
+    a.statuses = reinterpret_cast<int*>(base + kMaxBatch * 40);
+    return a;
+  }
+};
+
+struct Slot {
+  std::byte* host = nullptr;    // pinned: data, then batch arrays
+  std::byte* device = nullptr;  // the same layout on the GPU
+  std::size_t capacity = 0;     // data bytes
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done = nullptr;
+  std::vector<PendingCheck> checks;
+  bool busy = false;
+};
+
+// A device's staging ring, made once and kept: pinned allocations are slow and synchronise.
+class DeviceContext {
+ public:
+  DeviceContext(int device, std::size_t staging_bytes, int slots)
+      : device_(device), gpu_(get_device("cuda:" + std::to_string(device))) {
+    // A slot's allocation (data, then the batch arrays) is a whole number of the driver's 2 MiB
+    // pages, so the ring and the decode regions hold exactly twice the staging.
+    constexpr std::size_t kPage = std::size_t{2} << 20;
+    const std::size_t per_slot =
+        align_up(std::max<std::size_t>(staging_bytes / std::max(slots, 1), kPage), kPage);
+    slots_.resize(static_cast<std::size_t>(std::max(slots, 1)));
+    for (auto& s : slots_) s.capacity = per_slot - BatchArrays::bytes();
+    // The driver's own device memory for the ring's streams and the decoders' kernels (measured
+    // on an H200: 4 MiB for 12 streams, 6-10 MiB in all) comes out of the decode memory, so that
+    // a read's device memory stays within its output plus twice the staging.
+    constexpr std::size_t kDriverShare = std::size_t{16} << 20;
+    const std::size_t staged = per_slot * slots_.size();
+    decode_memory_ = staged >= 8 * kDriverShare ? staged - kDriverShare : staged;
+  }
+  ~DeviceContext() {
+    for (auto& s : slots_) release(s);
+  }
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+  // Slots are allocated when first used: a small read pins one slot, not the whole ring.
+  Slot& slot(std::size_t b) {
+    Slot& s = slots_[b % slots_.size()];
+    if (!s.host) {
+      const std::size_t total = s.capacity + BatchArrays::bytes();
+      s.host = static_cast<std::byte*>(gpu_->allocate_host(total));
+      try {
+        s.device = static_cast<std::byte*>(gpu_->allocate(total));
+        s.stream = static_cast<cudaStream_t>(gpu_->create_stream());
+        s.done = static_cast<cudaEvent_t>(gpu_->create_event());
+      } catch (...) {
+        release(s);
+        throw;
+      }
+      streams.push_back(s.stream);
+    }
+    return s;
+  }
+
+  // Frees what a slot holds (the Device's frees accept null) once its stream is idle.
+  void release(Slot& s) noexcept {
+    try {
+      if (s.stream) gpu_->synchronize_stream(s.stream);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a failed device is being let go of
+    }
+    gpu_->deallocate_host(s.host);
+    gpu_->deallocate(s.device);
+    gpu_->destroy_event(s.done);
+    gpu_->destroy_stream(s.stream);
+    const std::size_t capacity = s.capacity;
+    s = Slot{};
+    s.capacity = capacity;
+  }
+
+  std::mutex mutex;  // one read at a time per device
+  std::vector<Slot> slots_;
+  int device_;
+  std::shared_ptr<Device> gpu_;
+  std::vector<StreamHandle> streams;  // of the slots allocated
+  // Decode memory (nvCOMP's temporary memory, then decoded chunks on their way to a strided
+  // place): the staging's size in all, which keeps a read's device memory within the output plus
+  // twice the staging, split into regions that batches use in turn; batches in different regions
+  // decode at once. See Reader::prepare_decodes for how many.
+  void use_decode_regions(std::size_t count) {
+    if (regions_.size() == count) return;
+    for (auto* s : streams) gpu_->synchronize_stream(s);  // their work may use the old regions
+    regions_.clear();
+    for (std::size_t i = 0; i < count; ++i) regions_.push_back(std::make_unique<SharedTemp>(gpu_));
+    decode_budget = decode_memory_ / count / kStagingAlignment * kStagingAlignment;
+  }
+  SharedTemp& decode_region(std::size_t batch) { return *regions_[batch % regions_.size()]; }
+  std::size_t decode_budget = 0;  // bytes per region
+
+ private:
+  std::size_t decode_memory_ = 0;
+  std::vector<std::unique_ptr<SharedTemp>> regions_;
+};
+
+// The ring of `device` for these settings (made again when they change; the old one is freed once
+// no read holds it).
+std::shared_ptr<DeviceContext> context_for(int device, const CudaReadOptions& options);
+
+}  // namespace zarr_device::cuda

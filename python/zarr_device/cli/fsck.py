@@ -1,0 +1,45 @@
+"""``zarr-device fsck``: leftovers of killed writes and damage in a local store."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from zarr_device.cli.common import progress
+
+
+def run_fsck(args: argparse.Namespace, out: TextIO) -> int:
+    """``zarr-device fsck``: prints what is wrong with a store; 1 when something is left to fix."""
+    from zarr_device.fsck import check_store
+
+    with progress(0, "chunks", quiet=args.quiet or not args.data, unit="chunk") as bar:
+        report = check_store(args.store, fix=args.fix, data=args.data, progress=bar.update)
+    for problem in report.problems:
+        print(problem, file=out)
+    left = sum(not p.fixed for p in report.problems)
+    fixed = len(report.problems) - left
+    checked = f", {report.chunks_checked} chunks read" if args.data else ""
+    print(
+        f"{report.root}: {report.nodes} nodes{checked}; "
+        + (f"{left} problems" if left else "no problems") + (f", {fixed} fixed" if fixed else ""),
+        file=out,
+    )
+    return 0 if report.clean else 1
+
+
+def add_command(commands: Any) -> None:
+    fsck = commands.add_parser(
+        "fsck",
+        help="check a local store for leftovers and damage",
+        description="Check the local store at PATH: temporary files left by writes that did not "
+        "finish, links out of the store, files that cannot be values, metadata that does not "
+        "parse and, with --data, chunks that do not decode. Exit status 1 when a problem is left.",
+    )
+    fsck.add_argument("store", metavar="PATH", help="a local directory holding a Zarr store")
+    fsck.add_argument(
+        "--fix", action="store_true",
+        help="remove temporary files whose writers are gone (nothing else is changed)",
+    )
+    fsck.add_argument("--data", action="store_true", help="also read every chunk of every array")
+    fsck.add_argument("--quiet", action="store_true", help="no progress bar")
+    fsck.set_defaults(run=run_fsck)
