@@ -17,7 +17,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,19 +51,28 @@ def tensor_rows(total: int, seed: int) -> list[int]:
     return rows
 
 
-def write_state_dict(path: str, rows: Sequence[int], codec: str, chunk_rows: int) -> float:
+def state_dict_values(rows: Sequence[int]) -> Iterator[tuple[str, Any]]:
+    """(name, bf16 [rows, 4096] values like a layer's weights) for each tensor, the same every run."""
     import ml_dtypes
 
+    rng = np.random.default_rng(0)
+    for i, n in enumerate(rows):
+        yield f"layer{i:03d}", (rng.standard_normal((n, COLS), dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+
+
+def write_state_dict(path: str, rows: Sequence[int], codec: str, chunk_rows: int,
+                     values: Iterable[tuple[str, Any]] | None = None) -> float:
+    """One array per tensor (``values``, or :func:`state_dict_values` of ``rows``); seconds taken."""
     import zarr_device as zd
 
     compressors: Any = None if codec == "none" else [{"name": "zstd", "configuration": {"level": 1}}, {"name": "crc32c"}]
     group = zd.create_group(path, mode="w")
-    rng = np.random.default_rng(0)
     start = time.perf_counter()
-    for i, n in enumerate(rows):
-        arr = group.create_array(f"layer{i:03d}", shape=(n, COLS), dtype="bfloat16", chunks=(min(chunk_rows, n), COLS),
+    for name, value in state_dict_values(rows) if values is None else values:
+        n = value.shape[0]
+        arr = group.create_array(name, shape=(n, COLS), dtype="bfloat16", chunks=(min(chunk_rows, n), COLS),
                                  compressors=compressors)
-        arr[...] = (rng.standard_normal((n, COLS), dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+        arr[...] = value
     return time.perf_counter() - start
 
 
@@ -83,16 +92,69 @@ def timed(read: Any) -> tuple[float, dict[str, Any]]:
     return time.perf_counter() - start, result
 
 
-def measure(path: str, device: str, repeat: int, cold: bool) -> dict[str, Any]:
+def in_threads(arrays: dict[str, Any], device: str, threads: int) -> dict[str, Any]:
+    """The arrays shared round-robin among `threads` threads, each reading its own one by one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = list(arrays)
+    shares = [names[i::threads] for i in range(threads)]
+    with ThreadPoolExecutor(threads) as pool:
+        parts = pool.map(lambda share: {n: arrays[n].read(device=device, like="torch") for n in share}, shares)
+        return {n: t for part in parts for n, t in part.items()}
+
+
+class MemoryPeaks:
+    """Peak host RSS and device memory in use (from the driver, so the engine's own allocations
+    count) while a read runs, sampled every few milliseconds beside it."""
+
+    def __init__(self, device: str) -> None:
+        import threading
+
+        import psutil
+        import torch
+
+        self._process = psutil.Process()
+        self._index = torch.device(device).index or 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self.rss_base = self._process.memory_info().rss
+        self.gpu_base = self._gpu_used()
+        self.rss_peak = self.rss_base
+        self.gpu_peak = self.gpu_base
+
+    def _gpu_used(self) -> int:
+        import torch
+
+        free, total = torch.cuda.mem_get_info(self._index)
+        return int(total - free)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.004):
+            self.rss_peak = max(self.rss_peak, self._process.memory_info().rss)
+            self.gpu_peak = max(self.gpu_peak, self._gpu_used())
+
+    def __enter__(self) -> "MemoryPeaks":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def measure(path: str, device: str, repeat: int, cold: bool, ways_wanted: Sequence[str]) -> dict[str, Any]:
     import zarr_device as zd
 
     group = zd.open_group(path)
     arrays = group.all_arrays()
     nbytes = sum(a.nbytes for a in arrays.values())
-    ways = {
+    all_ways = {
         "one call": lambda: zd.read_many(arrays, device=device, like="torch"),
+        "iter_many": lambda: dict(zd.iter_many(arrays, device=device, like="torch")),
         "one by one": lambda: {n: a.read(device=device, like="torch") for n, a in arrays.items()},
+        "4 threads": lambda: in_threads(arrays, device, 4),
     }
+    ways = {name: all_ways[name] for name in ways_wanted}
     out: dict[str, Any] = {"arrays": len(arrays), "bytes": nbytes}
     reference = None
     for name, read in ways.items():
@@ -107,6 +169,10 @@ def measure(path: str, device: str, repeat: int, cold: bool) -> dict[str, Any]:
                 raise AssertionError(f"{name} returned other values")
             del result
         entry = {"warm_seconds": min(runs), "warm_gbps": nbytes / min(runs) / 1e9}
+        with MemoryPeaks(device) as peaks:
+            result = read()
+        del result
+        entry.update(rss_growth=peaks.rss_peak - peaks.rss_base, gpu_growth=peaks.gpu_peak - peaks.gpu_base)
         if cold:
             why = drop_caches()
             if why is None:
@@ -114,7 +180,8 @@ def measure(path: str, device: str, repeat: int, cold: bool) -> dict[str, Any]:
                 del result
                 entry.update(cold_seconds=seconds, cold_gbps=nbytes / seconds / 1e9)
         out[name] = entry
-        log(f"  {name}: {entry['warm_gbps']:.2f} GB/s warm")
+        log(f"  {name}: {entry['warm_gbps']:.2f} GB/s warm; host RSS +{fmt_bytes(entry['rss_growth'])}, "
+            f"GPU +{fmt_bytes(entry['gpu_growth'])} for {fmt_bytes(nbytes)} of output")
     return out
 
 
@@ -128,6 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cold", action="store_true", help="also one cold read each (drops the page cache)")
     parser.add_argument("--out", default=None, help="where to write the data (default: a temp dir)")
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--ways", default="one call,iter_many,one by one,4 threads",
+                        help="comma-separated: one call, iter_many, one by one, 4 threads")
+    parser.add_argument("--reuse", action="store_true", help="read the data already in --out instead of writing it")
     args = parser.parse_args(argv)
 
     out_dir = args.out or tempfile.mkdtemp(prefix="zd-bench-many-")
@@ -145,15 +215,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = []
     for codec in args.codecs.split(","):
         path = os.path.join(out_dir, f"state-{codec}.zarr")
-        log(f"writing {codec} state dict to {path}")
-        written = write_state_dict(path, rows, codec, args.chunk_rows)
+        if args.reuse and os.path.exists(path):
+            written = 0.0
+        else:
+            log(f"writing {codec} state dict to {path}")
+            written = write_state_dict(path, rows, codec, args.chunk_rows)
         stored = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
         limits = child_limits(path, args.device, 2 * GIB, os.cpu_count() or 16, cold=args.cold)
-        result = measure(path, args.device, args.repeat, args.cold)
+        ways = [w.strip() for w in args.ways.split(",")]
+        result = measure(path, args.device, args.repeat, args.cold, ways)
         result.update(limits=limits, stored_bytes=stored, write_seconds=written)
         document["results"][codec] = result
         bound = min(limits["page_cache_to_pinned"]["gbps"], limits["h2d_pinned"]["gbps"])
-        for way in ("one call", "one by one"):
+        for way in ways:
             r = result[way]
             table.append((codec, fmt_bytes(stored), way, r["warm_gbps"], r["warm_gbps"] / bound,
                           r.get("cold_gbps"), limits.get("disk_to_pinned_cold", {}).get("gbps"),

@@ -9,12 +9,17 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include "cuda_check.hpp"
@@ -83,7 +88,9 @@ class Reader {
         pool_(engine::ThreadPool::shared(workers_)) {}
 
   // `streams`: the consumer streams whose earlier work must finish before the outputs are written.
-  void read(std::span<const gpu::ReadTarget> targets, std::span<const std::uintptr_t> streams);
+  // `completed(t)` is called (on this thread) as each target's output becomes complete.
+  void read(std::span<const gpu::ReadTarget> targets, std::span<const std::uintptr_t> streams,
+            const std::function<void(std::size_t)>& completed);
 
  private:
   // GPUDirect Storage: reads the leaves that are stored as their elements and land whole and
@@ -101,6 +108,8 @@ class Reader {
   CudaReadOptions options_;
   const Nvcomp& nvcomp_;
   gpu::DecodeCosts costs_{};
+  std::size_t decode_calls_ = 0;  // for ZARR_DEVICE_TRACE
+  std::size_t decoded_chunks_ = 0;
   std::size_t workers_;
   engine::ThreadPool& pool_;
 };
@@ -222,13 +231,15 @@ void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
     const std::size_t nbytes = d.bytes.size();
     const DeviceBuffer tmp(ctx.gpu_, nbytes);
     auto* dev = static_cast<std::byte*>(tmp.data());
-    ZD_CUDA_CHECK(cudaMemcpy(dev, d.bytes.data(), nbytes, cudaMemcpyHostToDevice));
+    // On the slot's stream, idle while its batch is fetched: no other read waits for this.
+    ZD_CUDA_CHECK(
+        cudaMemcpyAsync(dev, d.bytes.data(), nbytes, cudaMemcpyHostToDevice, slot.stream));
     const auto [counts, strides] = gpu::staged_layout(leaf);
     launch_strided_copy(
         plan_strided_copy(dev, strides, leaf.decoded_destination, leaf.spec->dtype->size, false, 1),
-        nullptr);
+        slot.stream);
     const cudaError_t launched = cudaGetLastError();
-    const cudaError_t synced = cudaDeviceSynchronize();
+    const cudaError_t synced = cudaStreamSynchronize(slot.stream);
     ZD_CUDA_CHECK(launched);
     ZD_CUDA_CHECK(synced);
     leaf.scratch = kPlaced;
@@ -323,6 +334,8 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
     for (const auto& call : calls) {
       const std::size_t at = first + call.begin;
       const std::size_t n = call.end - call.begin;
+      ++decode_calls_;
+      decoded_chunks_ += n;
       d->decompress(device_arrays.inputs + at, device_arrays.input_sizes + at,
                     device_arrays.capacities + at, device_arrays.sizes + at, n,
                     call.temp_bytes ? memory : nullptr, call.temp_bytes, device_arrays.outputs + at,
@@ -421,17 +434,26 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
   slot.busy = true;
 }
 
-void Reader::read(std::span<const gpu::ReadTarget> targets,
-                  std::span<const std::uintptr_t> streams) {
+// Temporary tuning knobs for measurements: ZARR_DEVICE_EXPERIMENT="lookahead=N,batch=BYTES".
+std::size_t experiment(const char* name, std::size_t fallback) {
+  const char* text = std::getenv("ZARR_DEVICE_EXPERIMENT");
+  if (!text) return fallback;
+  const std::string all(text);
+  const std::string key = std::string(name) + "=";
+  const auto at = all.find(key);
+  if (at == std::string::npos) return fallback;
+  return std::stoull(all.substr(at + key.size()));
+}
+
+void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std::uintptr_t> streams,
+                  const std::function<void(std::size_t)>& completed) {
+  const auto t0 = std::chrono::steady_clock::now();
   check_device(device_);
   ZD_CUDA_CHECK(cudaSetDevice(device_));
   for (const std::uintptr_t stream : streams) {
     // The outputs may have been freed and reallocated on that stream: let its earlier work finish.
     ZD_CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)));
   }
-  const auto context = context_for(device_, options_);
-  auto& ctx = *context;
-  std::lock_guard lock(ctx.mutex);
   auto leaves =
       gpu::plan_reads(targets, present_decoders(nvcomp_), options_.gpu_decode, pool_, workers_);
   if (CuFile::instance().available()) {
@@ -451,10 +473,38 @@ void Reader::read(std::span<const gpu::ReadTarget> targets,
     leaves = std::move(staged);
   }
 
+  // The ring's slots hold the largest chunk: fewer, larger slots in the same staging.
+  const auto context = context_for(device_, options_, gpu::largest_staged(leaves));
+  auto& ctx = *context;
   // Pack the leaves into batches: as many as fit a slot, and whose GPU decodes fit a region.
   prepare_decodes(ctx, leaves);
-  const auto batches =
-      gpu::pack_batches(leaves, ctx.slots_.front().capacity, costs_, ctx.decode_budget);
+  const std::size_t capacity = ctx.slots_.front().capacity;
+  const std::size_t target =
+      experiment("batch", gpu::batch_target(leaves, capacity, ctx.slots_.size()));
+  const auto batches = gpu::pack_batches(leaves, capacity, target, costs_, ctx.decode_budget);
+  const auto t1 = std::chrono::steady_clock::now();
+
+  // A target is complete once the batch holding its last leaf is: targets are handed on in that
+  // order while later batches are still on their way.
+  std::vector<std::size_t> last_batch(targets.size(), 0);  // batch index + 1; 0: none staged
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    for (std::size_t i = batches[b].begin; i < batches[b].end; ++i) {
+      last_batch[leaves[i].target] = b + 1;
+    }
+  }
+  std::vector<std::size_t> by_completion(targets.size());
+  std::iota(by_completion.begin(), by_completion.end(), std::size_t{0});
+  std::stable_sort(by_completion.begin(), by_completion.end(),
+                   [&](std::size_t a, std::size_t b) { return last_batch[a] < last_batch[b]; });
+  std::size_t handed_on = 0;
+  auto hand_on = [&](std::size_t finished_batches) {
+    if (!completed) return;
+    while (handed_on < by_completion.size() &&
+           last_batch[by_completion[handed_on]] <= finished_batches) {
+      completed(by_completion[handed_on++]);
+    }
+  };
+
   // Tells the store which bytes the next batch needs, so cold data is being read from the disk
   // while this batch is copied and decoded.
   auto announce = [&](std::size_t b) {
@@ -475,22 +525,37 @@ void Reader::read(std::span<const gpu::ReadTarget> targets,
     }
   };
 
-  // Batch b uses slot b % slots. The CPU stage of batch b + 1 is queued on the pool behind the
-  // helpers of batch b's, so the threads that finish their share of b's reads go on to b + 1's
-  // instead of waiting for b's slowest read (with one slot there is nothing to overlap).
-  const std::size_t lookahead = ctx.slots_.size() > 1 ? 1 : 0;
-  auto slot_of = [&](std::size_t b) -> Slot& { return ctx.slot(b); };
+  // Batch b uses slot b % slots. The CPU stages of the next `lookahead` batches run on the pool
+  // while batch b is copied and decoded, queued behind each other's helpers, so the threads that
+  // finish their share of one batch go on to the next instead of waiting for its slowest read,
+  // and the copy engine finds the next slot full when it is done with this one. The other half of
+  // the ring holds batches on the GPU.
+  const std::size_t slots = ctx.slots_.size();
+  const std::size_t lookahead =
+      slots > 1 ? experiment("lookahead", std::max<std::size_t>(slots / 2, 1)) : 0;
   auto batch_of = [&](std::size_t b) {
     return std::span<Leaf>{leaves.data() + batches[b].begin, batches[b].end - batches[b].begin};
   };
+  // Batches [0, finished) are off their slots, checked and handed on.
+  std::size_t finished = 0;
+  auto finish_through = [&](std::size_t end, bool wait) {
+    for (; finished < end; ++finished) {
+      Slot& slot = ctx.slot(finished);
+      if (!wait && slot.busy && cudaEventQuery(slot.done) == cudaErrorNotReady) break;
+      finish(slot);
+      hand_on(finished + 1);
+    }
+  };
   std::deque<std::future<void>> fetching;
   std::size_t started = 0;
+  double waited_fetch = 0;
   try {
+    hand_on(0);  // targets with nothing to stage (read straight from their files, or empty)
     announce(0);
     for (std::size_t b = 0; b < batches.size(); ++b) {
       while (started < batches.size() && started <= b + lookahead) {
-        Slot& slot = slot_of(started);
-        finish(slot);  // its previous batch is off the slot and checked
+        if (started >= slots) finish_through(started - slots + 1, true);  // the slot's last batch
+        Slot& slot = ctx.slot(started);
         announce(started + 1);
         fetching.push_back(pool_.submit(
             [this, &ctx, &slot, batch = batch_of(started)] { fetch(ctx, slot, batch); }));
@@ -498,10 +563,28 @@ void Reader::read(std::span<const gpu::ReadTarget> targets,
       }
       auto fetched = std::move(fetching.front());
       fetching.pop_front();
+      const auto w0 = std::chrono::steady_clock::now();
       fetched.get();
-      submit(ctx, slot_of(b), batch_of(b), b);
+      waited_fetch += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      submit(ctx, ctx.slot(b), batch_of(b), b);
+      finish_through(b + 1, false);  // hands on what is already complete
     }
-    for (auto& slot : ctx.slots_) finish(slot);
+    const auto w0 = std::chrono::steady_clock::now();
+    finish_through(batches.size(), true);
+    if (std::getenv("ZARR_DEVICE_TRACE")) {
+      const auto t2 = std::chrono::steady_clock::now();
+      std::fprintf(
+          stderr,
+          "zarr-device read: %zu targets %zu leaves %zu batches (copies %zu B), %zu slots, "
+          "lookahead %zu, %zu decode regions of %zu B, %zu decode calls of %zu chunks "
+          "(temp %zu + %zu per chunk); plan %.2f ms, fetch waits %.2f ms, drain %.2f ms, "
+          "total %.2f ms\n",
+          targets.size(), leaves.size(), batches.size(), target, slots, lookahead,
+          ctx.decode_regions(), ctx.decode_budget, decode_calls_, decoded_chunks_, costs_[0].first,
+          costs_[0].per_chunk, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+          waited_fetch * 1e3, std::chrono::duration<double, std::milli>(t2 - w0).count(),
+          std::chrono::duration<double, std::milli>(t2 - t0).count());
+    }
   } catch (...) {
     // Let queued reads end (they write into the slots and read `leaves`), then drain what was
     // enqueued on the GPU, so nothing writes into the outputs after we return.
@@ -551,7 +634,8 @@ nlohmann::json cuda_info() {
 }
 
 void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
-                       const CudaReadOptions& options) {
+                       const CudaReadOptions& options,
+                       const std::function<void(std::size_t)>& completed) {
   std::vector<gpu::ReadTarget> planned;
   planned.reserve(requests.size());
   std::vector<std::uintptr_t> streams;
@@ -568,16 +652,31 @@ void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
         {t.array, t.selection,
          StridedView{static_cast<std::byte*>(t.out), shape, place::c_strides(shape, es)}});
   }
+  // A read started again (a chunk was replaced while it was read) reads the outputs not yet
+  // handed on, from a new plan; those handed on are complete and left alone.
+  std::vector<std::size_t> pending(planned.size());
+  std::iota(pending.begin(), pending.end(), std::size_t{0});
   for (int attempt = 1;; ++attempt) {
+    std::vector<gpu::ReadTarget> now;
+    now.reserve(pending.size());
+    for (const std::size_t t : pending) now.push_back(planned[t]);
+    std::vector<bool> handed_on(pending.size(), false);
     try {
-      cuda::Reader(device, options).read(planned, streams);
+      cuda::Reader(device, options).read(now, streams, [&](std::size_t i) {
+        handed_on[i] = true;
+        if (completed) completed(pending[i]);
+      });
       return;
     } catch (const gpu::ValueChanged& e) {
-      // Every chunk is read again, from a new plan: the outputs are rewritten whole.
       if (attempt == cuda::kReadAttempts) {
         throw StoreError(std::string(e.what()) + " (" + std::to_string(attempt) +
                          " times: the data are being rewritten faster than they can be read)");
       }
+      std::vector<std::size_t> left;
+      for (std::size_t i = 0; i < pending.size(); ++i) {
+        if (!handed_on[i]) left.push_back(pending[i]);
+      }
+      pending = std::move(left);
     }
   }
 }
@@ -585,7 +684,7 @@ void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
 void read_to_cuda(const Array& array, std::span<const DimSlice> selection, int device, void* out,
                   std::size_t out_nbytes, const CudaReadOptions& options) {
   const CudaReadRequest request{&array, {selection.begin(), selection.end()}, out, out_nbytes, 0};
-  read_many_to_cuda({&request, 1}, device, options);
+  read_many_to_cuda({&request, 1}, device, options, {});
 }
 
 nlohmann::json measure_cuda_decode(const Array& array, std::span<const DimSlice> selection,

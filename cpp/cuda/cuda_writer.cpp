@@ -183,7 +183,6 @@ class WriteContext {
   // Each slot's buffers (laid-out chunks and compressed outputs on the device, encoded chunks in
   // pinned memory) hold this much: enough for several shards, whose stores then run in parallel.
   std::size_t slot_bytes;
-  std::mutex mutex;  // one write at a time per device
   WriteSlot slots[2];
   std::vector<StreamHandle> streams;
   SharedTemp temp;
@@ -205,11 +204,13 @@ class WriteContext {
   }
 };
 
-std::shared_ptr<WriteContext> write_context_for(int device, std::size_t staging_bytes) {
-  // Leaked, like the read ring's.
-  static auto* cache = new ContextCache<WriteContext, std::size_t>();
-  return cache->get(device, staging_bytes,
-                    [&] { return std::make_shared<WriteContext>(device, staging_bytes); });
+using WriteContexts = ContextPool<WriteContext, std::size_t>;
+
+WriteContexts::Lease write_context_for(int device, std::size_t staging_bytes) {
+  // Leaked, like the read rings.
+  static auto* pool = new WriteContexts(kContextsPerDevice);
+  return pool->acquire(device, staging_bytes,
+                       [&] { return std::make_unique<WriteContext>(device, staging_bytes); });
 }
 
 // Copies a box of device memory (`shape` elements at `src`, byte strides `src_strides`) to
@@ -628,7 +629,6 @@ void Writer::write(std::span<const DimSlice> selection, const void* values, std:
   const auto context = write_context_for(device_, options_.staging_bytes);
   auto& ctx = *context;
   ctx_ = &ctx;
-  std::lock_guard lock(ctx.mutex);
   // Each of a slot's buffers (laid-out chunks, compressed outputs, pinned host) holds at most
   // slot_bytes.
   const std::size_t per_leaf =

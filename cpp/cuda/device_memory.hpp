@@ -1,11 +1,15 @@
 // Scratch memory of the GPU paths, through the engine's Device interface.
 #pragma once
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <vector>
 
 #include "zarr_device/device.hpp"
 
@@ -85,29 +89,95 @@ class SharedTemp {
 };
 
 // Per-device state kept between calls (pinned memory is slow to allocate and synchronises the
-// device), made again when the settings it was made with change. A call holds the shared_ptr
-// while it runs, so a replaced context is freed when the last call using it ends.
+// device), lent to one call at a time: concurrent calls each get their own, up to `limit` per
+// device (later callers wait for one to come back), so they overlap instead of queueing behind
+// one lock while memory stays bounded by the settings. Contexts made with other settings are
+// freed when they come back; idle ones are kept for later calls.
+// Calls per device that run at once, each with its own staging (pinned and device memory: up to
+// this many times the configured staging when as many threads read or write one device at once).
+inline constexpr std::size_t kContextsPerDevice = 4;
+
 template <typename Context, typename Settings>
-class ContextCache {
+class ContextPool {
+  struct Entry {
+    Settings settings{};
+    std::vector<std::unique_ptr<Context>> idle;
+    std::size_t lent = 0;          // of every generation
+    std::uint64_t generation = 0;  // bumped when the settings change
+  };
+
  public:
-  template <typename Make>
-  std::shared_ptr<Context> get(int device, const Settings& settings, Make make) {
-    std::lock_guard lock(mutex_);
-    auto& entry = entries_[device];
-    if (!entry.context || !(entry.settings == settings)) {
-      entry.context.reset();  // frees the old one first where no call holds it
-      entry.context = make();
-      entry.settings = settings;
+  explicit ContextPool(std::size_t limit) : limit_(std::max<std::size_t>(limit, 1)) {}
+
+  // A context lent to one call: returned to the pool when the lease ends.
+  class Lease {
+   public:
+    Lease(ContextPool* pool, int device, std::uint64_t generation, std::unique_ptr<Context> context)
+        : pool_(pool), device_(device), generation_(generation), context_(std::move(context)) {}
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    Lease(Lease&& other) noexcept = default;
+    Lease& operator=(Lease&&) = delete;
+    ~Lease() {
+      if (context_) pool_->give_back(device_, generation_, std::move(context_));
     }
-    return entry.context;
+    Context& operator*() const { return *context_; }
+    Context* operator->() const { return context_.get(); }
+
+   private:
+    ContextPool* pool_;
+    int device_;
+    std::uint64_t generation_;
+    std::unique_ptr<Context> context_;
+  };
+
+  template <typename Make>
+  Lease acquire(int device, const Settings& settings, Make make) {
+    std::unique_lock lock(mutex_);
+    auto& entry = entries_[device];
+    if (!(entry.settings == settings)) {
+      entry.idle.clear();  // frees them; lent ones are freed when they come back
+      entry.settings = settings;
+      ++entry.generation;
+    }
+    returned_.wait(lock, [&] { return !entry.idle.empty() || entry.lent < limit_; });
+    ++entry.lent;
+    const std::uint64_t generation = entry.generation;
+    if (!entry.idle.empty()) {
+      auto context = std::move(entry.idle.back());
+      entry.idle.pop_back();
+      return Lease(this, device, generation, std::move(context));
+    }
+    lock.unlock();
+    try {
+      return Lease(this, device, generation, make());
+    } catch (...) {
+      lock.lock();
+      --entry.lent;
+      returned_.notify_one();
+      throw;
+    }
   }
 
  private:
-  struct Entry {
-    Settings settings{};
-    std::shared_ptr<Context> context;
-  };
+  void give_back(int device, std::uint64_t generation, std::unique_ptr<Context> context) noexcept {
+    std::unique_ptr<Context> stale;
+    {
+      std::lock_guard lock(mutex_);
+      auto& entry = entries_[device];
+      --entry.lent;
+      if (generation == entry.generation) {
+        entry.idle.push_back(std::move(context));
+      } else {
+        stale = std::move(context);  // freed outside the lock: freeing pinned memory is slow
+      }
+    }
+    returned_.notify_one();
+  }
+
+  std::size_t limit_;
   std::mutex mutex_;
+  std::condition_variable returned_;
   std::map<int, Entry> entries_;
 };
 

@@ -61,16 +61,18 @@ struct Slot {
   bool busy = false;
 };
 
+// A slot's allocation (data, then the batch arrays) is a whole number of the driver's 2 MiB pages,
+// so the ring and the decode regions hold exactly twice the staging.
+inline constexpr std::size_t kSlotPage = std::size_t{2} << 20;
+
 // A device's staging ring, made once and kept: pinned allocations are slow and synchronise.
 class DeviceContext {
  public:
   DeviceContext(int device, std::size_t staging_bytes, int slots)
       : device_(device), gpu_(get_device("cuda:" + std::to_string(device))) {
-    // A slot's allocation (data, then the batch arrays) is a whole number of the driver's 2 MiB
-    // pages, so the ring and the decode regions hold exactly twice the staging.
-    constexpr std::size_t kPage = std::size_t{2} << 20;
-    const std::size_t per_slot =
-        align_up(std::max<std::size_t>(staging_bytes / std::max(slots, 1), kPage), kPage);
+    const std::size_t per_slot = std::max<std::size_t>(
+        staging_bytes / static_cast<std::size_t>(std::max(slots, 1)) / kSlotPage * kSlotPage,
+        kSlotPage);
     slots_.resize(static_cast<std::size_t>(std::max(slots, 1)));
     for (auto& s : slots_) s.capacity = per_slot - BatchArrays::bytes();
     // The driver's own device memory for the ring's streams and the decoders' kernels (measured
@@ -120,7 +122,6 @@ class DeviceContext {
     s.capacity = capacity;
   }
 
-  std::mutex mutex;  // one read at a time per device
   std::vector<Slot> slots_;
   int device_;
   std::shared_ptr<Device> gpu_;
@@ -129,14 +130,17 @@ class DeviceContext {
   // place): the staging's size in all, which keeps a read's device memory within the output plus
   // twice the staging, split into regions that batches use in turn; batches in different regions
   // decode at once. See Reader::prepare_decodes for how many.
+  // The count only grows: reads of other data then reuse the regions (and their memory) instead
+  // of reallocating them, which would synchronise the device on every read.
   void use_decode_regions(std::size_t count) {
-    if (regions_.size() == count) return;
+    if (regions_.size() >= count) return;
     for (auto* s : streams) gpu_->synchronize_stream(s);  // their work may use the old regions
     regions_.clear();
     for (std::size_t i = 0; i < count; ++i) regions_.push_back(std::make_unique<SharedTemp>(gpu_));
     decode_budget = decode_memory_ / count / kStagingAlignment * kStagingAlignment;
   }
   SharedTemp& decode_region(std::size_t batch) { return *regions_[batch % regions_.size()]; }
+  [[nodiscard]] std::size_t decode_regions() const { return regions_.size(); }
   std::size_t decode_budget = 0;  // bytes per region
 
  private:
@@ -144,8 +148,13 @@ class DeviceContext {
   std::vector<std::unique_ptr<SharedTemp>> regions_;
 };
 
-// The ring of `device` for these settings (made again when they change; the old one is freed once
-// no read holds it).
-std::shared_ptr<DeviceContext> context_for(int device, const CudaReadOptions& options);
+using ReadContexts = ContextPool<DeviceContext, std::pair<std::size_t, int>>;
+
+// A ring of `device` for these settings whose slots hold `largest` (the staging split into fewer
+// slots when the configured ones are too small for it; OutOfMemoryError naming the chunk when the
+// whole staging is), lent to one read. Rings made with other settings are freed once no read holds
+// them.
+ReadContexts::Lease context_for(int device, const CudaReadOptions& options,
+                                const gpu::LargestLeaf& largest);
 
 }  // namespace zarr_device::cuda

@@ -189,7 +189,7 @@ TEST(GpuReadBatches, SlotsAndDecodeRegionsCutBatches) {
   const auto spec = test::make_spec({1024}, "uint8");
   std::vector<Leaf> leaves;
   for (int i = 0; i < 10; ++i) leaves.push_back(sized_leaf(Route::kCopy, 1000, spec));
-  auto batches = pack_batches(leaves, 4096, DecodeCosts{}, 0);
+  auto batches = pack_batches(leaves, 4096, 4096, DecodeCosts{}, 0);
   // Leaves of 1000 bytes at 1024-byte steps (the slot alignment is 256): 4 per 4 KiB slot.
   ASSERT_EQ(batches.size(), 3u);
   EXPECT_EQ(batches[0].end, 4u);
@@ -200,14 +200,43 @@ TEST(GpuReadBatches, SlotsAndDecodeRegionsCutBatches) {
   for (int i = 0; i < 10; ++i) decodes.push_back(sized_leaf(Route::kDeviceDecode, 100, spec));
   DecodeCosts costs{};
   costs[static_cast<std::size_t>(DecodeKind::kZstd)] = {1000, 1000};
-  batches = pack_batches(decodes, 1 << 20, costs, 3100);  // 3 chunks' temporary memory
+  batches = pack_batches(decodes, 1 << 20, 1 << 20, costs, 3100);  // 3 chunks' temporary memory
   ASSERT_EQ(batches.size(), 4u);
   EXPECT_EQ(batches[0].end - batches[0].begin, 3u);
   // A leaf larger than a slot cannot be read this way: a typed error that says what to do.
   std::vector<Leaf> huge = {sized_leaf(Route::kCopy, 5000, spec)};
   auto array = Array::create(make_memory_store(), "h", array_doc({4}, {4}, "uint8"), false);
   huge[0].array = array.get();
-  EXPECT_THROW((void)pack_batches(huge, 4096, DecodeCosts{}, 0), OutOfMemoryError);
+  EXPECT_THROW((void)pack_batches(huge, 4096, 4096, DecodeCosts{}, 0), OutOfMemoryError);
+}
+
+TEST(GpuReadBatches, SmallReadsAreCutIntoSmallBatches) {
+  // A read costs about a batch's fetch before its first copy and a batch's copy after its last
+  // fetch: a small read is cut finer than the slots, a large one fills them.
+  const auto spec = test::make_spec({1 << 20}, "uint8");
+  constexpr std::size_t kSlot = std::size_t{64} << 20;
+  std::vector<Leaf> small;
+  for (int i = 0; i < 32; ++i) small.push_back(sized_leaf(Route::kCopy, 1 << 20, spec));
+  const std::size_t target = batch_target(small, kSlot, 12);
+  EXPECT_EQ(target, kMinBatchBytes);
+  const auto batches = pack_batches(small, kSlot, target, DecodeCosts{}, 0);
+  ASSERT_EQ(batches.size(), 8u);
+  EXPECT_EQ(batches[0].end, 4u);
+  std::vector<Leaf> large;
+  for (int i = 0; i < 4096; ++i) large.push_back(sized_leaf(Route::kCopy, 1 << 20, spec));
+  EXPECT_EQ(batch_target(large, kSlot, 12), kCopyBatchBytes);
+  EXPECT_EQ(batch_target(large, 2 << 20, 12), std::size_t{2} << 20);  // never more than a slot
+  // Batches with device decodes fill their slot: the decoder's speed follows its chunks in flight.
+  std::vector<Leaf> decodes;
+  for (int i = 0; i < 32; ++i) decodes.push_back(sized_leaf(Route::kDeviceDecode, 1 << 20, spec));
+  EXPECT_EQ(pack_batches(decodes, kSlot, kMinBatchBytes, DecodeCosts{}, SIZE_MAX).size(), 1u);
+  // A chunk larger than the target still goes alone into a slot that holds it.
+  const auto big_spec = test::make_spec({std::size_t{20} << 20}, "uint8");
+  std::vector<Leaf> big = {sized_leaf(Route::kCopy, std::size_t{20} << 20, big_spec),
+                           sized_leaf(Route::kCopy, 1 << 20, spec)};
+  const auto two = pack_batches(big, kSlot, kMinBatchBytes, DecodeCosts{}, 0);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].end, 1u);
 }
 
 TEST(GpuReadBatches, DecodeRegionsFollowTheData) {
@@ -263,7 +292,7 @@ TEST(GpuReadStaging, FetchReadsChecksAndNamesTheChunk) {
   std::vector<std::byte> out;
   const ReadTarget target = whole(good, out);
   auto leaves = plan({&target, 1});
-  const auto batches = pack_batches(leaves, 1 << 20, DecodeCosts{}, 0);
+  const auto batches = pack_batches(leaves, 1 << 20, 1 << 20, DecodeCosts{}, 0);
   ASSERT_EQ(batches.size(), 1u);
   std::vector<std::byte> host(1 << 20);
   EXPECT_TRUE(fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2).empty());

@@ -422,7 +422,7 @@ NB_MODULE(_core, m) {
       [](const std::vector<std::tuple<std::shared_ptr<zd::Array>, Selection, std::uintptr_t,
                                       std::size_t, std::uintptr_t>>& requests,
          int device, int threads, std::size_t max_inflight_bytes, const std::string& gpu_decode,
-         std::size_t staging_bytes, int staging_slots) {
+         std::size_t staging_bytes, int staging_slots, nb::object completed) {
         std::vector<zd::CudaReadRequest> reads;
         reads.reserve(requests.size());
         for (const auto& [array, selection, ptr, nbytes, stream] : requests) {
@@ -434,11 +434,19 @@ NB_MODULE(_core, m) {
         options.io = io_options(threads, max_inflight_bytes);
         if (staging_bytes > 0) options.staging_bytes = staging_bytes;
         if (staging_slots > 0) options.slots = staging_slots;
+        std::function<void(std::size_t)> report;
+        if (!completed.is_none()) {
+          report = [&completed](std::size_t index) {
+            nb::gil_scoped_acquire acquire;
+            completed(index);
+          };
+        }
         nb::gil_scoped_release release;
-        zd::read_many_to_cuda(reads, device, options);
+        zd::read_many_to_cuda(reads, device, options, report);
       },
       "requests"_a, "device"_a, "threads"_a = 0, "max_inflight_bytes"_a = 0,
-      "gpu_decode"_a = "checked", "staging_bytes"_a = 0, "staging_slots"_a = 0);
+      "gpu_decode"_a = "checked", "staging_bytes"_a = 0, "staging_slots"_a = 0,
+      "completed"_a = nb::none());
 
   m.def("cuda_device_count", &zd::cuda_device_count);
   m.def("cuda_build_info", [] { return json_to_python(zd::cuda_info()); });

@@ -109,6 +109,17 @@ def test_bad_calls_are_usage_errors(tmp_path: Path) -> None:
     assert zd.read_many({}) == {}
 
 
+def test_iter_many_yields_every_array_once_on_the_host(tmp_path: Path) -> None:
+    arrays = _mixed_arrays(tmp_path / "g.zarr")
+    seen = dict(zd.iter_many(arrays))
+    assert list(seen) == list(arrays)  # in the order given
+    for name, arr in arrays.items():
+        assert_bits_equal(seen[name], arr[...], name)
+    target = np.empty((64, 32), dtype=np.int32)
+    got = dict(zd.iter_many({"zstd_crc": arrays["zstd_crc"]}, out={"zstd_crc": target}))
+    assert got["zstd_crc"] is target
+
+
 # ----------------------------------------------------------------------------------------------
 # On a CUDA device
 
@@ -187,3 +198,78 @@ def test_device_reads_from_several_threads(tmp_path: Path) -> None:
         t.join()
     assert not failures, failures[0]
     torch.cuda.synchronize()
+
+
+def _host_bytes(tensor: Any) -> bytes:
+    import torch
+
+    return bytes(tensor.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+def _expected_bytes(arr: zd.Array) -> bytes:
+    expected = np.ascontiguousarray(arr[...])
+    return expected.astype(expected.dtype.newbyteorder("=")).tobytes()
+
+
+@pytest.mark.gpu
+@gpu
+def test_iter_many_yields_each_array_complete_as_it_lands(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    arrays = _mixed_arrays(tmp_path / "g.zarr")
+    order = []
+    for name, tensor in zd.iter_many(arrays, device="cuda:0", like="torch"):
+        # Complete when yielded: no synchronisation needed before reading it.
+        assert _host_bytes(tensor) == _expected_bytes(arrays[name]), name
+        order.append(name)
+    assert sorted(order) == sorted(arrays)
+    # Leaving early waits for the read in flight and leaves the engine whole.
+    for _ in zd.iter_many(arrays, device="cuda:0", like="torch"):
+        break
+    assert len(zd.read_many(arrays, device="cuda:0", like="torch")) == len(arrays)
+
+
+@pytest.mark.gpu
+@gpu
+def test_iter_many_error_after_complete_arrays(tmp_path: Path) -> None:
+    """Many arrays in one pipeline, one damaged late in it: the ones yielded before the error are
+    complete and right; the error names the damaged array."""
+    pytest.importorskip("torch")
+    group = zd.create_group(tmp_path / "g.zarr")
+    arrays = {}
+    rng = np.random.default_rng(3)
+    for i in range(24):
+        arr = group.create_array(f"a{i:02d}", shape=(256, 1024), dtype="float32", chunks=(64, 1024),
+                                 compressors=ZSTD_CRC)
+        arr[...] = rng.standard_normal((256, 1024), dtype=np.float32)
+        arrays[arr.path] = arr
+    chunk = tmp_path / "g.zarr" / "a20" / "c" / "2" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    got = {}
+    with pytest.raises(zd.ChecksumError, match="array 'a20'"):
+        for name, tensor in zd.iter_many(arrays, device="cuda:0", like="torch"):
+            got[name] = _host_bytes(tensor)
+    assert "a20" not in got
+    for name, value in got.items():
+        assert value == _expected_bytes(arrays[name]), name
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("compressors", [None, ZSTD_CRC])
+def test_chunks_larger_than_a_slot_are_read(tmp_path: Path, compressors: Any) -> None:
+    """A chunk larger than the configured slots: the ring is cut into fewer, larger slots; one
+    larger than the whole staging is a typed error that says what to do."""
+    pytest.importorskip("torch")
+    arr = zd.create(tmp_path / "big.zarr", shape=(3, 2 << 20), dtype="float32", chunks=(1, 2 << 20),
+                    compressors=compressors)  # 8 MiB chunks
+    arr[...] = np.random.default_rng(1).standard_normal(arr.shape, dtype=np.float32)
+    previous = zd.set_config(staging_bytes="32MiB", staging_slots=12)  # slots of 2 MiB
+    try:
+        assert _host_bytes(arr.read(device="cuda:0", like="torch")) == _expected_bytes(arr)
+        zd.set_config(staging_bytes="4MiB")
+        with pytest.raises(zd.OutOfMemoryError, match="staging_bytes"):
+            arr.read(device="cuda:0", like="torch")
+    finally:
+        zd.set_config(staging_bytes=previous.staging_bytes, staging_slots=previous.staging_slots)

@@ -60,7 +60,8 @@ from zarr_device.api import (
     open_group,
 )
 from zarr_device.config import IoConfig, get_config, set_config
-from zarr_device.many import read_many
+from zarr_device.convert import ConvertSummary, convert
+from zarr_device.many import iter_many, read_many
 from zarr_device.devices import DeviceSpec, cuda_build_info, cuda_device_count, parse_device
 from zarr_device.dtypes import ZARR_DTYPE_NAMES
 from zarr_device.errors import (
@@ -90,6 +91,9 @@ __all__ = [
     "create",
     "create_group",
     "read_many",
+    "convert",
+    "ConvertSummary",
+    "iter_many",
     "IoConfig",
     "get_config",
     "set_config",

@@ -1,6 +1,6 @@
 """Type stubs of the engine module (python/src/bindings.cpp)."""
 
-from typing import Any
+from typing import Any, Callable
 
 class Store:
     def get(self, key: str, offset: int = 0, length: int = -1) -> bytes | None: ...
@@ -145,4 +145,5 @@ def read_many_cuda(
     gpu_decode: str = "checked",
     staging_bytes: int = 0,
     staging_slots: int = 0,
+    completed: Callable[[int], None] | None = None,
 ) -> None: ...

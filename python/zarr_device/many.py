@@ -4,19 +4,30 @@ neither the disk nor the copy engine waits between arrays."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Union
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from zarr_device import _core
 from zarr_device.config import get_config
-from zarr_device.devices import LIKES, DeviceLike, Like, cuda_destination, resolve_target
+from zarr_device.devices import (
+    LIKES,
+    CudaDestination,
+    DeviceLike,
+    DeviceSpec,
+    Like,
+    cuda_destination,
+    resolve_target,
+)
 from zarr_device.errors import UsageError
 from zarr_device.selection import normalize_selection
 
 if TYPE_CHECKING:
     from zarr_device.api import Array
 
-__all__ = ["read_many"]
+__all__ = ["read_many", "iter_many"]
 
 ArraysLike = Union[
     Mapping[str, Union["Array", tuple["Array", Any]]],
@@ -47,6 +58,88 @@ def _named(arrays: ArraysLike) -> list[tuple[str, Array, Any]]:
     return named
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """A checked read of many arrays: names, arrays' cores, selections and the target device."""
+
+    named: list[tuple[str, Array, Any]]
+    outs: dict[str, Any]
+    like: Like | None
+    target: DeviceSpec
+    selections: dict[str, Any]
+    cores: dict[str, _core.Array]
+
+
+def _plan(arrays: ArraysLike, device: DeviceLike, like: Like | None, out: Mapping[str, Any] | None) -> _Plan:
+    named = _named(arrays)
+    outs = dict(out or {})
+    unknown = set(outs) - {name for name, _, _ in named}
+    if unknown:
+        raise UsageError(f"out names {sorted(unknown)!r}, which are not among the arrays read")
+    if like is not None and like not in LIKES:
+        raise UsageError(f"like={like!r} is not one of {', '.join(map(repr, LIKES))} or None")
+    target = resolve_target(device, next(iter(outs.values()), None))
+    selections = {name: normalize_selection(sel, array.shape) for name, array, sel in named}
+    cores = {name: array._core for name, array, _ in named}  # noqa: SLF001 - the package's own
+    if target.kind == "cuda" and like == "numpy":
+        raise UsageError("like='numpy' makes host arrays: read them with device='cpu'")
+    if target.kind == "framework" and like not in (None, "torch"):
+        raise UsageError(f"device {target.name!r} is reached through PyTorch: use like='torch'")
+    if target.kind not in ("cuda", "framework") and like in ("cupy", "jax"):
+        raise UsageError(f"like={like!r} reads onto a GPU: pass device='cuda' (or device='cuda:N')")
+    return _Plan(named, outs, like, target, selections, cores)
+
+
+def _cuda_destinations(plan: _Plan) -> dict[str, CudaDestination]:
+    assert plan.target.index is not None
+    return {
+        name: cuda_destination(
+            plan.cores[name].dtype, plan.selections[name].shape, plan.target.index, plan.like, plan.outs.get(name)
+        )
+        for name, _, _ in plan.named
+    }
+
+
+def _read_cuda(
+    plan: _Plan, destinations: dict[str, CudaDestination], completed: Callable[[str], None] | None
+) -> None:
+    """One pipeline through the staging ring for every destination; ``completed(name)`` as each
+    is complete (those with nothing to read first)."""
+    assert plan.target.index is not None
+    names = [name for name, d in destinations.items() if d.nbytes]
+    if completed is not None:
+        for name, d in destinations.items():
+            if not d.nbytes:
+                completed(name)
+    if not names:
+        return
+    config = get_config()
+    requests = [
+        (
+            plan.cores[n],
+            list(plan.selections[n].slices),
+            destinations[n].ptr,
+            destinations[n].nbytes,
+            destinations[n].stream,
+        )
+        for n in names
+    ]
+    _core.read_many_cuda(
+        requests,
+        plan.target.index,
+        config.threads,
+        config.max_inflight_bytes,
+        config.gpu_decode,
+        config.staging_bytes,
+        config.staging_slots,
+        None if completed is None else (lambda i: completed(names[i])),
+    )
+
+
+def _result(destination: CudaDestination) -> Any:
+    return destination.finish(destination.result) if destination.finish else destination.result
+
+
 def read_many(
     arrays: ArraysLike,
     *,
@@ -64,43 +157,15 @@ def read_many(
     On the host every chunk of every array is work for one pool of threads under one memory budget;
     on a CUDA device every chunk is one stream through the staging ring, decoded on the GPU where
     it can be. An error names the array and the chunk; the results are then not handed out.
+    :func:`iter_many` hands each result on as soon as it is complete.
     """
-    named = _named(arrays)
-    outs = dict(out or {})
-    unknown = set(outs) - {name for name, _, _ in named}
-    if unknown:
-        raise UsageError(f"out names {sorted(unknown)!r}, which are not among the arrays read")
-    if like is not None and like not in LIKES:
-        raise UsageError(f"like={like!r} is not one of {', '.join(map(repr, LIKES))} or None")
-    target = resolve_target(device, next(iter(outs.values()), None))
+    plan = _plan(arrays, device, like, out)
     config = get_config()
-    selections = {name: normalize_selection(sel, array.shape) for name, array, sel in named}
-    cores = {name: array._core for name, array, _ in named}  # noqa: SLF001 - the package's own
-
-    if target.kind == "cuda":
-        if like == "numpy":
-            raise UsageError("like='numpy' makes host arrays: read them with device='cpu'")
-        assert target.index is not None
-        destinations = {
-            name: cuda_destination(cores[name].dtype, selections[name].shape, target.index, like, outs.get(name))
-            for name, _, _ in named
-        }
-        requests = [
-            (cores[name], list(selections[name].slices), d.ptr, d.nbytes, d.stream)
-            for name, d in destinations.items()
-            if d.nbytes
-        ]
-        if requests:
-            _core.read_many_cuda(
-                requests,
-                target.index,
-                config.threads,
-                config.max_inflight_bytes,
-                config.gpu_decode,
-                config.staging_bytes,
-                config.staging_slots,
-            )
-        return {name: d.finish(d.result) if d.finish else d.result for name, d in destinations.items()}
+    if plan.target.kind == "cuda":
+        destinations = _cuda_destinations(plan)
+        _read_cuda(plan, destinations, None)
+        return {name: _result(d) for name, d in destinations.items()}
+    named, outs, selections, cores, target = plan.named, plan.outs, plan.selections, plan.cores, plan.target
 
     from zarr_device.api import host_destination
 
@@ -108,8 +173,6 @@ def read_many(
         # Other torch devices: pinned host memory filled in one pass, then one copy each.
         from zarr_device import torch as torch_adapter
 
-        if like not in (None, "torch"):
-            raise UsageError(f"device {target.name!r} is reached through PyTorch: use like='torch'")
         staging = {
             name: torch_adapter.pinned_empty(selections[name].shape, cores[name].dtype) for name, _, _ in named
         }
@@ -120,8 +183,6 @@ def read_many(
         )
         return {n: torch_adapter.to_device(staging[n], target.name, out=outs.get(n)) for n in staging}
 
-    if like in ("cupy", "jax"):
-        raise UsageError(f"like={like!r} reads onto a GPU: pass device='cuda' (or device='cuda:N')")
     results: dict[str, Any] = {}
     host_requests = []
     for name, _, _ in named:
@@ -130,3 +191,50 @@ def read_many(
         host_requests.append((cores[name], list(selections[name].slices), bytes_view))
     _core.read_many(host_requests, config.threads, config.max_inflight_bytes)
     return results
+
+
+def iter_many(
+    arrays: ArraysLike,
+    *,
+    device: DeviceLike = None,
+    like: Like | None = None,
+    out: Mapping[str, Any] | None = None,
+) -> Iterator[tuple[str, Any]]:
+    """Reads many arrays as :func:`read_many` does, yielding ``(name, result)`` as each result is
+    complete, while the rest are still being read: a loader can hand tensors on (copy them into a
+    model, send them to other ranks) as they arrive.
+
+    On a CUDA device the arrays are one pipeline through the staging ring, read in the order given,
+    and each is yielded as soon as its last chunk is on the device. Elsewhere they are read one
+    after another, each with every thread. An error is raised where the iteration stands; the
+    results already yielded are complete, the others are dropped. Leaving the loop early waits for
+    the read in flight to end.
+    """
+    plan = _plan(arrays, device, like, out)
+    if plan.target.kind != "cuda":
+        for name, array, selection in plan.named:
+            one = {name: plan.outs[name]} if name in plan.outs else None
+            yield name, read_many({name: (array, selection)}, device=device, like=like, out=one)[name]
+        return
+    destinations = _cuda_destinations(plan)
+    done: queue.SimpleQueue[tuple[str | None, BaseException | None]] = queue.SimpleQueue()
+
+    def run() -> None:
+        try:
+            _read_cuda(plan, destinations, lambda name: done.put((name, None)))
+            done.put((None, None))
+        except BaseException as error:  # handed to the iterating thread, which raises it
+            done.put((None, error))
+
+    reader = threading.Thread(target=run, name="zarr-device-iter-many", daemon=True)
+    reader.start()
+    try:
+        while True:
+            ready, error = done.get()
+            if error is not None:
+                raise error
+            if ready is None:
+                return
+            yield ready, _result(destinations.pop(ready))
+    finally:
+        reader.join()

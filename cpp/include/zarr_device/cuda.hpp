@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <vector>
@@ -66,10 +67,14 @@ struct CudaReadRequest {
 
 // Reads many arrays (or selections of them) onto CUDA device `device` in one pipeline: every chunk
 // of every request is one stream through the staging ring, so the disk and the copy engine never
-// wait between arrays. Returns once every output is complete; an error names the array and the
-// chunk (the outputs then hold nothing to rely on).
+// wait between arrays. Returns once every output is complete. `completed(i)`, when given, is
+// called on the calling thread as soon as request i's output is complete and visible to every
+// stream, while later requests are still being read (a loader can hand it on). An error names
+// the array and the chunk; the outputs of requests not yet reported complete then hold nothing to
+// rely on.
 void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
-                       const CudaReadOptions& options = {});
+                       const CudaReadOptions& options = {},
+                       const std::function<void(std::size_t)>& completed = {});
 
 // Times the GPU decode stage alone over the chunks of `selection` that a read would decode with
 // nvCOMP (their compressed bytes staged in device memory beforehand): {"seconds",

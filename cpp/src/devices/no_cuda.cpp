@@ -23,7 +23,10 @@ void read_to_cuda(const Array&, std::span<const DimSlice>, int, void*, std::size
   no_cuda();
 }
 
-void read_many_to_cuda(std::span<const CudaReadRequest>, int, const CudaReadOptions&) { no_cuda(); }
+void read_many_to_cuda(std::span<const CudaReadRequest>, int, const CudaReadOptions&,
+                       const std::function<void(std::size_t)>&) {
+  no_cuda();
+}
 
 nlohmann::json measure_cuda_decode(const Array&, std::span<const DimSlice>, int, int,
                                    const CudaReadOptions&) {

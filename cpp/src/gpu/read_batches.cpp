@@ -25,7 +25,24 @@ std::size_t plan_decode_regions(std::span<Leaf> leaves, const DecodeCosts& costs
                                  std::max<std::size_t>(1, std::min(slots, kMaxDecodeRegions)));
 }
 
-std::vector<Batch> pack_batches(std::span<Leaf> leaves, std::size_t capacity,
+LargestLeaf largest_staged(std::span<const Leaf> leaves) {
+  const Leaf* largest = nullptr;
+  for (const auto& leaf : leaves) {
+    if (!largest || staged_bytes(leaf) > staged_bytes(*largest)) largest = &leaf;
+  }
+  if (!largest) return {};
+  return {staged_bytes(*largest), largest->array ? largest->where() : std::string()};
+}
+
+std::size_t batch_target(std::span<const Leaf> leaves, std::size_t capacity, std::size_t slots) {
+  std::size_t total = 0;
+  for (const auto& leaf : leaves) total += align_up(staged_bytes(leaf), kStagingAlignment);
+  return std::min(
+      std::clamp(total / std::max<std::size_t>(slots, 1), kMinBatchBytes, kCopyBatchBytes),
+      capacity);
+}
+
+std::vector<Batch> pack_batches(std::span<Leaf> leaves, std::size_t capacity, std::size_t target,
                                 const DecodeCosts& costs, std::size_t decode_budget) {
   std::vector<Batch> batches;
   for (std::size_t begin = 0; begin < leaves.size();) {
@@ -43,6 +60,9 @@ std::vector<Batch> pack_batches(std::span<Leaf> leaves, std::size_t capacity,
                                  " bytes is larger than a staging slot (" +
                                  std::to_string(capacity) + " bytes); raise staging_bytes");
         }
+        break;
+      }
+      if (end > begin && decodes == 0 && leaf.route != Route::kDeviceDecode && at + need > target) {
         break;
       }
       if (leaf.route == Route::kDeviceDecode) {

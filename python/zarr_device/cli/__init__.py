@@ -2,7 +2,8 @@
 
 ``zarr-device info PATH`` prints the tree of arrays and groups in a store; ``zarr-device bench``
 writes a sample array and reads it back with zarr-device and with zarr-python; ``zarr-device
-fsck PATH`` checks a store for leftovers of killed writes and for damage.
+fsck PATH`` checks a store for leftovers of killed writes and for damage; ``zarr-device convert
+SOURCE DEST`` rewrites an array or group with other codecs and chunks (crc32c for GPU decoding).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import sys
 
 import zarr_device as zd
-from zarr_device.cli import bench, fsck, info
+from zarr_device.cli import bench, convert, fsck, info
 from zarr_device.cli.bench import (
     ReadMismatchError,
     SampleLayout,
@@ -40,7 +41,8 @@ __all__ = [
 
 _DESCRIPTION = """\
 zarr-device reads and writes Zarr arrays (v3; v2 for reading) with a parallel C++ engine.
-This command looks inside Zarr stores and measures how fast they read on this machine."""
+This command looks inside Zarr stores, converts them to other codecs and chunk layouts, and
+measures how fast they read on this machine."""
 
 _EPILOG = """\
 examples:
@@ -49,6 +51,8 @@ examples:
   zarr-device info data.zarr --json           the same, as JSON
   zarr-device bench                           1 GiB sample: zarr-device vs zarr-python
   zarr-device bench --size 4GiB --codec both  bigger, compressed and uncompressed
+  zarr-device convert in.zarr out.zarr --chunks 2MiB --shards 64MiB
+                                              rewritten as zstd + crc32c (GPU decoding)
 
 run 'zarr-device COMMAND --help' for a command's options."""
 
@@ -66,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_command(commands)
     bench.add_command(commands)
     fsck.add_command(commands)
+    convert.add_command(commands)
     return parser
 
 

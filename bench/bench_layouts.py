@@ -1,0 +1,253 @@
+"""One array onto a GPU, layout by layout: chunk (or inner chunk) sizes from 16 KiB to 64 MiB,
+sharded and not, zstd + crc32c and uncompressed, and data written by zarr-python and tensorstore
+(zstd without a checksum) under each ``gpu_decode`` policy, against the limits measured in the
+same run: the page cache and the pinned copy at once (what a read through pinned staging does),
+and one core's zstd decode rate times the cores.
+
+    python bench/bench_layouts.py --size 1GiB --out /tmp/bl [--json results.json]
+
+Prints a table of GB/s (decoded bytes per second, 10^9). Every read is checked against the data
+written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_gpu import GIB, MIB, engine_info, fmt_bytes, log, machine_info, parse_size  # noqa: E402
+
+KIB = 1 << 10
+COLS = 4096  # bf16 rows of 8 KiB
+ZSTD_CRC = [{"name": "zstd", "configuration": {"level": 1}}, {"name": "crc32c"}]
+CHUNKS = [16 * KIB, 64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB]
+
+
+def weights(rows: int, seed: int = 0) -> np.ndarray:
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((rows, COLS), dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+
+
+def rows_of(nbytes: int) -> int:
+    return max(1, nbytes // (COLS * 2))
+
+
+def best_of(read: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    import torch
+
+    result = read()  # warm: page cache, ring, plans
+    runs = []
+    for _ in range(repeat):
+        del result
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        result = read()
+        torch.cuda.synchronize()
+        runs.append(time.perf_counter() - start)
+    return min(runs), result
+
+
+def check(result: Any, expected: np.ndarray, what: str) -> None:
+    import torch
+
+    got = result.view(torch.int16).cpu().numpy()
+    if not np.array_equal(got, expected.view(np.int16)):
+        raise AssertionError(f"{what}: the read returned other values")
+
+
+def concurrent_limits(path: str, device: str, threads: int, seconds: float = 2.0) -> dict[str, float]:
+    """Page cache -> pinned with `threads` threads, alone and while a pinned -> GPU copy runs."""
+    import torch
+
+    files = [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
+    slot = 16 * MIB
+    pinned = torch.empty(threads * slot, dtype=torch.uint8, pin_memory=True)
+    view = memoryview(pinned.numpy())
+    copy_src = torch.empty(1 * GIB, dtype=torch.uint8, pin_memory=True)
+    copy_dst = torch.empty(1 * GIB, dtype=torch.uint8, device=device)
+    stop = threading.Event()
+
+    def reader(i: int, counter: list[int]) -> None:
+        k = i
+        buffer = view[i * slot:(i + 1) * slot]
+        while not stop.is_set():
+            fd = os.open(files[k % len(files)], os.O_RDONLY)
+            try:
+                while n := os.readv(fd, [buffer]):
+                    counter[0] += n
+                    if stop.is_set():
+                        break
+            finally:
+                os.close(fd)
+            k += threads
+
+    def read_rate(copying: bool) -> tuple[float, float]:
+        stop.clear()
+        counters = [[0] for _ in range(threads)]
+        workers = [threading.Thread(target=reader, args=(i, counters[i])) for i in range(threads)]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        copied = 0
+        while time.perf_counter() - start < seconds:
+            if copying:
+                copy_dst.copy_(copy_src, non_blocking=True)
+                torch.cuda.synchronize()
+                copied += copy_src.numel()
+            else:
+                time.sleep(0.01)
+        elapsed = time.perf_counter() - start
+        stop.set()
+        for w in workers:
+            w.join()
+        return sum(c[0] for c in counters) / elapsed / 1e9, copied / elapsed / 1e9
+
+    alone, _ = read_rate(False)
+    together, copy_rate = read_rate(True)
+    return {"read_alone": alone, "read_while_copying": together, "copy_while_reading": copy_rate}
+
+
+def one_core_zstd(path: str) -> float:
+    """GB/s of one thread decoding the array on the host (zstd, plus the copy out)."""
+    import zarr_device as zd
+
+    array = zd.open_array(path)
+    previous = zd.set_config(threads=1)
+    try:
+        array.read()
+        start = time.perf_counter()
+        array.read()
+        return array.nbytes / (time.perf_counter() - start) / 1e9
+    finally:
+        zd.set_config(**{"threads": previous.threads})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=parse_size, default=GIB, help="array size (default 1GiB)")
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--parts", default="limits,sweep,foreign", help="limits, sweep, foreign")
+    args = parser.parse_args(argv)
+
+    import zarr_device as zd
+
+    out_dir = args.out or tempfile.mkdtemp(prefix="zd-bench-layouts-")
+    parts = set(args.parts.split(","))
+    rows = rows_of(args.size)
+    data = weights(rows)
+    machine = machine_info()
+    cores = machine["usable_cores"] or os.cpu_count() or 1
+    print(f"machine:  {machine['cpu']}; {cores} cores; gpus {machine['gpus']}")
+    print(f"engine:   {json.dumps(engine_info())}")
+    print(f"data:     bf16 [{rows}, {COLS}] ({fmt_bytes(data.nbytes)}), normal(0, 0.02)", flush=True)
+    document: dict[str, Any] = {"machine": machine, "rows": rows, "results": []}
+    table: list[tuple[str, str, str, float, str]] = []
+
+    def record(layout: str, codec: str, policy: str, gbps: float, note: str = "") -> None:
+        table.append((layout, codec, policy, gbps, note))
+        document["results"].append({"layout": layout, "codec": codec, "policy": policy, "gbps": gbps, "note": note})
+        log(f"  {layout:28} {codec:10} {policy:8} {gbps:7.2f} GB/s {note}")
+
+    def read_gpu(path: str, what: str, policy: str = "checked") -> float:
+        array = zd.open_array(path)
+        previous = zd.set_config(gpu_decode=policy)
+        try:
+            seconds, result = best_of(lambda: array.read(device=args.device, like="torch"), args.repeat)
+        finally:
+            zd.set_config(gpu_decode=previous.gpu_decode)
+        check(result, data, what)
+        return array.nbytes / seconds / 1e9
+
+    if "sweep" in parts:
+        for chunk in CHUNKS:
+            chunk_rows = rows_of(chunk)
+            for sharded in (False, True):
+                if sharded and chunk >= 64 * MIB:
+                    continue
+                layout = (f"shards 64MiB of {fmt_bytes(chunk)}" if sharded else f"chunks {fmt_bytes(chunk)}")
+                for codec in ("zstd+crc", "none"):
+                    if codec == "none" and chunk not in (16 * KIB, MIB, 64 * MIB):
+                        continue
+                    path = os.path.join(out_dir, f"sweep-{chunk}-{int(sharded)}-{codec}.zarr")
+                    shape = (rows, COLS)
+                    arr = zd.create(path, shape=shape, dtype="bfloat16", mode="w",
+                                          chunks=(chunk_rows, COLS) if not sharded else (chunk_rows, COLS),
+                                          shards=(max(chunk_rows, rows_of(64 * MIB)), COLS) if sharded else None,
+                                          compressors=ZSTD_CRC if codec != "none" else None)
+                    arr[...] = data
+                    try:
+                        record(layout, codec, "checked", read_gpu(path, layout))
+                    except Exception as error:  # a layout that fails is a finding, not the end of the run
+                        record(layout, codec, "checked", float("nan"), f"FAILED: {error}")
+                    if codec != "none" and not sharded:
+                        decode = zd.open_array(path)._core.bench_decode_cuda(
+                            [(0, 1, n) for n in shape], int(args.device.split(":")[1]) if ":" in args.device else 0)
+                        record(layout, codec, "decode", float(decode.get("decoded_bytes", 0)) / float(decode["seconds"]) / 1e9,
+                               "nvCOMP decode alone")
+
+    if "foreign" in parts:
+        import zarr
+
+        for chunk in (MIB, 4 * MIB):
+            path = os.path.join(out_dir, f"zarr-python-{chunk}.zarr")
+            # zarr-python 3.1 has no bfloat16: the same bytes as uint16
+            z = zarr.create_array(path, shape=(rows, COLS), chunks=(rows_of(chunk), COLS), dtype="uint16",
+                                  overwrite=True, compressors=[zarr.codecs.ZstdCodec(level=1)])
+            z[...] = data.view(np.uint16)
+            layout = f"zarr-python chunks {fmt_bytes(chunk)}"
+            single = one_core_zstd(path)
+            record(layout, "zstd", "1 core", single, "host decode, one thread")
+            record(layout, "zstd", "cores", single * cores, f"{cores} x one core")
+            for policy in ("checked", "trusted"):
+                record(layout, "zstd", policy, read_gpu(path, layout, policy))
+        try:
+            import tensorstore as ts
+
+            path = os.path.join(out_dir, "tensorstore.zarr")
+            spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": path},
+                    "metadata": {"shape": [rows, COLS], "data_type": "uint16",
+                                 "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [rows_of(MIB), COLS]}},
+                                 "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                                            {"name": "zstd", "configuration": {"level": 1}}]}}
+            store = ts.open(spec, create=True, delete_existing=True).result()
+            store[...] = data.view(np.uint16)
+            for policy in ("checked", "trusted"):
+                record("tensorstore chunks 1MiB", "zstd", policy, read_gpu(path, "tensorstore", policy))
+        except ImportError:
+            log("tensorstore: not installed, skipped")
+
+    if "limits" in parts:
+        path = os.path.join(out_dir, "limits.zarr")
+        if not os.path.exists(path):
+            zd.create(path, shape=(rows, COLS), dtype="bfloat16", chunks=(rows_of(64 * MIB), COLS))[...] = data
+        limits = concurrent_limits(path, args.device, max(1, cores - 2))
+        document["limits"] = limits
+        print(f"limits: page cache -> pinned {limits['read_alone']:.2f} GB/s alone, "
+              f"{limits['read_while_copying']:.2f} while a pinned -> GPU copy runs at {limits['copy_while_reading']:.2f}")
+
+    print(f"\n{'layout':30} {'codec':10} {'policy':8} {'GB/s':>7}  note")
+    for layout, codec, policy, gbps, note in table:
+        print(f"{layout:30} {codec:10} {policy:8} {gbps:7.2f}  {note}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(document, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
