@@ -142,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     parser.add_argument("--json", default=None)
     parser.add_argument("--parts", default="limits,sweep,foreign", help="limits, sweep, foreign")
+    parser.add_argument("--chunks", default=",".join(fmt_bytes(c).replace(" ", "") for c in CHUNKS),
+                        help="chunk sizes of the sweep (default 16KiB,...,64MiB)")
     args = parser.parse_args(argv)
 
     import zarr_device as zd
@@ -174,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return array.nbytes / seconds / 1e9
 
     if "sweep" in parts:
-        for chunk in CHUNKS:
+        for chunk in [parse_size(c) for c in args.chunks.split(",")]:
             chunk_rows = rows_of(chunk)
             for sharded in (False, True):
                 if sharded and chunk >= 64 * MIB:
@@ -190,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           shards=(max(chunk_rows, rows_of(64 * MIB)), COLS) if sharded else None,
                                           compressors=ZSTD_CRC if codec != "none" else None)
                     arr[...] = data
+                    os.sync()  # writeback would compete with the read measured
                     try:
                         record(layout, codec, "checked", read_gpu(path, layout))
                     except Exception as error:  # a layout that fails is a finding, not the end of the run

@@ -61,8 +61,9 @@ def state_dict_values(rows: Sequence[int]) -> Iterator[tuple[str, Any]]:
 
 
 def write_state_dict(path: str, rows: Sequence[int], codec: str, chunk_rows: int,
-                     values: Iterable[tuple[str, Any]] | None = None) -> float:
-    """One array per tensor (``values``, or :func:`state_dict_values` of ``rows``); seconds taken."""
+                     values: Iterable[tuple[str, Any]] | None = None, inner_rows: int = 0) -> float:
+    """One array per tensor (``values``, or :func:`state_dict_values` of ``rows``); seconds taken.
+    ``inner_rows``: shards of ``chunk_rows`` rows holding chunks of this many (0: unsharded)."""
     import zarr_device as zd
 
     compressors: Any = None if codec == "none" else [{"name": "zstd", "configuration": {"level": 1}}, {"name": "crc32c"}]
@@ -70,8 +71,13 @@ def write_state_dict(path: str, rows: Sequence[int], codec: str, chunk_rows: int
     start = time.perf_counter()
     for name, value in state_dict_values(rows) if values is None else values:
         n = value.shape[0]
-        arr = group.create_array(name, shape=(n, COLS), dtype="bfloat16", chunks=(min(chunk_rows, n), COLS),
-                                 compressors=compressors)
+        if inner_rows:
+            shard = -(-min(chunk_rows, n) // inner_rows) * inner_rows
+            arr = group.create_array(name, shape=(n, COLS), dtype="bfloat16", chunks=(inner_rows, COLS),
+                                     shards=(shard, COLS), compressors=compressors)
+        else:
+            arr = group.create_array(name, shape=(n, COLS), dtype="bfloat16", chunks=(min(chunk_rows, n), COLS),
+                                     compressors=compressors)
         arr[...] = value
     return time.perf_counter() - start
 
@@ -189,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=parse_size, default=6 * GIB, help="state dict size (default 6GiB)")
     parser.add_argument("--chunk-rows", type=int, default=256, help="rows per chunk (256 x 4096 bf16: 2 MiB)")
+    parser.add_argument("--inner-rows", type=int, default=0,
+                        help="shards of --chunk-rows rows holding chunks of this many (default 0: unsharded)")
     parser.add_argument("--codecs", default="none,zstd", help="none,zstd (zstd level 1 + crc32c)")
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--repeat", type=int, default=3)
@@ -209,17 +217,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("versions: " + ", ".join(f"{k} {v or '-'}" for k, v in versions.items()))
     print(f"engine:   {json.dumps(engine)}")
     print(f"data:     {len(rows)} bf16 arrays of [rows, {COLS}], {fmt_bytes(sum(rows) * COLS * 2)}; "
-          f"chunks of {args.chunk_rows} rows ({fmt_bytes(args.chunk_rows * COLS * 2)})", flush=True)
+          f"chunks of {args.chunk_rows} rows ({fmt_bytes(args.chunk_rows * COLS * 2)})"
+          + (f" as shards of chunks of {args.inner_rows} rows" if args.inner_rows else ""), flush=True)
     document: dict[str, Any] = {"machine": machine, "versions": versions, "engine": engine, "rows": rows,
                                 "chunk_rows": args.chunk_rows, "results": {}}
     table = []
     for codec in args.codecs.split(","):
-        path = os.path.join(out_dir, f"state-{codec}.zarr")
+        path = os.path.join(out_dir, f"state-{codec}-{args.chunk_rows}-{args.inner_rows}.zarr")
         if args.reuse and os.path.exists(path):
             written = 0.0
         else:
             log(f"writing {codec} state dict to {path}")
-            written = write_state_dict(path, rows, codec, args.chunk_rows)
+            written = write_state_dict(path, rows, codec, args.chunk_rows, inner_rows=args.inner_rows)
+            os.sync()  # the disk's writeback of fresh data would compete with the reads measured
         stored = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
         limits = child_limits(path, args.device, 2 * GIB, os.cpu_count() or 16, cold=args.cold)
         ways = [w.strip() for w in args.ways.split(",")]

@@ -3,8 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.hpp"
+#include "devices/device.hpp"
 #include "zarr_device/cuda.hpp"
-#include "zarr_device/device.hpp"
 
 namespace zarr_device {
 namespace cuda {

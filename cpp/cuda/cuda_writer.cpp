@@ -10,20 +10,20 @@
 #include <map>
 #include <mutex>
 #include <numeric>
-#include <thread>
 
 #include "codecs/codec_chain.hpp"
 #include "codecs/compression_common.hpp"
 #include "codecs/crc32c.hpp"
 #include "cuda_check.hpp"
 #include "device_memory.hpp"
+#include "devices/device.hpp"
 #include "engine/thread_pool.hpp"
+#include "gpu/write_slots.hpp"
 #include "kernels.hpp"
 #include "nvcomp_api.hpp"
 #include "place/chunk_grid.hpp"
 #include "place/strided_copy.hpp"
 #include "zarr_device/cuda.hpp"
-#include "zarr_device/device.hpp"
 
 namespace zarr_device {
 namespace cuda {
@@ -157,7 +157,7 @@ class WriteContext {
  public:
   WriteContext(int device, std::size_t staging_bytes)
       : gpu(get_device("cuda:" + std::to_string(device))),
-        slot_bytes(align_up(std::max<std::size_t>(staging_bytes, 1 << 20), 1 << 20)),
+        slot_bytes(gpu::write_slot_bytes(staging_bytes)),
         temp(gpu) {
     try {
       for (auto& s : slots) {
@@ -183,7 +183,7 @@ class WriteContext {
   // Each slot's buffers (laid-out chunks and compressed outputs on the device, encoded chunks in
   // pinned memory) hold this much: enough for several shards, whose stores then run in parallel.
   std::size_t slot_bytes;
-  WriteSlot slots[2];
+  WriteSlot slots[gpu::kWriteSlots];
   std::vector<StreamHandle> streams;
   SharedTemp temp;
 
@@ -255,8 +255,7 @@ class Writer {
       : array_(array),
         device_(device),
         options_(options),
-        workers_(options.io.threads > 0 ? static_cast<std::size_t>(options.io.threads)
-                                        : std::max(1U, std::thread::hardware_concurrency())),
+        workers_(engine::worker_count(options.io.threads)),
         pool_(engine::ThreadPool::shared(workers_)) {}
 
   void write(std::span<const DimSlice> selection, const void* values, std::size_t nbytes);
@@ -478,8 +477,8 @@ void Writer::copy_back(WriteSlot& slot, std::span<WriteItem> items) {
   const std::size_t total = host.offsets[last] + host.output_sizes[last];
   if (total > ctx_->slot_bytes) {
     throw CodecError(array_.describe() + ": compressed chunks of " + std::to_string(total) +
-                     " bytes exceed the staging of " + std::to_string(ctx_->slot_bytes) +
-                     " bytes; raise staging_bytes");
+                     " bytes exceed a write slot of " + std::to_string(ctx_->slot_bytes) +
+                     " bytes (half the staging); raise staging_bytes");
   }
   ZD_CUDA_CHECK(cudaSetDevice(device_));
   ZD_CUDA_CHECK(
@@ -665,17 +664,17 @@ void Writer::write(std::span<const DimSlice> selection, const void* values, std:
   };
   try {
     for (std::size_t b = 0; b < batches.size(); ++b) {
-      WriteSlot& slot = ctx.slots[b % 2];
+      WriteSlot& slot = ctx.slots[b % gpu::kWriteSlots];
       launch(slot, span_of(b));
       if (b > 0) {
-        WriteSlot& previous = ctx.slots[(b - 1) % 2];
+        WriteSlot& previous = ctx.slots[(b - 1) % gpu::kWriteSlots];
         copy_back(previous, span_of(b - 1));
         store(previous, span_of(b - 1));
       }
     }
     const std::size_t last = batches.size() - 1;
-    copy_back(ctx.slots[last % 2], span_of(last));
-    store(ctx.slots[last % 2], span_of(last));
+    copy_back(ctx.slots[last % gpu::kWriteSlots], span_of(last));
+    store(ctx.slots[last % gpu::kWriteSlots], span_of(last));
   } catch (...) {
     for (auto& slot : ctx.slots) {
       cudaStreamSynchronize(slot.stream);

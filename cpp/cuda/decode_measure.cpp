@@ -7,14 +7,17 @@
 
 #include "cuda_check.hpp"
 #include "device_memory.hpp"
+#include "devices/device.hpp"
 #include "engine/thread_pool.hpp"
+#include "gpu/bench_hooks.hpp"
 #include "gpu/read_batches.hpp"
 #include "gpu/read_plan.hpp"
 #include "nvcomp_api.hpp"
 #include "place/strided_copy.hpp"
-#include "zarr_device/device.hpp"
 
-namespace zarr_device::cuda {
+namespace zarr_device {
+namespace cuda {
+namespace {
 
 using gpu::align_up;
 using gpu::kMaxBatch;
@@ -188,4 +191,12 @@ nlohmann::json measure_decode(const Array& array, std::span<const DimSlice> sele
           {"sweep", sweep}};
 }
 
-}  // namespace zarr_device::cuda
+}  // namespace
+}  // namespace cuda
+
+nlohmann::json measure_cuda_decode(const Array& array, std::span<const DimSlice> selection,
+                                   int device, int repeats, const CudaReadOptions& options) {
+  return cuda::measure_decode(array, selection, device, repeats, options);
+}
+
+}  // namespace zarr_device

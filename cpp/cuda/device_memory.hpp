@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "zarr_device/device.hpp"
+#include "devices/device.hpp"
 
 namespace zarr_device::cuda {
 

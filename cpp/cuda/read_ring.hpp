@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "device_memory.hpp"
+#include "devices/device.hpp"
 #include "gpu/read_batches.hpp"
 #include "gpu/read_leaf.hpp"
 #include "zarr_device/cuda.hpp"
-#include "zarr_device/device.hpp"
 
 namespace zarr_device::cuda {
 
@@ -84,6 +84,7 @@ class DeviceContext {
   }
   ~DeviceContext() {
     for (auto& s : slots_) release(s);
+    gpu_->destroy_event(consumer_ready_);
   }
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;
@@ -126,6 +127,16 @@ class DeviceContext {
   int device_;
   std::shared_ptr<Device> gpu_;
   std::vector<StreamHandle> streams;  // of the slots allocated
+
+  // Orders the work of slots [0, used) after the work queued so far on `consumer` (a stream
+  // whose memory a read writes): the device waits, not the host.
+  void wait_for(StreamHandle consumer, std::size_t used) {
+    if (!consumer_ready_) consumer_ready_ = gpu_->create_event();
+    gpu_->record(consumer_ready_, consumer);
+    for (std::size_t i = 0; i < std::min(used, slots_.size()); ++i) {
+      gpu_->wait(slot(i).stream, consumer_ready_);
+    }
+  }
   // Decode memory (nvCOMP's temporary memory, then decoded chunks on their way to a strided
   // place): the staging's size in all, which keeps a read's device memory within the output plus
   // twice the staging, split into regions that batches use in turn; batches in different regions
@@ -145,6 +156,7 @@ class DeviceContext {
 
  private:
   std::size_t decode_memory_ = 0;
+  EventHandle consumer_ready_ = nullptr;
   std::vector<std::unique_ptr<SharedTemp>> regions_;
 };
 

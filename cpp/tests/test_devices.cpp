@@ -3,8 +3,8 @@
 #include <cstring>
 #include <vector>
 
+#include "devices/device.hpp"
 #include "zarr_device/cuda.hpp"
-#include "zarr_device/device.hpp"
 #include "zarr_device/errors.hpp"
 
 namespace zd = zarr_device;

@@ -11,14 +11,17 @@
 
 #include <tuple>
 
+#include "devices/device.hpp"
 #include "dlpack.hpp"
+#include "gpu/bench_hooks.hpp"
+#include "settings_bindings.hpp"
 #include "stores/file_tree.hpp"
 #include "zarr_device/array.hpp"
 #include "zarr_device/cuda.hpp"
-#include "zarr_device/device.hpp"
 #include "zarr_device/errors.hpp"
 #include "zarr_device/json_document.hpp"
 #include "zarr_device/nodes.hpp"
+#include "zarr_device/settings.hpp"
 #include "zarr_device/store.hpp"
 
 namespace nb = nanobind;
@@ -106,13 +109,6 @@ std::vector<zd::DimSlice> to_selection(
   return out;
 }
 
-zd::IoOptions io_options(int threads, std::size_t max_inflight_bytes) {
-  zd::IoOptions options;
-  options.threads = threads;
-  if (max_inflight_bytes > 0) options.max_inflight_bytes = max_inflight_bytes;
-  return options;
-}
-
 const char* exception_name(zd::ErrorKind kind) {
   switch (kind) {
     case zd::ErrorKind::kFormat:
@@ -138,13 +134,6 @@ const char* exception_name(zd::ErrorKind kind) {
 }
 
 using Selection = std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>;
-
-zd::GpuDecode parse_gpu_decode(const std::string& mode) {
-  if (mode == "checked") return zd::GpuDecode::kChecked;
-  if (mode == "trusted") return zd::GpuDecode::kTrusted;
-  if (mode == "off") return zd::GpuDecode::kOff;
-  throw zd::UsageError("gpu_decode must be 'checked', 'trusted' or 'off', not '" + mode + "'");
-}
 
 nb::object json_to_python(const nlohmann::json& value) {
   return nb::module_::import_("json").attr("loads")(value.dump());
@@ -273,6 +262,8 @@ NB_MODULE(_core, m) {
       Py_DECREF(message);
     }
   });
+
+  bind_settings(m);  // settings_bindings.cpp
 
   nb::class_<zd::Store>(m, "Store")
       .def(
@@ -404,8 +395,7 @@ NB_MODULE(_core, m) {
       "read_many",
       [](const std::vector<std::tuple<std::shared_ptr<zd::Array>, Selection,
                                       nb::ndarray<std::uint8_t, nb::c_contig, nb::device::cpu>>>&
-             requests,
-         int threads, std::size_t max_inflight_bytes) {
+             requests) {
         std::vector<zd::ReadRequest> reads;
         reads.reserve(requests.size());
         for (const auto& [array, selection, out] : requests) {
@@ -414,26 +404,20 @@ NB_MODULE(_core, m) {
                            {reinterpret_cast<std::byte*>(out.data()), out.size()}});
         }
         nb::gil_scoped_release release;
-        zd::read_many(reads, io_options(threads, max_inflight_bytes));
+        zd::read_many(reads);
       },
-      "requests"_a, "threads"_a = 0, "max_inflight_bytes"_a = 0);
+      "requests"_a);
   m.def(
       "read_many_cuda",
       [](const std::vector<std::tuple<std::shared_ptr<zd::Array>, Selection, std::uintptr_t,
                                       std::size_t, std::uintptr_t>>& requests,
-         int device, int threads, std::size_t max_inflight_bytes, const std::string& gpu_decode,
-         std::size_t staging_bytes, int staging_slots, nb::object completed) {
+         int device, nb::object completed) {
         std::vector<zd::CudaReadRequest> reads;
         reads.reserve(requests.size());
         for (const auto& [array, selection, ptr, nbytes, stream] : requests) {
           reads.push_back(
               {array.get(), to_selection(selection), reinterpret_cast<void*>(ptr), nbytes, stream});
         }
-        zd::CudaReadOptions options;
-        options.gpu_decode = parse_gpu_decode(gpu_decode);
-        options.io = io_options(threads, max_inflight_bytes);
-        if (staging_bytes > 0) options.staging_bytes = staging_bytes;
-        if (staging_slots > 0) options.slots = staging_slots;
         std::function<void(std::size_t)> report;
         if (!completed.is_none()) {
           report = [&completed](std::size_t index) {
@@ -442,11 +426,9 @@ NB_MODULE(_core, m) {
           };
         }
         nb::gil_scoped_release release;
-        zd::read_many_to_cuda(reads, device, options, report);
+        zd::read_many_to_cuda(reads, device, {}, report);
       },
-      "requests"_a, "device"_a, "threads"_a = 0, "max_inflight_bytes"_a = 0,
-      "gpu_decode"_a = "checked", "staging_bytes"_a = 0, "staging_slots"_a = 0,
-      "completed"_a = nb::none());
+      "requests"_a, "device"_a, "completed"_a = nb::none());
 
   m.def("cuda_device_count", &zd::cuda_device_count);
   m.def("cuda_build_info", [] { return json_to_python(zd::cuda_info()); });
@@ -532,76 +514,58 @@ NB_MODULE(_core, m) {
       .def(
           "read",
           [](const zd::Array& a, const Selection& selection,
-             nb::ndarray<std::uint8_t, nb::c_contig, nb::device::cpu> out, int threads,
-             std::size_t max_inflight_bytes) {
+             nb::ndarray<std::uint8_t, nb::c_contig, nb::device::cpu> out) {
             const auto sel = to_selection(selection);
             std::span<std::byte> bytes{reinterpret_cast<std::byte*>(out.data()), out.size()};
             nb::gil_scoped_release release;
-            a.read(sel, bytes, io_options(threads, max_inflight_bytes));
+            a.read(sel, bytes);
           },
-          "selection"_a, "out"_a, "threads"_a = 0, "max_inflight_bytes"_a = 0)
+          "selection"_a, "out"_a)
       .def(
           "write",
           [](const zd::Array& a, const Selection& selection,
-             nb::ndarray<const std::uint8_t, nb::c_contig, nb::device::cpu> values, int threads,
-             std::size_t max_inflight_bytes) {
+             nb::ndarray<const std::uint8_t, nb::c_contig, nb::device::cpu> values) {
             const auto sel = to_selection(selection);
             std::span<const std::byte> bytes{reinterpret_cast<const std::byte*>(values.data()),
                                              values.size()};
             nb::gil_scoped_release release;
-            a.write(sel, bytes, io_options(threads, max_inflight_bytes));
+            a.write(sel, bytes);
           },
-          "selection"_a, "values"_a, "threads"_a = 0, "max_inflight_bytes"_a = 0)
+          "selection"_a, "values"_a)
       .def(
           "read_cuda",
           [](const zd::Array& a, const Selection& selection, int device, std::uintptr_t out_ptr,
-             std::size_t out_nbytes, std::uintptr_t stream, int threads,
-             std::size_t max_inflight_bytes, const std::string& gpu_decode,
-             std::size_t staging_bytes, int staging_slots) {
+             std::size_t out_nbytes, std::uintptr_t stream) {
             const auto sel = to_selection(selection);
             zd::CudaReadOptions options;
-            options.gpu_decode = parse_gpu_decode(gpu_decode);
-            options.io = io_options(threads, max_inflight_bytes);
             options.consumer_stream = stream;
-            if (staging_bytes > 0) options.staging_bytes = staging_bytes;
-            if (staging_slots > 0) options.slots = staging_slots;
             nb::gil_scoped_release release;
             zd::read_to_cuda(a, sel, device, reinterpret_cast<void*>(out_ptr), out_nbytes, options);
           },
-          "selection"_a, "device"_a, "out_ptr"_a, "out_nbytes"_a, "stream"_a = 0, "threads"_a = 0,
-          "max_inflight_bytes"_a = 0, "gpu_decode"_a = "checked", "staging_bytes"_a = 0,
-          "staging_slots"_a = 0)
+          "selection"_a, "device"_a, "out_ptr"_a, "out_nbytes"_a, "stream"_a = 0)
       .def(
           "write_cuda",
           [](const zd::Array& a, const Selection& selection, int device, std::uintptr_t values_ptr,
-             std::size_t values_nbytes, std::uintptr_t stream, int threads,
-             std::size_t max_inflight_bytes, const std::string& gpu_encode,
-             std::size_t staging_bytes) {
+             std::size_t values_nbytes, std::uintptr_t stream) {
             const auto sel = to_selection(selection);
             zd::CudaWriteOptions options;
-            if (gpu_encode == "on") {
-              options.gpu_encode = zd::GpuEncode::kOn;
-            } else if (gpu_encode == "off") {
-              options.gpu_encode = zd::GpuEncode::kOff;
-            } else {
-              throw zd::UsageError("gpu_encode must be 'on' or 'off', not '" + gpu_encode + "'");
-            }
-            options.io = io_options(threads, max_inflight_bytes);
             options.producer_stream = stream;
-            if (staging_bytes > 0) options.staging_bytes = staging_bytes;
             nb::gil_scoped_release release;
             zd::write_from_cuda(a, sel, device, reinterpret_cast<const void*>(values_ptr),
                                 values_nbytes, options);
           },
-          "selection"_a, "device"_a, "values_ptr"_a, "values_nbytes"_a, "stream"_a = 0,
-          "threads"_a = 0, "max_inflight_bytes"_a = 0, "gpu_encode"_a = "on", "staging_bytes"_a = 0)
+          "selection"_a, "device"_a, "values_ptr"_a, "values_nbytes"_a, "stream"_a = 0)
       .def(
           "bench_decode_cuda",
           [](const zd::Array& a, const Selection& selection, int device, int repeats,
-             const std::string& gpu_decode) {
+             const std::optional<std::string>& gpu_decode) {
             const auto sel = to_selection(selection);
             zd::CudaReadOptions options;
-            options.gpu_decode = parse_gpu_decode(gpu_decode);
+            if (gpu_decode) {
+              const auto& setting = zd::setting_info("gpu_decode");
+              options.gpu_decode =
+                  static_cast<zd::GpuDecode>(zd::parse_setting(setting, *gpu_decode, setting.name));
+            }
             nlohmann::json result;
             {
               nb::gil_scoped_release release;
@@ -609,5 +573,5 @@ NB_MODULE(_core, m) {
             }
             return json_to_python(result);
           },
-          "selection"_a, "device"_a, "repeats"_a = 3, "gpu_decode"_a = "checked");
+          "selection"_a, "device"_a, "repeats"_a = 3, "gpu_decode"_a = nb::none());
 }

@@ -486,19 +486,25 @@ def test_jax_without_a_gpu_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         arr.read(device="cuda:0", like="jax")
 
 
-def test_io_config_reaches_the_cuda_read() -> None:
-    from zarr_device import devices
-    from zarr_device.config import IoConfig
-
+def test_io_config_reaches_the_engine_not_each_call() -> None:
+    """set_config changes the engine's settings, which every call's options start from: a read
+    to a GPU passes only where its output is."""
     calls: list[tuple[Any, ...]] = []
 
     class Recorder:
         def read_cuda(self, *args: Any) -> None:
             calls.append(args)
 
-    config = IoConfig(threads=3, max_inflight_bytes=1 << 20, gpu_decode="trusted",
-                      staging_bytes=32 << 20, staging_slots=2)
-    devices._read_cuda(Recorder(), [(0, 1, 4)], 1, 1234, 16, 7, config)  # type: ignore[arg-type]
-    assert calls == [([(0, 1, 4)], 1, 1234, 16, 7, 3, 1 << 20, "trusted", 32 << 20, 2)]
-    with pytest.raises(zd.UsageError):
-        zd.set_config(gpu_decode="sometimes")
+    previous = zd.set_config(threads=3, max_inflight_bytes=1 << 20, gpu_decode="trusted",
+                             staging_bytes=32 << 20, staging_slots=2)
+    try:
+        assert _core.settings() == {"threads": 3, "max_inflight_bytes": 1 << 20, "gpu_decode": "trusted",
+                                    "staging_bytes": 32 << 20, "staging_slots": 2,
+                                    "gpu_encode": previous.gpu_encode}
+        devices._read_cuda(Recorder(), [(0, 1, 4)], 1, 1234, 16, 7)  # type: ignore[arg-type]
+        assert calls == [([(0, 1, 4)], 1, 1234, 16, 7)]
+        with pytest.raises(zd.UsageError):
+            zd.set_config(gpu_decode="sometimes")
+        assert _core.settings()["gpu_decode"] == "trusted"
+    finally:
+        zd.set_config(**dataclasses.asdict(previous))

@@ -273,3 +273,65 @@ def test_chunks_larger_than_a_slot_are_read(tmp_path: Path, compressors: Any) ->
             arr.read(device="cuda:0", like="torch")
     finally:
         zd.set_config(staging_bytes=previous.staging_bytes, staging_slots=previous.staging_slots)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("compressors", [None, ZSTD_CRC])
+def test_reads_complete_in_the_order_of_the_current_stream(tmp_path: Path, compressors: Any) -> None:
+    """Reads without device decodes return once their copies are queued: work queued later on the
+    current stream sees the data, and the engine's writes wait for work queued before (memory
+    freed there is handed out again at once). Reads with decodes complete on the host; both must
+    give every value, one read after another, with no synchronisation in between."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    arrays = []
+    for i in range(12):
+        arr = zd.create(tmp_path / f"a{i}.zarr", shape=(64, 4096), dtype="int32", chunks=(16, 4096),
+                        compressors=compressors)
+        arr[...] = rng.integers(-(2**31), 2**31 - 1, size=arr.shape, dtype=np.int32)
+        arrays.append(arr)
+    side = torch.cuda.Stream(device="cuda:0")
+    sums = []
+    with torch.cuda.stream(side):
+        for arr in arrays:
+            churn = torch.full((64 * 4096,), 7, dtype=torch.int32, device="cuda:0")
+            for _ in range(20):  # long queued work on memory the next allocation may reuse
+                churn.mul_(3)
+            del churn
+            tensor = arr.read(device="cuda:0", like="torch")
+            sums.append(tensor.to(torch.int64).sum())
+    side.synchronize()
+    for arr, total in zip(arrays, sums):
+        assert int(total.item()) == int(arr[...].astype(np.int64).sum())
+
+
+@pytest.mark.gpu
+@gpu
+def test_failed_reads_leak_nothing(tmp_path: Path) -> None:
+    """A read of many arrays that fails part-way hands out nothing and keeps nothing: the outputs
+    it allocated are freed, and failing again and again does not grow the device's memory in use
+    (the staging rings are kept and reused, nothing else stays)."""
+    import gc
+
+    torch = pytest.importorskip("torch")
+    arrays = _mixed_arrays(tmp_path / "g.zarr")
+    chunk = tmp_path / "g.zarr" / "zstd_crc" / "c" / "3" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+
+    def fail() -> None:
+        with pytest.raises(zd.ChecksumError, match="array 'zstd_crc'"):
+            zd.read_many(arrays, device="cuda:0", like="torch")
+        gc.collect()
+        torch.cuda.synchronize()
+
+    fail()  # the first read makes the ring
+    allocated = torch.cuda.memory_allocated(0)
+    free_before, _ = torch.cuda.mem_get_info(0)
+    for _ in range(5):
+        fail()
+    assert torch.cuda.memory_allocated(0) == allocated
+    free_after, _ = torch.cuda.mem_get_info(0)
+    assert free_before - free_after < 8 << 20, (free_before, free_after)

@@ -2,6 +2,11 @@
 
 from typing import Any, Callable
 
+def settings() -> dict[str, Any]: ...
+def set_settings(values: dict[str, Any]) -> None: ...
+def settings_table() -> list[dict[str, Any]]: ...
+def parse_setting(name: str, text: str) -> Any: ...
+
 class Store:
     def get(self, key: str, offset: int = 0, length: int = -1) -> bytes | None: ...
     def set(self, key: str, value: bytes) -> None: ...
@@ -54,20 +59,8 @@ class Array:
     @property
     def codecs_json(self) -> str: ...
     def describe(self) -> str: ...
-    def read(
-        self,
-        selection: list[tuple[int, int, int]],
-        out: Any,
-        threads: int = 0,
-        max_inflight_bytes: int = 0,
-    ) -> None: ...
-    def write(
-        self,
-        selection: list[tuple[int, int, int]],
-        values: Any,
-        threads: int = 0,
-        max_inflight_bytes: int = 0,
-    ) -> None: ...
+    def read(self, selection: list[tuple[int, int, int]], out: Any) -> None: ...
+    def write(self, selection: list[tuple[int, int, int]], values: Any) -> None: ...
     def read_cuda(
         self,
         selection: list[tuple[int, int, int]],
@@ -75,11 +68,6 @@ class Array:
         out_ptr: int,
         out_nbytes: int,
         stream: int = 0,
-        threads: int = 0,
-        max_inflight_bytes: int = 0,
-        gpu_decode: str = "checked",
-        staging_bytes: int = 0,
-        staging_slots: int = 0,
     ) -> None: ...
     def write_cuda(
         self,
@@ -88,17 +76,13 @@ class Array:
         values_ptr: int,
         values_nbytes: int,
         stream: int = 0,
-        threads: int = 0,
-        max_inflight_bytes: int = 0,
-        gpu_encode: str = "on",
-        staging_bytes: int = 0,
     ) -> None: ...
     def bench_decode_cuda(
         self,
         selection: list[tuple[int, int, int]],
         device: int,
         repeats: int = 3,
-        gpu_decode: str = "checked",
+        gpu_decode: str | None = None,
     ) -> dict[str, Any]: ...
 
 def cuda_device_count() -> int: ...
@@ -132,18 +116,9 @@ class DeviceArray:
     @property
     def ptr(self) -> int: ...
 
-def read_many(
-    requests: list[tuple[Array, list[tuple[int, int, int]], Any]],
-    threads: int = 0,
-    max_inflight_bytes: int = 0,
-) -> None: ...
+def read_many(requests: list[tuple[Array, list[tuple[int, int, int]], Any]]) -> None: ...
 def read_many_cuda(
     requests: list[tuple[Array, list[tuple[int, int, int]], int, int, int]],
     device: int,
-    threads: int = 0,
-    max_inflight_bytes: int = 0,
-    gpu_decode: str = "checked",
-    staging_bytes: int = 0,
-    staging_slots: int = 0,
     completed: Callable[[int], None] | None = None,
 ) -> None: ...

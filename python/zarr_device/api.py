@@ -13,7 +13,6 @@ import numpy.typing as npt
 from zarr_device import _core
 from zarr_device.attributes import Attributes
 from zarr_device.casting import check_cast, is_python_values
-from zarr_device.config import get_config
 from zarr_device.devices import LIKES, DeviceLike, Like, read_to_device, resolve_target, write_from_device
 from zarr_device.dtypes import to_numpy_dtype, to_zarr_name
 from zarr_device.errors import NodeNotFoundError, OutOfMemoryError, UsageError
@@ -201,16 +200,15 @@ class Array:
         if like is not None and like not in LIKES:
             raise UsageError(f"like={like!r} is not one of {', '.join(map(repr, LIKES))} or None")
         target_device = resolve_target(device, out)
-        config = get_config()
         if target_device.kind != "cpu":
-            return read_to_device(self._core, sel.slices, sel.shape, target_device, like, out, config)
+            return read_to_device(self._core, sel.slices, sel.shape, target_device, like, out)
         if like in ("cupy", "jax"):
             raise UsageError(
                 f"like={like!r} reads onto a GPU: pass device='cuda' (or device='cuda:N'); on the "
                 "CPU, read NumPy (like='numpy') or torch (like='torch')"
             )
         out, target = host_destination(self._core, sel.shape, like, out)
-        self._core.read(list(sel.slices), target, config.threads, config.max_inflight_bytes)
+        self._core.read(list(sel.slices), target)
         return out
 
     def write(self, selection: Any, values: Any) -> None:
@@ -224,7 +222,7 @@ class Array:
             raise UsageError(f"array '{self.path}' is open read-only (open it with mode='r+')")
         sel = normalize_selection(selection, self.shape)
         what = f"array '{self.path}'"
-        if write_from_device(self._core, list(sel.slices), sel.shape, values, get_config(), what):
+        if write_from_device(self._core, list(sel.slices), sel.shape, values, what):
             return
         python_values = is_python_values(values)
         try:
@@ -247,13 +245,7 @@ class Array:
                 f"values of shape {np.shape(values)} do not fit a selection of shape {sel.shape}"
             ) from None
         array = np.ascontiguousarray(array.reshape(sel.full_shape))
-        config = get_config()
-        self._core.write(
-            list(sel.slices),
-            array.reshape(-1).view(np.uint8),
-            config.threads,
-            config.max_inflight_bytes,
-        )
+        self._core.write(list(sel.slices), array.reshape(-1).view(np.uint8))
 
     def __getitem__(self, selection: Any) -> Any:
         return self.read(selection)

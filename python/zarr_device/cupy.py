@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from zarr_device.devices import CUDA_STREAM_LEGACY
 from zarr_device.dtypes import to_numpy_dtype
 from zarr_device.errors import OutOfMemoryError, UsageError
 
@@ -19,7 +20,7 @@ __all__ = [
     "device_index",
     "pointer",
     "check_out",
-    "ready_stream",
+    "consumer_stream",
     "cuda_source",
 ]
 
@@ -103,11 +104,12 @@ def cuda_source(values: Any, zarr_name: str, shape: tuple[int, ...]) -> tuple[in
     return index, address, nbytes, stream, source
 
 
-def ready_stream(device: int) -> int:
-    """The handle of CuPy's current stream on a device, once the work queued on it has finished
-    (CuPy's memory pool may hand out memory that queued kernels still use)."""
+def consumer_stream(device: int) -> int:
+    """The handle of CuPy's current stream on a device (``cudaStreamLegacy``, 1, for the null
+    stream): the engine's writes wait for the work queued on it (CuPy's memory pool may hand out
+    memory that queued kernels still use), and a read may complete in stream order on it."""
     cupy = _cupy()
     with cupy.cuda.Device(device):
-        stream = cupy.cuda.get_current_stream()
-        stream.synchronize()
-        return int(stream.ptr)
+        return int(cupy.cuda.get_current_stream().ptr) or CUDA_STREAM_LEGACY
+
+

@@ -20,8 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 from zarr_device import _core
-from zarr_device.config import IoConfig
 from zarr_device.errors import DeviceError, FormatError, UsageError
+
+#: The handle CUDA gives the legacy default stream (whose own handle, 0, means "no stream" to the
+#: engine): ``cudaStreamLegacy``.
+CUDA_STREAM_LEGACY = 1
 
 __all__ = [
     "DeviceSpec",
@@ -252,22 +255,10 @@ def _read_cuda(
     ptr: int,
     nbytes: int,
     stream: int,
-    config: IoConfig,
 ) -> None:
     if nbytes == 0:
         return  # nothing to decode (an empty selection); the selection was validated already
-    core.read_cuda(
-        list(slices),
-        index,
-        ptr,
-        nbytes,
-        stream,
-        config.threads,
-        config.max_inflight_bytes,
-        config.gpu_decode,
-        config.staging_bytes,
-        config.staging_slots,
-    )
+    core.read_cuda(list(slices), index, ptr, nbytes, stream)
 
 
 def read_to_device(
@@ -277,7 +268,6 @@ def read_to_device(
     spec: DeviceSpec,
     like: Like | None,
     out: Any,
-    config: IoConfig,
 ) -> Any:
     """Reads a resolved selection into memory on ``spec`` (a "cuda" or "framework" device); see
     :meth:`zarr_device.Array.read` for what ``like`` and ``out`` select."""
@@ -299,9 +289,9 @@ def read_to_device(
         if like is not None and like != framework:
             raise UsageError(f"out is a {framework} array but like={like!r} was asked for")
     if spec.kind == "framework":
-        return _read_framework(core, slices, shape, spec, like, out, config)
+        return _read_framework(core, slices, shape, spec, like, out)
     assert spec.index is not None
-    return _read_to_cuda(core, slices, shape, spec.index, like, out, config)
+    return _read_to_cuda(core, slices, shape, spec.index, like, out)
 
 
 @dataclass
@@ -327,17 +317,17 @@ def cuda_destination(
     if out is not None:
         if torch_adapter.is_tensor(out):
             ptr, nbytes = torch_adapter.check_out(out, shape, dtype, f"cuda:{index}")
-            return CudaDestination(out, ptr, nbytes, torch_adapter.ready_stream(index))
+            return CudaDestination(out, ptr, nbytes, torch_adapter.consumer_stream(index))
         ptr, nbytes = cupy_adapter.check_out(out, shape, dtype, index)
-        return CudaDestination(out, ptr, nbytes, cupy_adapter.ready_stream(index))
+        return CudaDestination(out, ptr, nbytes, cupy_adapter.consumer_stream(index))
     if like == "torch":
         tensor = torch_adapter.empty(shape, dtype, device=f"cuda:{index}")
         ptr, nbytes = torch_adapter.pointer(tensor)
-        return CudaDestination(tensor, ptr, nbytes, torch_adapter.ready_stream(index))
+        return CudaDestination(tensor, ptr, nbytes, torch_adapter.consumer_stream(index))
     if like == "cupy":
         array = cupy_adapter.empty(shape, dtype, index)
         ptr, nbytes = cupy_adapter.pointer(array)
-        return CudaDestination(array, ptr, nbytes, cupy_adapter.ready_stream(index))
+        return CudaDestination(array, ptr, nbytes, cupy_adapter.consumer_stream(index))
     finish = None
     if like == "jax":
         from zarr_device import jax as jax_adapter
@@ -362,10 +352,9 @@ def _read_to_cuda(
     index: int,
     like: Like | None,
     out: Any,
-    config: IoConfig,
 ) -> Any:
     destination = cuda_destination(core.dtype, shape, index, like, out)
-    _read_cuda(core, slices, index, destination.ptr, destination.nbytes, destination.stream, config)
+    _read_cuda(core, slices, index, destination.ptr, destination.nbytes, destination.stream)
     return destination.finish(destination.result) if destination.finish else destination.result
 
 
@@ -374,7 +363,6 @@ def write_from_device(
     slices: Sequence[tuple[int, int, int]],
     shape: tuple[int, ...],
     values: Any,
-    config: IoConfig,
     what: str,
 ) -> bool:
     """Writes ``values`` held on a CUDA device (torch, CuPy or JAX) straight from device memory:
@@ -416,17 +404,7 @@ def write_from_device(
         return False
     index, address, nbytes, stream, owner = source
     if nbytes:
-        core.write_cuda(
-            list(slices),
-            index,
-            address,
-            nbytes,
-            stream,
-            config.threads,
-            config.max_inflight_bytes,
-            config.gpu_encode,
-            config.staging_bytes,
-        )
+        core.write_cuda(list(slices), index, address, nbytes, stream)
     del owner  # the memory written from stays alive until here
     return True
 
@@ -450,7 +428,6 @@ def _read_framework(
     spec: DeviceSpec,
     like: Like | None,
     out: Any,
-    config: IoConfig,
 ) -> Any:
     from zarr_device import torch as torch_adapter
 
@@ -462,5 +439,5 @@ def _read_framework(
     if out is not None:
         torch_adapter.check_out_shape(out, shape, core.dtype)
     staging = torch_adapter.pinned_empty(shape, core.dtype)
-    core.read(list(slices), torch_adapter.byte_view(staging), config.threads, config.max_inflight_bytes)
+    core.read(list(slices), torch_adapter.byte_view(staging))
     return torch_adapter.to_device(staging, spec.name, out=out)

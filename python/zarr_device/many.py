@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 from zarr_device import _core
-from zarr_device.config import get_config
 from zarr_device.devices import (
     LIKES,
     CudaDestination,
@@ -113,7 +112,6 @@ def _read_cuda(
                 completed(name)
     if not names:
         return
-    config = get_config()
     requests = [
         (
             plan.cores[n],
@@ -125,14 +123,7 @@ def _read_cuda(
         for n in names
     ]
     _core.read_many_cuda(
-        requests,
-        plan.target.index,
-        config.threads,
-        config.max_inflight_bytes,
-        config.gpu_decode,
-        config.staging_bytes,
-        config.staging_slots,
-        None if completed is None else (lambda i: completed(names[i])),
+        requests, plan.target.index, None if completed is None else (lambda i: completed(names[i]))
     )
 
 
@@ -160,7 +151,6 @@ def read_many(
     :func:`iter_many` hands each result on as soon as it is complete.
     """
     plan = _plan(arrays, device, like, out)
-    config = get_config()
     if plan.target.kind == "cuda":
         destinations = _cuda_destinations(plan)
         _read_cuda(plan, destinations, None)
@@ -177,9 +167,7 @@ def read_many(
             name: torch_adapter.pinned_empty(selections[name].shape, cores[name].dtype) for name, _, _ in named
         }
         _core.read_many(
-            [(cores[n], list(selections[n].slices), torch_adapter.byte_view(staging[n])) for n in staging],
-            config.threads,
-            config.max_inflight_bytes,
+            [(cores[n], list(selections[n].slices), torch_adapter.byte_view(staging[n])) for n in staging]
         )
         return {n: torch_adapter.to_device(staging[n], target.name, out=outs.get(n)) for n in staging}
 
@@ -189,7 +177,7 @@ def read_many(
         result, bytes_view = host_destination(cores[name], selections[name].shape, like, outs.get(name))
         results[name] = result
         host_requests.append((cores[name], list(selections[name].slices), bytes_view))
-    _core.read_many(host_requests, config.threads, config.max_inflight_bytes)
+    _core.read_many(host_requests)
     return results
 
 

@@ -1,5 +1,6 @@
 """Byte counts as people write them (``256MiB``, ``1GB``, ``1.5GiB``, ``1048576``): one parser for
-the settings, their environment variables and the command line."""
+the settings and the command line. The engine reads the settings' environment variables with the
+same grammar (cpp/src/engine/settings.cpp); python/tests/test_settings.py checks that they agree."""
 
 from __future__ import annotations
 
@@ -27,29 +28,39 @@ _UNITS = {
     "gib": 1 << 30,
     "tib": 1 << 40,
 }
-_PATTERN = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*")
+# ASCII blanks only (re.ASCII), as in the engine's parser.
+_PATTERN = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", re.ASCII)
 _EXAMPLES = "examples: 1GiB, 512MiB, 256KiB, 2GB, 1048576"
 
 
-def parse_size(value: Any, *, what: str = "size", minimum: int = 1) -> int:
+def parse_size(value: Any, *, what: str = "size", minimum: int = 1, maximum: int | None = None) -> int:
     """A byte count from an integer or a string with an optional unit (decimal: kB, MB, GB, TB;
     binary: KiB, MiB, GiB, TiB). Raises :class:`UsageError` naming ``what`` when ``value`` is not
-    a size or is below ``minimum``."""
+    a size or is below ``minimum`` (or above ``maximum``)."""
     if isinstance(value, bool):
         raise UsageError(f"{what} must be a size ({_EXAMPLES}), not {value!r}")
+    size: int | None
     if isinstance(value, str):
         match = _PATTERN.fullmatch(value)
         unit = match.group(2).lower() if match else ""
         if match is None or unit not in _UNITS:
             raise UsageError(f"{what}: {value!r} is not a size ({_EXAMPLES})")
-        size = int(float(match.group(1)) * _UNITS[unit])
+        number = match.group(1)
+        try:
+            # A whole number exactly; a fraction or an exponent through a float, truncated.
+            size = int(number) * _UNITS[unit] if number.isdigit() else int(float(number) * _UNITS[unit])
+        except OverflowError:  # beyond a float's range ("1e400")
+            size = None
     else:
         try:
             size = operator.index(value)
         except TypeError:
             raise UsageError(f"{what} must be a size ({_EXAMPLES}), not {value!r}") from None
-    if size < minimum:
+    if size is not None and size < minimum:
         raise UsageError(f"{what} must be at least {format_bytes(minimum)}, not {value!r}")
+    if size is None or (maximum is not None and size > maximum):
+        bound = "smaller" if maximum is None else f"at most {maximum} bytes"
+        raise UsageError(f"{what} must be {bound}, not {value!r}")
     return size
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from zarr_device.devices import CUDA_STREAM_LEGACY
 from zarr_device.errors import DeviceError, OutOfMemoryError, UsageError
 
 __all__ = [
@@ -18,7 +19,7 @@ __all__ = [
     "pointer",
     "check_out",
     "check_out_shape",
-    "ready_stream",
+    "consumer_stream",
     "to_device",
     "cuda_source",
 ]
@@ -129,14 +130,14 @@ def check_out(out: Any, shape: tuple[int, ...], zarr_name: str, device: str) -> 
     return pointer(out)
 
 
-def ready_stream(device_index: int) -> int:
-    """The handle of torch's current stream on a CUDA device, once the work queued on it has
-    finished: torch's caching allocator may hand out memory that queued kernels still use, and
-    the engine writes from its own streams."""
+def consumer_stream(device_index: int) -> int:
+    """The handle of torch's current stream on a CUDA device (``cudaStreamLegacy``, 1, for the
+    legacy default stream, whose handle is 0). The engine's writes wait for the work queued on it
+    (torch's caching allocator may hand out memory that queued kernels still use), and a read may
+    complete in stream order on it, as torch's own non-blocking copies do."""
     torch = _torch()
-    stream = torch.cuda.current_stream(device_index)
-    stream.synchronize()
-    return int(stream.cuda_stream)
+    handle = int(torch.cuda.current_stream(device_index).cuda_stream)
+    return handle or CUDA_STREAM_LEGACY
 
 
 def cuda_source(values: Any, zarr_name: str, shape: tuple[int, ...]) -> tuple[int, int, int, int, Any] | None:

@@ -11,6 +11,7 @@
 
 #include "zarr_device/codec.hpp"
 #include "zarr_device/metadata.hpp"
+#include "zarr_device/settings.hpp"
 #include "zarr_device/store.hpp"
 
 namespace zarr_device {
@@ -19,12 +20,13 @@ namespace codecs {
 class CodecChain;
 }
 
+// How a call on the host runs; each field starts from the setting of its name (settings.hpp).
 struct IoOptions {
   // Worker threads fetching and decoding chunks; 0 = one per core.
-  int threads = 0;
+  int threads = settings().threads;
   // Bytes of fetched and decoded chunk data held at once (host memory in flight). A chunk larger
   // than the whole budget still proceeds, alone.
-  std::size_t max_inflight_bytes = std::size_t{256} << 20;
+  std::size_t max_inflight_bytes = settings().max_inflight_bytes;
 };
 
 class Array {

@@ -15,28 +15,32 @@
 
 namespace zarr_device {
 
-// Which compressed chunks the GPU decodes. nvCOMP's decoders trust their input: a corrupt stream
-// can fault the GPU context (not just fail the read), and framing checks on the CPU cannot catch
-// damage inside a compressed block.
-enum class GpuDecode {
-  kChecked,  // only chunks whose bytes a checksum (crc32c) verified on the CPU vouches for
-  kTrusted,  // every chunk nvCOMP can decode, after the CPU's framing checks
-  kOff,      // none: decode on CPU threads, copy the result once
+// The CPU side of a call to a GPU: its threads. A read there has no byte budget
+// (IoOptions::max_inflight_bytes): its host memory is the pinned staging (staging_bytes below)
+// plus, for each thread decoding a chunk on the CPU, that chunk's stored bytes and its codecs'
+// buffers.
+struct HostThreads {
+  // Fetch, check and decode what the GPU does not; 0 = one per core.
+  int threads = settings().threads;
 };
 
+// How a read to a GPU runs; each setting starts from the setting of its name (settings.hpp).
 struct CudaReadOptions {
-  IoOptions io;
-  // Pinned host memory that chunk bytes pass through on their way to the GPU, split into slots
-  // that are filled, copied and decoded in turn (so reads overlap copies and decoding). A slot is
-  // allocated on its first use and kept for later reads to the device (made again when these
-  // settings change). Device memory: the output, a copy of each slot, and as much again for
-  // GPU decoding (nvCOMP's decode speed grows with the memory it is given).
-  std::size_t staging_bytes = std::size_t{768} << 20;
-  int slots = 12;
-  // A cudaStream_t whose earlier work must finish before the output is written (the stream the
-  // caller allocated `out` on); 0 for none.
+  HostThreads io;
+  // Pinned host memory that chunk bytes pass through on their way to the GPU, split into `slots`
+  // slots (of staging_bytes / slots each; fewer slots when a chunk does not fit one) that are
+  // filled, copied and decoded in turn, so reads overlap copies and decoding. A slot is allocated
+  // on its first use and kept for later reads to the device (made again when these settings
+  // change). Device memory: the output, a copy of each slot, and as much again for GPU decoding
+  // (nvCOMP's decode speed grows with the memory it is given).
+  std::size_t staging_bytes = settings().staging_bytes;
+  int slots = settings().staging_slots;
+  // The cudaStream_t the caller uses `out` on (cudaStreamLegacy, 1, for the legacy default
+  // stream): the read's writes wait for the work queued on it so far (its memory may have been
+  // freed and reallocated there), and the read may complete in stream order (see
+  // read_many_to_cuda). 0 for none.
   std::uintptr_t consumer_stream = 0;
-  GpuDecode gpu_decode = GpuDecode::kChecked;
+  GpuDecode gpu_decode = settings().gpu_decode;
 };
 
 // Number of CUDA devices; 0 when built without CUDA or when no driver or GPU is present.
@@ -47,7 +51,8 @@ int cuda_device_count();
 nlohmann::json cuda_info();
 
 // Reads `selection` of `array` into device memory: `out` on CUDA device `device`, C-contiguous,
-// `out_nbytes` long. Returns once the data is complete and visible to every stream. Decodes on the
+// `out_nbytes` long. Returns once the data is complete, or in stream order on
+// `options.consumer_stream` as read_many_to_cuda says. Decodes on the
 // GPU what nvCOMP and the engine's kernels can (zstd, gzip, zlib, lz4 after a CPU check of the
 // stream's framing; byte order, transpose and placement), everything else on CPU threads; each
 // chunk crosses PCIe once.
@@ -56,7 +61,7 @@ void read_to_cuda(const Array& array, std::span<const DimSlice> selection, int d
 
 // One array's part of a read of many: a selection of `array` into `out` (device memory on the
 // read's device, C-contiguous, `out_nbytes` long), allocated on `consumer_stream` (a cudaStream_t
-// whose earlier work must finish before `out` is written; 0 for none).
+// the caller uses `out` on, as CudaReadOptions::consumer_stream; 0 for none).
 struct CudaReadRequest {
   const Array* array = nullptr;
   std::vector<DimSlice> selection;
@@ -67,7 +72,11 @@ struct CudaReadRequest {
 
 // Reads many arrays (or selections of them) onto CUDA device `device` in one pipeline: every chunk
 // of every request is one stream through the staging ring, so the disk and the copy engine never
-// wait between arrays. Returns once every output is complete. `completed(i)`, when given, is
+// wait between arrays. Returns once every output is complete, or, when every request names a
+// consumer stream and the read needs no device decode (its bytes were all checked on the host),
+// once the last copies are queued: work enqueued later on those streams sees the data (other
+// streams and the host synchronise with them first, as after any asynchronous copy), and the host
+// goes on to the next read while the copy engine finishes this one. `completed(i)`, when given, is
 // called on the calling thread as soon as request i's output is complete and visible to every
 // stream, while later requests are still being read (a loader can hand it on). An error names
 // the array and the chunk; the outputs of requests not yet reported complete then hold nothing to
@@ -76,28 +85,19 @@ void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
                        const CudaReadOptions& options = {},
                        const std::function<void(std::size_t)>& completed = {});
 
-// Times the GPU decode stage alone over the chunks of `selection` that a read would decode with
-// nvCOMP (their compressed bytes staged in device memory beforehand): {"seconds",
-// "compressed_bytes", "decoded_bytes", "chunks", ...}. For benchmarks.
-nlohmann::json measure_cuda_decode(const Array& array, std::span<const DimSlice> selection,
-                                   int device, int repeats, const CudaReadOptions& options = {});
-
-// Which chunks the GPU compresses when writing from device memory.
-enum class GpuEncode {
-  kOn,   // zstd chunks with nvCOMP (standard zstd frames; the codec's level is not applied)
-  kOff,  // every chunk on CPU threads, after the GPU has laid out its elements
-};
-
+// How a write from a GPU runs; each setting starts from the setting of its name (settings.hpp).
 struct CudaWriteOptions {
+  // Its threads, and the memory budget of the chunks the selection covers in part (written
+  // through the host: read, updated and written back on the CPU).
   IoOptions io;
-  // The chunks of one batch: two slots (one is encoded on the GPU while the other's chunks are
-  // written to the store), each holding this much pinned host memory and up to twice as much
-  // device memory (laid-out and compressed chunks). A chunk (or a whole shard) larger than a slot
-  // is written through the CPU path instead.
-  std::size_t staging_bytes = std::size_t{256} << 20;
+  // Pinned host memory for the chunks of two batches, half each: one batch is encoded on the GPU
+  // while the other's chunks are written to the store. Each half is also the bound of two device
+  // buffers (laid-out and compressed chunks). A chunk (or a whole shard) larger than a half is
+  // written through the CPU path instead.
+  std::size_t staging_bytes = settings().staging_bytes;
   // A cudaStream_t whose earlier work must finish before `values` is read; 0 for none.
   std::uintptr_t producer_stream = 0;
-  GpuEncode gpu_encode = GpuEncode::kOn;
+  GpuEncode gpu_encode = settings().gpu_encode;
 };
 
 // Writes `values` (device memory on CUDA device `device`, C-contiguous, the selection's shape)

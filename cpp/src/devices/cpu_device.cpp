@@ -5,7 +5,7 @@
 #include <cstring>
 #include <new>
 
-#include "zarr_device/device.hpp"
+#include "devices/device.hpp"
 #include "zarr_device/errors.hpp"
 
 namespace zarr_device {

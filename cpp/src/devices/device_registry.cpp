@@ -2,7 +2,7 @@
 #include <map>
 #include <mutex>
 
-#include "zarr_device/device.hpp"
+#include "devices/device.hpp"
 #include "zarr_device/errors.hpp"
 
 namespace zarr_device {

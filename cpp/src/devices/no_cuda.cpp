@@ -1,8 +1,9 @@
 // The device entry points of a build without the CUDA toolkit.
 #ifndef ZARR_DEVICE_WITH_CUDA
 
+#include "devices/device.hpp"
+#include "gpu/bench_hooks.hpp"
 #include "zarr_device/cuda.hpp"
-#include "zarr_device/device.hpp"
 
 namespace zarr_device {
 

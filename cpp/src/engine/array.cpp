@@ -1,7 +1,6 @@
 #include "zarr_device/array.hpp"
 
 #include <algorithm>
-#include <thread>
 
 #include "codecs/codec_chain.hpp"
 #include "engine/thread_pool.hpp"
@@ -13,11 +12,6 @@ namespace zarr_device {
 namespace {
 
 using json = nlohmann::json;
-
-std::size_t worker_count(const IoOptions& options) {
-  if (options.threads > 0) return static_cast<std::size_t>(options.threads);
-  return std::max(1U, std::thread::hardware_concurrency());
-}
 
 // Below this length, reading a chunk row by row costs more than reading it whole and copying.
 constexpr std::size_t kMinRunBytes = 512;
@@ -238,7 +232,7 @@ void read_many(std::span<const ReadRequest> requests, const IoOptions& options) 
   }
   // One budget and one parallel loop for them all: no target waits for another's slowest chunk.
   engine::ByteBudget budget(options.max_inflight_bytes);
-  const std::size_t workers = worker_count(options);
+  const std::size_t workers = engine::worker_count(options.threads);
   engine::ThreadPool::shared(workers).parallel_for(first.back(), workers, [&](std::size_t i) {
     const auto t =
         static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), i) - first.begin()) -
@@ -267,7 +261,7 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
   const std::size_t chunk_bytes = chain_->spec().nbytes();
   const std::size_t decode_memory = chain_->decode_memory();
   engine::ByteBudget budget(options.max_inflight_bytes);
-  const std::size_t workers = worker_count(options);
+  const std::size_t workers = engine::worker_count(options.threads);
 
   engine::ThreadPool::shared(workers).parallel_for(grid.size(), workers, [&](std::size_t i) {
     place::GridIntersection::Item item;

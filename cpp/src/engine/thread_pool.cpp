@@ -1,10 +1,16 @@
 #include "engine/thread_pool.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <memory>
 
 namespace zarr_device::engine {
+
+std::size_t worker_count(int threads) {
+  if (threads > 0) return static_cast<std::size_t>(threads);
+  return std::max(1U, std::thread::hardware_concurrency());
+}
 
 ThreadPool::ThreadPool(std::size_t threads) { grow(threads); }
 

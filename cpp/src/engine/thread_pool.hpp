@@ -45,6 +45,9 @@ class ThreadPool {
   bool stopping_ = false;
 };
 
+// The workers a `threads` setting asks for: that many, or one per core for 0.
+std::size_t worker_count(int threads);
+
 class ByteBudget {
  public:
   explicit ByteBudget(std::size_t capacity) : capacity_(capacity) {}

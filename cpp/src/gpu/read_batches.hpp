@@ -17,9 +17,10 @@ inline constexpr std::size_t kMaxBatch = 8192;         // leaves per slot
 inline constexpr std::size_t kStagingAlignment = 256;  // of every leaf in a slot
 inline constexpr std::size_t kMaxDecodeRegions = 8;    // CUDA's hardware queues per device
 // Batches of copies: small enough that the copy engine starts early and finds the next batch ready
-// (measured on an H200: 6 GiB of 2 MiB chunks at 44 GB/s in 16 MiB batches, 31 in 64 MiB ones);
-// a small read is cut finer, down to kMinBatchBytes, where a batch's fixed costs are still small.
-inline constexpr std::size_t kCopyBatchBytes = std::size_t{16} << 20;
+// (measured on an H200, 6 GiB of 2 MiB chunks: 44 GB/s in 8 or 16 MiB batches, 34 in 32 MiB and
+// 31 in 64 MiB ones); a small read is cut finer, down to kMinBatchBytes, where a batch's fixed
+// costs are still small.
+inline constexpr std::size_t kCopyBatchBytes = std::size_t{8} << 20;
 inline constexpr std::size_t kMinBatchBytes = std::size_t{4} << 20;
 
 // What decoding chunks at once costs in device memory: the decoder's temporary memory, linear in

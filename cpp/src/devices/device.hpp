@@ -1,7 +1,10 @@
-// Devices the engine moves data to and from: memory, streams of ordered work, events and
-// asynchronous copies behind one interface, so the pipeline's stages (staging ring, copies,
-// decode buffers) are written once. The host ("cpu") and CUDA ("cuda:N") implement it; other
-// accelerators are reached through their framework's own copy until they get a native backend.
+// Internal: memory, streams and events of a device behind one interface. The host ("cpu") and
+// CUDA ("cuda:N") implement it. What uses it: the CUDA read and write paths allocate their pinned
+// staging, device scratch and nvCOMP's temporary memory and make their streams and events through
+// it (their copies, kernels and nvCOMP calls are CUDA's own, not this interface's), and the Python
+// bindings allocate the device memory of results (DeviceBuffer). copy_async and fill_async serve
+// the interface's tests; another accelerator would need its own read and write paths besides an
+// implementation of this.
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,76 @@
+// The device stages of a read onto a CUDA GPU, as one object per read: the pipeline
+// (cuda_reader.cpp: fetch on the pool, submit, finish, hand on), the device decode and placement
+// of a batch (read_submit.cpp) and GPUDirect Storage reads (read_direct.cpp). The host stages
+// they drive (plan, route, batch, fetch, check) are in cpp/src/gpu. Internal to cpp/cuda.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "engine/thread_pool.hpp"
+#include "gpu/read_batches.hpp"
+#include "gpu/read_plan.hpp"
+#include "nvcomp_api.hpp"
+#include "read_ring.hpp"
+#include "zarr_device/cuda.hpp"
+
+namespace zarr_device::cuda {
+
+// Which device decoders nvCOMP offers here.
+gpu::DeviceDecoders present_decoders(const Nvcomp& nvcomp);
+// The pool threads a read uses.
+std::size_t worker_count(const HostThreads& io);
+
+// Attempts of a read whose chunks are replaced while it reads them.
+inline constexpr int kReadAttempts = 3;
+
+// Moves a C-ordered chunk of `spec` in device memory (`src`), restricted to `selection`, into
+// `dst`: one copy when the layouts agree, else the strided kernel.
+void place_on_device(const std::byte* src, const ChunkSpec& spec,
+                     std::span<const DimSlice> selection, const StridedView& dst, bool swap,
+                     cudaStream_t stream);
+
+class Reader {
+ public:
+  Reader(int device, const CudaReadOptions& options)
+      : device_(device),
+        options_(options),
+        nvcomp_(Nvcomp::instance()),
+        workers_(worker_count(options.io)),
+        pool_(engine::ThreadPool::shared(workers_)) {}
+
+  // `streams`: the consumer streams whose earlier work must finish before the outputs are written.
+  // `completed(t)` is called (on this thread) as each target's output becomes complete.
+  // `complete_on_host`: return only once the outputs are complete for every stream and the host
+  // (some output has no consumer stream to order later work on).
+  void read(std::span<const gpu::ReadTarget> targets, std::span<const std::uintptr_t> streams,
+            const std::function<void(std::size_t)>& completed, bool complete_on_host);
+
+ private:
+  // GPUDirect Storage: reads the leaves that are stored as their elements and land whole and
+  // contiguous straight from their files into place; returns those it could not (for the ring).
+  std::vector<Leaf> read_from_files(std::vector<Leaf> leaves);
+  // Sizes what device decodes cost and splits the decode memory into regions for them.
+  void prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves);
+  // A batch's CPU stage (gpu::fetch_batch), then the chunks it decoded on the CPU placed.
+  void fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch);
+  // Its device stage: one transfer, decoding, placing. The next batch's CPU stage runs meanwhile.
+  void submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch, std::size_t region);
+  void finish(Slot& slot);
+
+  int device_;
+  CudaReadOptions options_;
+  const Nvcomp& nvcomp_;
+  gpu::DecodeCosts costs_{};
+  std::size_t decode_calls_ = 0;  // for ZARR_DEVICE_TRACE
+  std::size_t decoded_chunks_ = 0;
+  std::size_t workers_;
+  engine::ThreadPool& pool_;
+};
+
+}  // namespace zarr_device::cuda

@@ -1,0 +1,86 @@
+// The engine's I/O settings, each written down once: the table in settings.cpp gives every
+// setting's name, default, environment variable (ZARR_DEVICE_<NAME>), documentation and valid
+// values. The values in force are process-wide, read from the environment at first use; the option
+// structs of calls (IoOptions, CudaReadOptions, CudaWriteOptions) start from them, and the Python
+// package reads and changes them through the same table (zarr_device.get_config / set_config).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace zarr_device {
+
+// Which compressed chunks the GPU decodes. nvCOMP's decoders trust their input: a corrupt stream
+// can fault the GPU context (not just fail the read), and framing checks on the CPU cannot catch
+// damage inside a compressed block. (Numbered as the table lists the setting's choices.)
+enum class GpuDecode {
+  kChecked = 0,  // only chunks whose bytes a checksum (crc32c) verified on the CPU vouches for
+  kTrusted = 1,  // every chunk nvCOMP can decode, after the CPU's framing checks
+  kOff = 2,      // none: decode on CPU threads, copy the result once
+};
+
+// Which chunks the GPU compresses when writing from device memory.
+enum class GpuEncode {
+  kOn = 0,   // zstd chunks with nvCOMP (standard zstd frames; the codec's level is not applied)
+  kOff = 1,  // every chunk on CPU threads, after the GPU has laid out its elements
+};
+
+// One value of every setting; settings_table() says what each means.
+struct Settings {
+  // The table's defaults (without the environment: see settings()).
+  Settings();
+  // The defaults overridden by the environment's ZARR_DEVICE_<NAME> variables. UsageError naming
+  // the variable when one holds a value the setting does not take.
+  static Settings from_environment();
+
+  int threads;
+  std::size_t max_inflight_bytes;
+  GpuDecode gpu_decode;
+  std::size_t staging_bytes;
+  int staging_slots;
+  GpuEncode gpu_encode;
+
+  bool operator==(const Settings&) const = default;
+};
+
+// The values in force: Settings::from_environment() on first use (its UsageError is raised by
+// every call until the variable is fixed), then what set_settings() made them. Thread-safe.
+Settings settings();
+// Replaces the values in force (for calls whose options are made afterwards). UsageError naming
+// the setting when a value is outside its range; nothing changes then. Thread-safe.
+void set_settings(const Settings& values);
+
+enum class SettingKind {
+  kCount,   // an integer from minimum to maximum
+  kSize,    // a byte count from minimum to maximum, with an optional unit ("256MiB", "1GB")
+  kChoice,  // one of `choices`
+};
+
+// One row of the table.
+struct SettingInfo {
+  std::string_view name;      // the member of Settings, and the setting's name in Python
+  std::string_view variable;  // the environment variable: ZARR_DEVICE_<NAME>
+  SettingKind kind;
+  std::string_view default_text;  // the default, as the environment variable would hold it
+  std::uint64_t minimum = 0;      // kCount, kSize
+  std::uint64_t maximum = 0;      //
+  std::span<const std::string_view> choices;  // kChoice, in the order of the enum's values
+  std::string_view doc;                       // what the setting does, for people
+  // The setting's value in Settings: the number, or the index of the choice.
+  std::uint64_t (*get)(const Settings&);
+  void (*set)(Settings&, std::uint64_t);
+};
+
+std::span<const SettingInfo> settings_table();
+// The row of `name`; UsageError naming the settings there are for any other name.
+const SettingInfo& setting_info(std::string_view name);
+
+// `text` as `setting` takes it from the environment: the number (a count; a size with an optional
+// unit, in the grammar of python/zarr_device/sizes.py) or the index of the choice. UsageError
+// beginning with `what` (the variable, or the setting) when it is not a valid value.
+std::uint64_t parse_setting(const SettingInfo& setting, std::string_view text,
+                            std::string_view what);
+
+}  // namespace zarr_device

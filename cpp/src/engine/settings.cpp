@@ -1,0 +1,369 @@
+#include "zarr_device/settings.hpp"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "zarr_device/errors.hpp"
+
+namespace zarr_device {
+namespace {
+
+constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+constexpr std::uint64_t kNoLimit = std::numeric_limits<std::size_t>::max();
+
+constexpr std::array<std::string_view, 3> kGpuDecodeChoices = {"checked", "trusted", "off"};
+constexpr std::array<std::string_view, 2> kGpuEncodeChoices = {"on", "off"};
+static_assert(static_cast<std::size_t>(GpuDecode::kChecked) == 0 &&
+              static_cast<std::size_t>(GpuDecode::kTrusted) == 1 &&
+              static_cast<std::size_t>(GpuDecode::kOff) == 2);
+static_assert(static_cast<std::size_t>(GpuEncode::kOn) == 0 &&
+              static_cast<std::size_t>(GpuEncode::kOff) == 1);
+
+// The one table. A new setting is a member of Settings and a row here (Settings() sets every
+// member from its row, so a member without one is left undefined).
+const std::array<SettingInfo, 6> kTable = {{
+    {"threads",
+     "ZARR_DEVICE_THREADS",
+     SettingKind::kCount,
+     "0",
+     0,
+     4096,
+     {},
+     "Worker threads that fetch, check and decode chunks (0: one per core).",
+     [](const Settings& s) { return static_cast<std::uint64_t>(s.threads); },
+     [](Settings& s, std::uint64_t v) { s.threads = static_cast<int>(v); }},
+    {"max_inflight_bytes",
+     "ZARR_DEVICE_MAX_INFLIGHT_BYTES",
+     SettingKind::kSize,
+     "256MiB",
+     1,
+     kNoLimit,
+     {},
+     "Host memory that fetched and decoded chunks (and the intermediate buffers of their codecs) "
+     "may hold at once on the CPU path: host reads and writes, and the chunks a write from a GPU "
+     "covers in part. It bounds a call's memory beyond its data, whatever the array's size (a "
+     "chunk larger than the whole budget still proceeds, alone). Reads to a GPU do not use it: "
+     "their host memory is the pinned staging (staging_bytes) plus, for each thread decoding a "
+     "chunk on the CPU, that chunk's stored bytes and its codecs' buffers.",
+     [](const Settings& s) { return std::uint64_t{s.max_inflight_bytes}; },
+     [](Settings& s, std::uint64_t v) { s.max_inflight_bytes = v; }},
+    {"gpu_decode", "ZARR_DEVICE_GPU_DECODE", SettingKind::kChoice, "checked", 0, 0,
+     kGpuDecodeChoices,
+     "Which compressed chunks reads to a CUDA device decode on the GPU. nvCOMP trusts its input, "
+     "and corrupt data can fault the GPU context, so by default ('checked') only chunks a crc32c "
+     "checksum vouches for (verified on the CPU first) decode there; 'trusted' sends every chunk "
+     "nvCOMP can decode after framing checks (for data you trust); 'off' decodes on the CPU.",
+     [](const Settings& s) { return static_cast<std::uint64_t>(s.gpu_decode); },
+     [](Settings& s, std::uint64_t v) { s.gpu_decode = static_cast<GpuDecode>(v); }},
+    {"staging_bytes",
+     "ZARR_DEVICE_STAGING_BYTES",
+     SettingKind::kSize,
+     "768MiB",
+     2 * kMiB,
+     kNoLimit,
+     {},
+     "Pinned host memory that chunk bytes pass through between the host and a GPU, allocated on "
+     "first use and kept (a change reallocates on the next call). Reads split it into "
+     "staging_slots slots, filled, copied and decoded in turn; writes into two halves, one "
+     "encoded on the GPU while the other's chunks are stored (a chunk, or a shard, larger than a "
+     "half is written through the CPU). A call's GPU memory beyond its data is at most about "
+     "twice this: a copy of each read slot and as much for nvCOMP's decoding (whose speed grows "
+     "with it), or a write's laid-out and compressed chunks.",
+     [](const Settings& s) { return std::uint64_t{s.staging_bytes}; },
+     [](Settings& s, std::uint64_t v) { s.staging_bytes = v; }},
+    {"staging_slots",
+     "ZARR_DEVICE_STAGING_SLOTS",
+     SettingKind::kCount,
+     "12",
+     1,
+     256,
+     {},
+     "Slots the staging of reads to a GPU is split into (fewer when a chunk does not fit one): "
+     "more slots let more fetches, copies and decodes overlap.",
+     [](const Settings& s) { return static_cast<std::uint64_t>(s.staging_slots); },
+     [](Settings& s, std::uint64_t v) { s.staging_slots = static_cast<int>(v); }},
+    {"gpu_encode", "ZARR_DEVICE_GPU_ENCODE", SettingKind::kChoice, "on", 0, 0, kGpuEncodeChoices,
+     "Writes from CUDA device memory: 'on' compresses zstd chunks on the GPU (nvCOMP; standard "
+     "frames, the codec's level not applied); 'off' compresses on CPU threads (the level "
+     "applied).",
+     [](const Settings& s) { return static_cast<std::uint64_t>(s.gpu_encode); },
+     [](Settings& s, std::uint64_t v) { s.gpu_encode = static_cast<GpuEncode>(v); }},
+}};
+
+// 'text', as Python's repr shows a string.
+std::string quoted(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 2);
+  out += '\'';
+  out += text;
+  out += '\'';
+  return out;
+}
+
+// Python's str.isspace for ASCII without the separators \x1c-\x1f: what sizes.py's pattern, which
+// is compiled with re.ASCII, calls \s.
+bool is_blank(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && is_blank(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_blank(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+// "2 MiB", "1 B": the binary unit that divides `bytes`, for messages.
+std::string describe_bytes(std::uint64_t bytes) {
+  constexpr std::array<std::string_view, 4> kUnits = {"TiB", "GiB", "MiB", "KiB"};
+  for (std::size_t i = 0; i < kUnits.size(); ++i) {
+    const std::uint64_t unit = std::uint64_t{1} << (10 * (kUnits.size() - i));
+    if (bytes >= unit && bytes % unit == 0) {
+      return std::to_string(bytes / unit) + " " + std::string(kUnits[i]);
+    }
+  }
+  return std::to_string(bytes) + " B";
+}
+
+constexpr std::string_view kSizeExamples = "examples: 1GiB, 512MiB, 256KiB, 2GB, 1048576";
+
+// sizes.py's units, by their lower-case spelling.
+std::optional<std::uint64_t> unit_bytes(std::string_view unit) {
+  struct Unit {
+    std::string_view name;
+    std::uint64_t bytes;
+  };
+  static constexpr std::array<Unit, 14> kUnits = {{{"", 1},
+                                                   {"b", 1},
+                                                   {"k", 1000},
+                                                   {"kb", 1000},
+                                                   {"m", 1000 * 1000},
+                                                   {"mb", 1000 * 1000},
+                                                   {"g", 1000 * 1000 * 1000},
+                                                   {"gb", 1000 * 1000 * 1000},
+                                                   {"t", std::uint64_t{1000} * 1000 * 1000 * 1000},
+                                                   {"tb", std::uint64_t{1000} * 1000 * 1000 * 1000},
+                                                   {"kib", std::uint64_t{1} << 10},
+                                                   {"mib", std::uint64_t{1} << 20},
+                                                   {"gib", std::uint64_t{1} << 30},
+                                                   {"tib", std::uint64_t{1} << 40}}};
+  std::string lower(unit);
+  for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  for (const auto& u : kUnits) {
+    if (u.name == lower) return u.bytes;
+  }
+  return std::nullopt;
+}
+
+// Throws UsageError beginning with `what` unless `value` (a number, or the index of a choice) is
+// one `setting` takes; `fits`: false when the value given is negative or beyond 64 bits, which no
+// setting takes. `shown`: the value as given.
+void check_value(const SettingInfo& setting, bool fits, std::uint64_t value, std::string_view shown,
+                 std::string_view what) {
+  const std::string refused = std::string(what) + " must be ";
+  const std::string given = ", not " + std::string(shown);
+  switch (setting.kind) {
+    case SettingKind::kCount:
+      if (!fits || value < setting.minimum || value > setting.maximum) {
+        throw UsageError(refused + "from " + std::to_string(setting.minimum) + " to " +
+                         std::to_string(setting.maximum) + given);
+      }
+      return;
+    case SettingKind::kSize:
+      if (fits && value < setting.minimum) {
+        throw UsageError(refused + "at least " + describe_bytes(setting.minimum) + given);
+      }
+      if (!fits || value > setting.maximum) {
+        throw UsageError(refused + "at most " + std::to_string(setting.maximum) + " bytes" + given);
+      }
+      return;
+    case SettingKind::kChoice:
+      if (!fits || value >= setting.choices.size()) {
+        std::string names;
+        for (const auto& choice : setting.choices) {
+          names += (names.empty() ? "" : " or ") + quoted(choice);
+        }
+        throw UsageError(refused + names + given);
+      }
+      return;
+  }
+}
+
+// What a text says as a size.
+struct SizeText {
+  enum Kind { kNotASize, kTooLarge, kBytes } kind = kNotASize;
+  std::uint64_t bytes = 0;
+};
+
+// sizes.py's parse_size for text: `\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*`, the
+// number times the unit, truncated. A whole number is multiplied exactly; one with a fraction or
+// an exponent in double precision, as Python's float does.
+SizeText size_of(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size() && is_blank(text[i])) ++i;
+  const std::size_t number = i;
+  while (i < text.size() && is_digit(text[i])) ++i;
+  bool whole = true;
+  if (i < text.size() && text[i] == '.') {
+    whole = false;
+    const std::size_t fraction = ++i;
+    while (i < text.size() && is_digit(text[i])) ++i;
+    if (i == fraction) return {};  // "1.", "."
+  }
+  if (i == number) return {};  // no digits
+  if (i + 1 < text.size() && (text[i] == 'e' || text[i] == 'E') && is_digit(text[i + 1])) {
+    whole = false;
+    i += 2;
+    while (i < text.size() && is_digit(text[i])) ++i;
+  }
+  const std::string_view mantissa = text.substr(number, i - number);
+  while (i < text.size() && is_blank(text[i])) ++i;
+  const std::size_t letters = i;
+  while (i < text.size() && is_letter(text[i])) ++i;
+  const auto unit = unit_bytes(text.substr(letters, i - letters));
+  while (i < text.size() && is_blank(text[i])) ++i;
+  if (i != text.size() || !unit) return {};
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  if (whole) {
+    std::uint64_t value = 0;
+    for (const char c : mantissa) {
+      const auto digit = static_cast<std::uint64_t>(c - '0');
+      if (value > (kMax - digit) / 10) return {SizeText::kTooLarge};
+      value = value * 10 + digit;
+    }
+    if (value != 0 && *unit > kMax / value) return {SizeText::kTooLarge};
+    return {SizeText::kBytes, value * *unit};
+  }
+  double value = 0;
+  const auto [end, error] = std::from_chars(mantissa.data(), mantissa.data() + mantissa.size(),
+                                            value, std::chars_format::general);
+  if (error != std::errc() || end != mantissa.data() + mantissa.size()) {
+    return {SizeText::kTooLarge};  // beyond a double's range ("1e400")
+  }
+  const double bytes = value * static_cast<double>(*unit);
+  if (!(bytes < 18446744073709551616.0)) return {SizeText::kTooLarge};  // 2^64
+  return {SizeText::kBytes, static_cast<std::uint64_t>(bytes)};
+}
+
+std::uint64_t parse_size(const SettingInfo& setting, std::string_view text, std::string_view what) {
+  const auto size = size_of(text);
+  if (size.kind == SizeText::kNotASize) {
+    throw UsageError(std::string(what) + ": " + quoted(text) + " is not a size (" +
+                     std::string(kSizeExamples) + ")");
+  }
+  check_value(setting, size.kind == SizeText::kBytes, size.bytes, quoted(text), what);
+  return size.bytes;
+}
+
+// An integer as Python's int() of the stripped text takes it, in ASCII and without its '_'
+// separators: an optional sign, then digits.
+std::uint64_t parse_count(const SettingInfo& setting, std::string_view text,
+                          std::string_view what) {
+  const std::string_view number = trim(text);
+  std::string_view digits = number;
+  const bool negative = !digits.empty() && digits.front() == '-';
+  if (!digits.empty() && (digits.front() == '-' || digits.front() == '+')) digits.remove_prefix(1);
+  std::uint64_t value = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  const bool integer = !digits.empty() && is_digit(digits.front()) &&
+                       end == digits.data() + digits.size() &&
+                       (error == std::errc() || error == std::errc::result_out_of_range);
+  if (!integer) throw UsageError(std::string(what) + " must be an integer, not " + quoted(text));
+  const bool fits = error == std::errc() && (!negative || value == 0);
+  check_value(setting, fits, value, number, what);
+  return value;
+}
+
+std::uint64_t parse_choice(const SettingInfo& setting, std::string_view text,
+                           std::string_view what) {
+  const auto& choices = setting.choices;
+  const auto found = std::find(choices.begin(), choices.end(), text);
+  const auto index = static_cast<std::uint64_t>(found - choices.begin());
+  check_value(setting, found != choices.end(), index, quoted(text), what);
+  return index;
+}
+
+struct Current {
+  std::mutex mutex;
+  std::optional<Settings> values;  // empty until first read from the environment
+};
+
+Current& current() {
+  static Current instance;
+  return instance;
+}
+
+}  // namespace
+
+std::span<const SettingInfo> settings_table() { return kTable; }
+
+const SettingInfo& setting_info(std::string_view name) {
+  for (const auto& setting : kTable) {
+    if (setting.name == name) return setting;
+  }
+  std::string names;
+  for (const auto& setting : kTable) {
+    names += (names.empty() ? "" : ", ") + std::string(setting.name);
+  }
+  throw UsageError("unknown setting " + quoted(name) + ": the settings are " + names);
+}
+
+std::uint64_t parse_setting(const SettingInfo& setting, std::string_view text,
+                            std::string_view what) {
+  switch (setting.kind) {
+    case SettingKind::kCount:
+      return parse_count(setting, text, what);
+    case SettingKind::kSize:
+      return parse_size(setting, text, what);
+    case SettingKind::kChoice:
+      return parse_choice(setting, text, what);
+  }
+  throw UsageError(std::string(what) + ": a setting of unknown kind");
+}
+
+Settings::Settings() {
+  for (const auto& setting : kTable) {
+    setting.set(*this, parse_setting(setting, setting.default_text, setting.name));
+  }
+}
+
+Settings Settings::from_environment() {
+  Settings values;
+  for (const auto& setting : kTable) {
+    const std::string variable(setting.variable);
+    if (const char* text = std::getenv(variable.c_str())) {
+      setting.set(values, parse_setting(setting, text, "the environment variable " + variable));
+    }
+  }
+  return values;
+}
+
+Settings settings() {
+  auto& state = current();
+  std::lock_guard lock(state.mutex);
+  if (!state.values) state.values = Settings::from_environment();
+  return *state.values;
+}
+
+void set_settings(const Settings& values) {
+  for (const auto& setting : kTable) {
+    const std::uint64_t value = setting.get(values);
+    // A negative count comes back as a huge number: show it as it was.
+    const std::string shown = setting.kind == SettingKind::kCount
+                                  ? std::to_string(static_cast<std::int64_t>(value))
+                                  : std::to_string(value);
+    check_value(setting, true, value, shown, setting.name);
+  }
+  auto& state = current();
+  std::lock_guard lock(state.mutex);
+  state.values = values;
+}
+
+}  // namespace zarr_device

@@ -1,0 +1,82 @@
+// The settings (cpp/src/engine/settings.cpp) as Python sees them: values as ints and choices by
+// name, the table as dicts. Every call's options start from the values in force, which
+// zarr_device.set_config changes.
+#include "settings_bindings.hpp"
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+
+#include <cstdint>
+#include <string>
+
+#include "zarr_device/settings.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+namespace zd = zarr_device;
+
+namespace {
+
+// A setting's value as Python holds it: an int, or the name of the choice.
+nb::object setting_to_python(const zd::SettingInfo& setting, std::uint64_t value) {
+  if (setting.kind == zd::SettingKind::kChoice) return nb::cast(setting.choices[value]);
+  return nb::cast(value);
+}
+
+nb::dict settings_to_python(const zd::Settings& values) {
+  nb::dict out;
+  for (const auto& setting : zd::settings_table()) {
+    out[nb::cast(setting.name)] = setting_to_python(setting, setting.get(values));
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_settings(nb::module_& m) {
+  m.def("settings", [] { return settings_to_python(zd::settings()); });
+  m.def(
+      "set_settings",
+      [](const nb::dict& values) {
+        zd::Settings updated = zd::settings();
+        for (const auto& [key, value] : values) {
+          const auto name = nb::cast<std::string>(key);
+          const auto& setting = zd::setting_info(name);
+          // Ints in decimal and choices by name are the environment's grammar too.
+          const auto text = nb::cast<std::string>(nb::str(value));
+          setting.set(updated, zd::parse_setting(setting, text, setting.name));
+        }
+        zd::set_settings(updated);
+      },
+      "values"_a);
+  m.def("settings_table", [] {
+    const zd::Settings defaults;
+    nb::list table;
+    for (const auto& setting : zd::settings_table()) {
+      nb::dict row;
+      row["name"] = setting.name;
+      row["variable"] = setting.variable;
+      row["kind"] = setting.kind == zd::SettingKind::kCount  ? "count"
+                    : setting.kind == zd::SettingKind::kSize ? "size"
+                                                             : "choice";
+      row["default"] = setting_to_python(setting, setting.get(defaults));
+      row["default_text"] = setting.default_text;
+      row["minimum"] = setting.minimum;
+      row["maximum"] = setting.maximum;
+      nb::list choices;
+      for (const auto& choice : setting.choices) choices.append(choice);
+      row["choices"] = choices;
+      row["doc"] = setting.doc;
+      table.append(row);
+    }
+    return table;
+  });
+  // The environment's grammar of a setting (the tests hold it against zarr_device.sizes).
+  m.def(
+      "parse_setting",
+      [](const std::string& name, const std::string& text) {
+        const auto& setting = zd::setting_info(name);
+        return setting_to_python(setting, zd::parse_setting(setting, text, setting.name));
+      },
+      "name"_a, "text"_a);
+}

@@ -1,0 +1,134 @@
+"""The settings have one home, the engine's table: Python's defaults, ranges and documentation come
+from it, the environment is read by the engine with the grammar of zarr_device.sizes, and
+set_config changes what the engine's calls start from."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import typing
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import zarr_device as zd
+from zarr_device import _core
+from zarr_device.config import IoConfig
+from zarr_device.sizes import parse_size
+
+TABLE = {row["name"]: row for row in _core.settings_table()}
+SIZE_MAX = TABLE["max_inflight_bytes"]["maximum"]
+
+
+def _clean_environment(**variables: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZARR_DEVICE_") or k.endswith("_LIBRARY")}
+    return {**env, **variables}
+
+
+def _config_in_child(**variables: str) -> subprocess.CompletedProcess[str]:
+    code = "import dataclasses, json, zarr_device as zd; print(json.dumps(dataclasses.asdict(zd.get_config())))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=_clean_environment(**variables), timeout=60)
+
+
+def test_python_takes_its_defaults_and_documentation_from_the_engine() -> None:
+    defaults = dataclasses.asdict(IoConfig())
+    assert defaults == {name: row["default"] for name, row in TABLE.items()}
+    assert defaults == {"threads": 0, "max_inflight_bytes": 256 << 20, "gpu_decode": "checked",
+                        "staging_bytes": 768 << 20, "staging_slots": 12, "gpu_encode": "on"}
+    hints = typing.get_type_hints(IoConfig)
+    for name, row in TABLE.items():
+        assert row["variable"] == "ZARR_DEVICE_" + name.upper()
+        assert row["variable"] in (IoConfig.__doc__ or "") and row["doc"] in (IoConfig.__doc__ or "")
+        if row["kind"] == "choice":  # the Literal types written for type checkers agree
+            assert list(typing.get_args(hints[name])) == row["choices"]
+
+
+def test_without_variables_the_settings_are_the_defaults() -> None:
+    child = _config_in_child()
+    assert child.returncode == 0, child.stderr
+    import json
+
+    assert json.loads(child.stdout) == dataclasses.asdict(IoConfig())
+
+
+def test_the_environment_is_read_by_the_engine_with_units_and_choices() -> None:
+    child = _config_in_child(ZARR_DEVICE_THREADS=" 3 ", ZARR_DEVICE_MAX_INFLIGHT_BYTES="1.5GiB",
+                             ZARR_DEVICE_STAGING_BYTES="64 mib", ZARR_DEVICE_STAGING_SLOTS="4",
+                             ZARR_DEVICE_GPU_DECODE="off", ZARR_DEVICE_GPU_ENCODE="off")
+    assert child.returncode == 0, child.stderr
+    import json
+
+    assert json.loads(child.stdout) == {"threads": 3, "max_inflight_bytes": 3 << 29, "gpu_decode": "off",
+                                        "staging_bytes": 64 << 20, "staging_slots": 4, "gpu_encode": "off"}
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("ZARR_DEVICE_GPU_DECODE", "bogus"),
+    ("ZARR_DEVICE_GPU_ENCODE", "ON"),
+    ("ZARR_DEVICE_MAX_INFLIGHT_BYTES", "256 MiBs"),
+    ("ZARR_DEVICE_STAGING_BYTES", "1MiB"),
+    ("ZARR_DEVICE_THREADS", "many"),
+    ("ZARR_DEVICE_STAGING_SLOTS", "0"),
+])
+def test_a_bad_variable_fails_the_import_naming_it(variable: str, value: str) -> None:
+    child = _config_in_child(**{variable: value})
+    assert child.returncode != 0
+    assert "zarr_device.errors.UsageError: the environment variable " + variable in child.stderr
+
+
+def test_set_config_changes_what_the_engine_starts_from() -> None:
+    previous = zd.set_config(threads=2, staging_bytes="32MiB", gpu_encode="off")
+    try:
+        assert _core.settings()["threads"] == 2
+        assert _core.settings()["staging_bytes"] == 32 << 20
+        assert zd.get_config() == dataclasses.replace(previous, threads=2, staging_bytes=32 << 20,
+                                                      gpu_encode="off")
+        with pytest.raises(zd.UsageError, match="staging_slots"):
+            zd.set_config(threads=5, staging_slots=257)
+        assert _core.settings()["threads"] == 2  # a refused change changes nothing
+        with pytest.raises(zd.UsageError, match="threads"):
+            _core.set_settings({"threads": -1})  # the engine checks too
+    finally:
+        zd.set_config(**dataclasses.asdict(previous))
+    assert zd.get_config() == previous
+
+
+# ----------------------------------------------------------------------------------------------
+# One size grammar in two places: zarr_device.sizes for Python values and the command line, the
+# engine's for the environment. They take the same texts to the same byte counts.
+
+SIZES = ["0", "1", "1048576", "256MiB", "256 MiB", " 256mib ", "\t2GB\n", "1.5GiB", ".5KiB", "1e3kB",
+         "1E3", "3k", "7b", "7B", "1TiB", "1.9", "9007199254740993", "18446744073709551615",
+         "18446744073709551616", "1e400", "20000000TiB", "", " ", "lots", "256 MiBs", "1.", ".", "-1",
+         "+1", "1e-3", "1e", "1 2", "0x10", "256MiB,", "inf", "nan", "1_000", "16EiB", "1\x1cMiB",
+         "1\u00a0MiB", "１MiB", "2.5e2MB"]
+
+
+def _both(text: str) -> tuple[Any, Any]:
+    try:
+        python: Any = parse_size(text, what="max_inflight_bytes", minimum=1, maximum=SIZE_MAX)
+    except zd.UsageError:
+        python = zd.UsageError
+    try:
+        engine: Any = _core.parse_setting("max_inflight_bytes", text)
+    except zd.UsageError:
+        engine = zd.UsageError
+    return python, engine
+
+
+@pytest.mark.parametrize("text", SIZES)
+def test_the_size_grammars_agree(text: str) -> None:
+    python, engine = _both(text)
+    assert python == engine
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="0123456789.eEkKmMgGtTiIbB \t", max_size=12))
+def test_the_size_grammars_agree_on_any_text(text: str) -> None:
+    python, engine = _both(text)
+    assert python == engine
