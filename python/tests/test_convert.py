@@ -3,7 +3,6 @@ codecs and chunks, bit for bit, never visible half written."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -18,11 +17,9 @@ from hypothesis import strategies as st
 from conftest import assert_bits_equal, numpy_dtype, random_values
 
 import zarr_device as zd
-from zarr_device import cli
+from zarr_device import cli, placement
 from zarr_device.convert import chunks_for_bytes, region_shape
 
-# The package exports the function under the module's name: the module is reached this way.
-convert_module = importlib.import_module("zarr_device.convert")
 
 CHECKED_ZSTD = [{"name": "zstd", "configuration": {"level": 1, "checksum": False}}, {"name": "crc32c"}]
 
@@ -304,7 +301,7 @@ def test_failure_midway_leaves_the_destination_as_it_was(
 
     monkeypatch.setattr(zd.Array, "write", failing_write)
     if not exchange:
-        monkeypatch.setattr(convert_module, "_exchange", lambda *_: False)
+        monkeypatch.setattr(placement, "exchange", lambda *_: False)
     with pytest.raises(zd.StoreError, match="converting '/'.*disk full"):
         zd.convert(tmp_path / "in.zarr", tmp_path / "out.zarr", max_bytes=1, overwrite=overwrite, progress=False)
     assert leftovers(tmp_path) == []

@@ -286,7 +286,7 @@ def test_missing_torch_names_the_package(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_jax_refuses_64_bit_types_without_x64() -> None:
     jax = pytest.importorskip("jax")
-    from zarr_device import jax as jax_adapter
+    from zarr_device.adapters import jax as jax_adapter
 
     previous = bool(jax.config.jax_enable_x64)
     jax.config.update("jax_enable_x64", False)
@@ -305,7 +305,7 @@ def test_jax_refuses_64_bit_types_without_x64() -> None:
 
 
 def test_torch_lacking_a_type_is_named(tmp_path: Path) -> None:
-    from zarr_device import torch as torch_adapter
+    from zarr_device.adapters import torch as torch_adapter
 
     missing = [n for n in zd.ZARR_DTYPE_NAMES if not isinstance(getattr(torch, n, None), torch.dtype) and n != "bool"]
     if not missing:

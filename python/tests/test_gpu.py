@@ -365,7 +365,7 @@ def test_out_cupy(tmp_path: Path) -> None:
 def test_framework_path_on_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The path other devices take (pinned host memory, then a non-blocking torch copy), run
     against a CUDA device: the staging tensor is pinned and the values arrive intact."""
-    from zarr_device import torch as torch_adapter
+    from zarr_device.adapters import torch as torch_adapter
 
     staged: list[Any] = []
     real = torch_adapter.to_device

@@ -270,7 +270,7 @@ def host_destination(
     dtype = to_numpy_dtype(core.dtype)
     if out is None:
         if like == "torch":
-            from zarr_device import torch as torch_adapter
+            from zarr_device.adapters import torch as torch_adapter
 
             tensor = torch_adapter.empty(shape, core.dtype)
             return tensor, torch_adapter.byte_view(tensor)
@@ -286,7 +286,7 @@ def host_destination(
             raise UsageError("out must be C-contiguous and writeable")
         return out, out.reshape(-1).view(np.uint8)
     if type(out).__module__ == "torch":
-        from zarr_device import torch as torch_adapter
+        from zarr_device.adapters import torch as torch_adapter
 
         torch_adapter.check_out_shape(out, shape, core.dtype)
         return out, torch_adapter.byte_view(out)
@@ -309,7 +309,7 @@ def _host_values(values: Any) -> npt.NDArray[Any]:
     """Values to write, as a NumPy array in host memory."""
     framework = type(values).__module__.split(".")[0]
     if framework == "torch":
-        from zarr_device import torch as torch_adapter
+        from zarr_device.adapters import torch as torch_adapter
 
         host: npt.NDArray[Any] = torch_adapter.to_numpy(values)
         return host

@@ -5,20 +5,18 @@ converted once to zstd + crc32c, every chunk decodes on the GPU.
 
 Data moves region by region (whole destination shards or chunks, about ``max_bytes`` at a time)
 through the engine's host reads and writes, so memory is bounded by settings, not by the data.
-Everything is written into ``<destination>.partial-<random>`` beside the destination and renamed
-into place when complete: the destination is the old store or all of the new one, never a part.
+Everything is written into ``<destination>.partial-<random>`` beside the destination, flushed to
+disk and renamed into place when complete (``placement``): the destination is the old store or
+all of the new one, never a part.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
 import itertools
 import json
 import math
 import os
-import secrets
 import shutil
 import sys
 import time
@@ -29,10 +27,10 @@ from typing import Any, Union
 
 import numpy.typing as npt
 
-from zarr_device import _core
+from zarr_device import _core, placement
 from zarr_device.api import Array, Group, _join, create_group
 from zarr_device.api import open as open_node
-from zarr_device.errors import StoreError, UsageError, ZarrDeviceError
+from zarr_device.errors import UsageError, ZarrDeviceError
 from zarr_device.sizes import parse_size
 from zarr_device.stores import LocalStore, StoreLike, ZarrStoreAdapter, as_store
 
@@ -48,8 +46,6 @@ Progress = Union[bool, Callable[[int], None]]
 COMPRESSORS: tuple[str, ...] = ("zstd", "gzip", "blosc", "none")
 # (default, lowest, highest); zstd 1 writes faster than zstd's own default (3), for a little more size.
 _LEVELS = {"zstd": (1, -131072, 22), "gzip": (5, 0, 9), "blosc": (5, 0, 9)}
-_MARKERS = ("zarr.json", ".zarray", ".zgroup")
-_LOCK_FILE = ".zarr-device.lock"
 
 
 @dataclass(frozen=True)
@@ -279,91 +275,13 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def _check_destination(destination: Any, source: SourceTree, overwrite: bool) -> Path:
-    if isinstance(destination, LocalStore):
-        destination = destination.root
-    text = os.fspath(destination) if isinstance(destination, (str, os.PathLike)) else ""
-    if not text or ("://" in text and not text.startswith("file://")):
-        raise UsageError(f"the destination must be a local directory, not {destination!r}")
-    dest = Path(os.path.abspath(text.removeprefix("file://")))
+    dest = placement.local_destination(destination)
     if source.local_root is not None:
         real, root = os.path.realpath(dest), os.path.realpath(source.local_root)
         if _inside(real, root) or _inside(root, real):
             raise UsageError(f"{dest}: the destination must lie outside the source store {root}, and not hold it")
-    if os.path.lexists(dest):
-        if not overwrite:
-            raise UsageError(f"{dest} exists (pass overwrite=True, or --overwrite, to replace it)")
-        # Replacing is removing: only a Zarr store is removed, never a link or a folder of files.
-        if dest.is_symlink() or not any((dest / marker).is_file() for marker in _MARKERS):
-            raise UsageError(f"{dest} is not a Zarr store (no zarr.json, .zarray or .zgroup): refusing to replace it")
+    placement.check_replaceable(dest, overwrite)
     return dest
-
-
-def _make_partial(dest: Path) -> Path:
-    # A sibling, on the same file system, so that the final rename is atomic; os.mkdir (not
-    # mkdtemp, which makes it 0700) gives it the permissions any new directory gets.
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            partial = dest.with_name(f"{dest.name}.partial-{secrets.token_hex(4)}")
-            with contextlib.suppress(FileExistsError):
-                partial.mkdir()
-                return partial
-    except OSError as e:
-        raise StoreError(f"{dest}: cannot make a directory beside it to write into: {e}") from None
-
-
-def _exchange(src: Path, dst: Path) -> bool:
-    """Swaps two directories in one step (renameat2 with RENAME_EXCHANGE): True when done, False
-    where libc or the file system lacks it."""
-    function = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
-    if function is None:
-        return False
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_cwd, rename_exchange = -100, 2
-    if function(at_cwd, os.fsencode(src), at_cwd, os.fsencode(dst), rename_exchange) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), str(dst))
-
-
-def _place(partial: Path, dest: Path, overwrite: bool) -> None:
-    """Moves the finished store into place: one rename or, replacing, one exchange of the old and
-    new directories, so that the destination is never missing."""
-    try:
-        if not (overwrite and os.path.lexists(dest)):
-            if os.path.lexists(dest):  # it appeared meanwhile (rename would replace an empty folder)
-                raise FileExistsError(errno.EEXIST, "it appeared while converting", str(dest))
-            os.rename(partial, dest)
-        elif _exchange(partial, dest):
-            shutil.rmtree(partial, ignore_errors=True)  # the old store, now under the partial name
-        else:
-            # Without an exchange the destination is missing for a moment, never half written.
-            aside = partial.with_name(partial.name.replace(".partial-", ".replaced-"))
-            os.rename(dest, aside)
-            try:
-                os.rename(partial, dest)
-            except OSError:
-                os.rename(aside, dest)  # the old store back where it was
-                raise
-            shutil.rmtree(aside, ignore_errors=True)
-    except OSError as e:
-        raise StoreError(f"{dest}: cannot move the converted store into place: {e}") from None
-
-
-def _finish_files(root: Path) -> int:
-    """Removes the engine's lock files (no other writer knows the partial directory, and the
-    result should hold Zarr data only); returns the size of what is left."""
-    total = 0
-    for folder, _dirs, files in os.walk(root):
-        for name in files:
-            path = os.path.join(folder, name)
-            if name == _LOCK_FILE:
-                os.unlink(path)
-            else:
-                total += os.path.getsize(path)
-    return total
 
 
 @contextlib.contextmanager
@@ -448,7 +366,7 @@ def convert(
             plans.append(node)
     arrays = [plan[0] for plan in plans if isinstance(plan, tuple)]
     total = sum(math.prod(a.shape) * a.itemsize for a in arrays)
-    partial = _make_partial(dest)
+    partial = placement.make_partial(dest)
     try:
         store = LocalStore(partial)
         with _progress(total, progress) as advance:
@@ -457,8 +375,8 @@ def convert(
                     create_group(store, path=plan.path, attributes=plan.attributes)
                 else:
                     _copy(*plan, store, region_bytes, advance)
-        written = _finish_files(partial)
-        _place(partial, dest, overwrite)
+        written = placement.finish_files(partial)
+        placement.place(partial, dest, overwrite, "converted store")
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise

@@ -210,8 +210,8 @@ def parse_device(device: DeviceLike) -> DeviceSpec:
 
 def device_of(out: Any) -> DeviceSpec | None:
     """The device an ``out=`` argument lives on (None for objects zarr_device does not fill)."""
-    from zarr_device import cupy as cupy_adapter
-    from zarr_device import torch as torch_adapter
+    from zarr_device.adapters import cupy as cupy_adapter
+    from zarr_device.adapters import torch as torch_adapter
 
     if torch_adapter.is_tensor(out):
         return parse_device(out.device)
@@ -238,8 +238,8 @@ def resolve_target(device: DeviceLike, out: Any) -> DeviceSpec:
 
 
 def _out_framework(out: Any) -> str | None:
-    from zarr_device import cupy as cupy_adapter
-    from zarr_device import torch as torch_adapter
+    from zarr_device.adapters import cupy as cupy_adapter
+    from zarr_device.adapters import torch as torch_adapter
 
     if torch_adapter.is_tensor(out):
         return "torch"
@@ -311,8 +311,8 @@ def cuda_destination(
 ) -> CudaDestination:
     """Allocates (or checks ``out`` as) the memory a read of ``shape`` and ``dtype`` fills on CUDA
     device ``index``, as ``like`` asks; nothing is read yet."""
-    from zarr_device import cupy as cupy_adapter
-    from zarr_device import torch as torch_adapter
+    from zarr_device.adapters import cupy as cupy_adapter
+    from zarr_device.adapters import torch as torch_adapter
 
     if out is not None:
         if torch_adapter.is_tensor(out):
@@ -330,7 +330,7 @@ def cuda_destination(
         return CudaDestination(array, ptr, nbytes, cupy_adapter.consumer_stream(index))
     finish = None
     if like == "jax":
-        from zarr_device import jax as jax_adapter
+        from zarr_device.adapters import jax as jax_adapter
 
         jax_adapter.jax_dtype(dtype)  # refuse a type, or a device, JAX cannot hold before any I/O
         jax_adapter.device(index)
@@ -369,8 +369,8 @@ def write_from_device(
     the engine lays chunks out, and compresses zstd chunks, on the GPU. False (nothing written)
     for values elsewhere, which the caller writes through the host. Casts as host writes do
     (:func:`zarr_device.casting.check_cast`; ``what`` names the array in errors)."""
-    from zarr_device import cupy as cupy_adapter
-    from zarr_device import torch as torch_adapter
+    from zarr_device.adapters import cupy as cupy_adapter
+    from zarr_device.adapters import torch as torch_adapter
     from zarr_device.casting import check_cast
     from zarr_device.dtypes import to_numpy_dtype
 
@@ -429,7 +429,7 @@ def _read_framework(
     like: Like | None,
     out: Any,
 ) -> Any:
-    from zarr_device import torch as torch_adapter
+    from zarr_device.adapters import torch as torch_adapter
 
     if like not in (None, "torch") or (out is not None and not torch_adapter.is_tensor(out)):
         raise UsageError(

@@ -161,7 +161,7 @@ def read_many(
 
     if target.kind == "framework":
         # Other torch devices: pinned host memory filled in one pass, then one copy each.
-        from zarr_device import torch as torch_adapter
+        from zarr_device.adapters import torch as torch_adapter
 
         staging = {
             name: torch_adapter.pinned_empty(selections[name].shape, cores[name].dtype) for name, _, _ in named

@@ -86,7 +86,7 @@ def check_out(out: Any, shape: tuple[int, ...], zarr_name: str, device: int) -> 
 
 
 def cuda_source(values: Any, zarr_name: str, shape: tuple[int, ...]) -> tuple[int, int, int, int, Any] | None:
-    """Values to write, as :func:`zarr_device.torch.cuda_source` describes (None for types CuPy
+    """Values to write, as :func:`zarr_device.adapters.torch.cuda_source` describes (None for types CuPy
     lacks: those go through the host)."""
     try:
         dtype = cupy_dtype(zarr_name)

@@ -1,0 +1,193 @@
+"""The checkpoint format (docs/checkpoint-format.md): tensor names as array paths, the root
+attribute that lists the tensors, and the chunk layout tensors are written with.
+
+Nothing here imports torch: a checkpoint's description is plain JSON, checked before any array
+is opened, so that a hostile one fails with a FormatError naming the tensor, never with a read
+outside the checkpoint or a crash.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from zarr_device.convert import chunks_for_bytes
+from zarr_device.errors import FormatError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "ROOT_ATTRIBUTE",
+    "TENSOR_ATTRIBUTE",
+    "Manifest",
+    "encode_name",
+    "decode_name",
+    "check_path",
+    "parse_manifest",
+    "layout",
+]
+
+FORMAT_VERSION = 1
+#: The root group's attribute that makes a Zarr group a checkpoint.
+ROOT_ATTRIBUTE = "zarr_device_checkpoint"
+#: Each tensor array's attribute: its tensor name, Zarr data type and shape, checked on load.
+TENSOR_ATTRIBUTE = "zarr_device_tensor"
+
+#: About 1 MiB inner chunks inside about 64 MiB shards: BENCHMARKS.md, run D (GPU reads of 1 MiB
+#: chunks are the fastest for zstd + crc32c and for uncompressed data; shards keep the number of
+#: files to about one per 64 MiB).
+CHUNK_BYTES = 1 << 20
+SHARD_BYTES = 64 << 20
+ZSTD_CODECS: list[dict[str, Any]] = [
+    {"name": "zstd", "configuration": {"level": 1, "checksum": False}},
+    {"name": "crc32c"},  # lets GPU reads decode chunks on the GPU
+]
+
+# Characters kept as they are in a path; every other is %-encoded (UTF-8 bytes, upper-case hex).
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_MAX_SEGMENT_BYTES = 255  # one directory entry, on every common file system
+
+
+def _percent(text: str) -> str:
+    return "".join(f"%{b:02X}" for b in text.encode("utf-8"))
+
+
+def encode_name(name: str, *, escape_upper: bool = False) -> str:
+    """The array path of a tensor name: one path segment, readable for ordinary names
+    (``layers.0.attn.weight`` stays as it is), reversible by :func:`decode_name`.
+
+    Characters outside ``[A-Za-z0-9._-]`` are %-encoded ('/' as %2F, '%' as %25). The first
+    character is encoded too where the segment would otherwise mean something else to a store: a
+    leading '.' (``.``, ``..``, hidden and v2 metadata files, the engine's lock file), a leading
+    ``__`` (reserved by Zarr v3) and ``zarr.json`` (the group's own metadata document).
+    ``escape_upper`` encodes upper-case letters too: for names that differ only in case, which
+    would be one file on a case-insensitive file system.
+    """
+    if not isinstance(name, str) or not name:
+        raise FormatError(f"tensor names must be non-empty strings, not {name!r}")
+    try:
+        path = "".join(c if c in _PLAIN and not (escape_upper and c.isupper()) else _percent(c) for c in name)
+    except UnicodeEncodeError:
+        raise FormatError(f"tensor name {name!r} is not valid Unicode text") from None
+    if path.startswith((".", "__")) or path.casefold() == "zarr.json":
+        path = _percent(name[0]) + path[1:]
+    return path
+
+
+def decode_name(path: str) -> str:
+    """The tensor name of an array path made by :func:`encode_name`."""
+    raw = bytearray()
+    i = 0
+    while i < len(path):
+        if path[i] == "%":
+            digits = path[i + 1 : i + 3]
+            if len(digits) != 2 or any(c not in "0123456789ABCDEFabcdef" for c in digits):
+                raise FormatError(f"array path {path!r} holds a bad %-escape")
+            raw.append(int(digits, 16))
+            i += 3
+        else:
+            raw += path[i].encode("utf-8")
+            i += 1
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FormatError(f"array path {path!r} does not decode to UTF-8") from None
+
+
+def check_path(name: str, path: Any) -> str:
+    """``path`` when it is a safe array path for tensor ``name``: one segment directly under the
+    root, not '.' or '..', not a reserved or metadata name, no NUL, backslash or slash."""
+    bad = (
+        not isinstance(path, str)
+        or not path
+        or len(path.encode("utf-8", "surrogatepass")) > _MAX_SEGMENT_BYTES
+        or any(c in path for c in "/\\\0")
+        or path.startswith((".", "__"))
+        or path.casefold() == "zarr.json"
+    )
+    if bad:
+        raise FormatError(f"tensor '{name}': array path {path!r} is not a safe name directly under the checkpoint")
+    assert isinstance(path, str)
+    return path
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A checkpoint's root attribute, checked: stored tensors by name (their array paths, in the
+    order written), tied names (the stored name each one shares), and the user's metadata."""
+
+    tensors: dict[str, str]
+    tied: dict[str, str]
+    metadata: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "framework": "torch",
+            "tensors": dict(self.tensors),
+            "tied": dict(self.tied),
+            "metadata": self.metadata,
+        }
+
+    def names(self) -> list[str]:
+        """Every tensor name: the stored ones, then the tied ones."""
+        return [*self.tensors, *self.tied]
+
+    def stored(self, name: str) -> str:
+        """The stored tensor that holds ``name``'s values."""
+        return self.tied.get(name, name)
+
+
+def _string_map(value: Any, what: str) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise FormatError(f"checkpoint attribute '{what}' must be a JSON object, not {type(value).__name__}")
+    for key, item in value.items():
+        if not isinstance(key, str) or not key or not isinstance(item, str):
+            raise FormatError(f"checkpoint attribute '{what}': entry {key!r}: {item!r} is not a name and a string")
+    return dict(value)
+
+
+def parse_manifest(attributes: Mapping[str, Any], where: str) -> Manifest:
+    """The checked description of the checkpoint at ``where`` (its root group's attributes)."""
+    root = attributes.get(ROOT_ATTRIBUTE)
+    if root is None:
+        raise FormatError(
+            f"{where} is not a zarr_device checkpoint: its root group has no '{ROOT_ATTRIBUTE}' attribute"
+        )
+    if not isinstance(root, Mapping):
+        raise FormatError(f"{where}: '{ROOT_ATTRIBUTE}' must be a JSON object, not {type(root).__name__}")
+    version = root.get("format_version")
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        raise FormatError(
+            f"{where}: checkpoint format_version {version!r} is not one this zarr_device reads "
+            f"({FORMAT_VERSION}); a newer zarr_device may read it"
+        )
+    if root.get("framework") != "torch":
+        raise FormatError(f"{where}: a checkpoint of framework {root.get('framework')!r}, not 'torch'")
+    tensors = _string_map(root.get("tensors", {}), "tensors")
+    tied = _string_map(root.get("tied", {}), "tied")
+    owners: dict[str, str] = {}
+    for name, path in tensors.items():
+        folded = check_path(name, path).casefold()  # distinct on Linux may be one file elsewhere
+        if folded in owners:
+            raise FormatError(f"tensors '{owners[folded]}' and '{name}' are stored at one array path {path!r}")
+        owners[folded] = name
+    for name, target in tied.items():
+        if name in tensors:
+            raise FormatError(f"tensor '{name}' is listed both as stored and as tied to '{target}'")
+        if target not in tensors:
+            raise FormatError(f"tensor '{name}' is tied to '{target}', which is not a stored tensor")
+    return Manifest(tensors, tied, root.get("metadata"))
+
+
+def layout(shape: tuple[int, ...], itemsize: int) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """(chunk shape, shard shape or None) for a tensor: chunks of about 1 MiB that split the
+    leading dimensions only (each chunk one contiguous run of rows), in shards of about 64 MiB of
+    whole chunks; unsharded when one chunk holds the whole tensor."""
+    chunks = chunks_for_bytes(shape, itemsize, CHUNK_BYTES)
+    grid = [-(-max(1, s) // c) for s, c in zip(shape, chunks)]
+    if math.prod(grid) <= 1:
+        return chunks, None
+    per_shard = chunks_for_bytes(grid, math.prod(chunks) * itemsize, SHARD_BYTES)
+    return chunks, tuple(n * c for n, c in zip(per_shard, chunks))

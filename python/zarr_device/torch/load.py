@@ -1,0 +1,213 @@
+"""Loading a checkpoint: its description is checked and every array it names opened (metadata
+only) before any data is read; then the tensors are read in one pipeline (zd.read_many) or
+handed on as they arrive (zd.iter_many). Loading reads JSON and array data only, and runs no
+code."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Union
+
+import torch
+
+from zarr_device.adapters import torch as torch_adapter
+from zarr_device.api import Array, Group, open_array, open_group
+from zarr_device.errors import FormatError, NodeNotFoundError, UsageError, ZarrDeviceError
+from zarr_device.many import iter_many, read_many
+from zarr_device.torch.format import TENSOR_ATTRIBUTE, Manifest, parse_manifest
+
+__all__ = ["Checkpoint", "open_checkpoint", "load", "iter_load", "metadata", "Keys", "DeviceArg"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+#: The tensors to load: every one (None), these names, or those a function accepts.
+Keys = Union[None, Iterable[str], Callable[[str], bool]]
+DeviceArg = Union[str, int, torch.device]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """An opened checkpoint: its checked description and its stored tensors' arrays by name."""
+
+    where: str
+    manifest: Manifest
+    arrays: dict[str, Array]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.arrays[self.manifest.stored(name)].shape
+
+    def dtype(self, name: str) -> torch.dtype:
+        dtype: torch.dtype = torch_adapter.torch_dtype(_zarr_dtype(self.arrays[self.manifest.stored(name)]))
+        return dtype
+
+
+def _zarr_dtype(array: Array) -> str:
+    return str(array._core.dtype)  # noqa: SLF001 - the package's own
+
+
+def _open_array(checkpoint_group: Any, name: str, path: str) -> Array:
+    try:
+        array = open_array(checkpoint_group.store, path=path)
+    except NodeNotFoundError:
+        raise FormatError(f"tensor '{name}': its array '{path}' is missing from the checkpoint") from None
+    except ZarrDeviceError as e:
+        raise type(e)(f"tensor '{name}' (array '{path}'): {e}") from e
+    data_type = _zarr_dtype(array)
+    info = array.attrs.get(TENSOR_ATTRIBUTE)
+    expected = {"name": name, "dtype": data_type, "shape": list(array.shape)}
+    if info != expected:
+        raise FormatError(
+            f"tensor '{name}': array '{path}' does not match what the checkpoint recorded for it "
+            f"(recorded {info!r}; the array holds {expected!r})"
+        )
+    try:
+        torch_adapter.torch_dtype(data_type)
+    except UsageError as e:
+        raise FormatError(f"tensor '{name}': {e}") from None
+    return array
+
+
+def _attributes_in_order(group: Group) -> dict[str, Any]:
+    """The root group's attributes with JSON objects in the order stored (the engine's copy of
+    the document keeps no order, and the tensors load in the order they were saved in). The text
+    is parsed here only after the engine has parsed it within its limits on size and nesting."""
+    text = group.store.handle.get("zarr.json")
+    try:
+        document = json.loads(text) if text is not None else None
+    except (ValueError, RecursionError):
+        document = None
+    attributes = document.get("attributes") if isinstance(document, dict) else None
+    return attributes if isinstance(attributes, dict) else dict(group.attrs)
+
+
+def open_checkpoint(path: PathLike) -> Checkpoint:
+    """Opens and checks a checkpoint: its root attribute, and every stored tensor's array
+    (present, and of the data type and shape recorded for it). Reads metadata only."""
+    where = os.fspath(path)
+    try:
+        group = open_group(path, mode="r")
+    except NodeNotFoundError:
+        raise NodeNotFoundError(f"{where}: no checkpoint there (no Zarr group)") from None
+    manifest = parse_manifest(_attributes_in_order(group), where)
+    arrays = {name: _open_array(group, name, p) for name, p in manifest.tensors.items()}
+    return Checkpoint(where, manifest, arrays)
+
+
+def _select(manifest: Manifest, keys: Keys) -> list[str]:
+    names = manifest.names()
+    if keys is None:
+        return names
+    if callable(keys):
+        return [name for name in names if keys(name)]
+    if isinstance(keys, str):
+        raise UsageError("keys must be a list of names (or a function), not one string")
+    wanted = list(keys)
+    unknown = sorted(set(wanted) - set(names))
+    if unknown:
+        raise UsageError(f"keys names tensors the checkpoint does not hold: {', '.join(map(repr, unknown))}")
+    chosen = set(wanted)
+    return [name for name in names if name in chosen]
+
+
+def _caster(dtype: torch.dtype | None) -> Callable[[torch.Tensor], torch.Tensor]:
+    if dtype is None:
+        return lambda tensor: tensor
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise UsageError(f"dtype must be a floating torch dtype (floating tensors are cast to it), not {dtype!r}")
+    return lambda tensor: tensor.to(dtype) if tensor.is_floating_point() else tensor
+
+
+def _plan(checkpoint: Checkpoint, names: list[str]) -> tuple[dict[str, Array], dict[str, list[str]]]:
+    """The arrays to read (by stored name) and the names each one serves (itself, tied ones)."""
+    serves: dict[str, list[str]] = {}
+    for name in names:
+        serves.setdefault(checkpoint.manifest.stored(name), []).append(name)
+    return {stored: checkpoint.arrays[stored] for stored in serves}, serves
+
+
+@contextlib.contextmanager
+def _progress(total: int, progress: bool) -> Iterator[Callable[[int], object]]:
+    if not progress:
+        yield lambda _: None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc="loading", unit="B", unit_scale=True, unit_divisor=1024,
+              disable=None, leave=False, file=sys.stderr, dynamic_ncols=True) as bar:
+        yield bar.update
+
+
+def read_tensors(
+    checkpoint: Checkpoint, names: list[str], device: DeviceArg, dtype: torch.dtype | None, progress: bool
+) -> dict[str, torch.Tensor]:
+    """``names``' tensors on ``device``; tied names are one tensor object."""
+    cast = _caster(dtype)
+    arrays, serves = _plan(checkpoint, names)
+    if progress:
+        results: dict[str, torch.Tensor] = {}
+        with _progress(sum(a.nbytes for a in arrays.values()), progress) as advance:
+            for stored, tensor in iter_many(arrays, device=device, like="torch"):
+                results[stored] = tensor
+                advance(arrays[stored].nbytes)
+    else:
+        results = read_many(arrays, device=device, like="torch")
+    out: dict[str, torch.Tensor] = {}
+    for stored, served in serves.items():
+        tensor = cast(results.pop(stored))
+        for name in served:
+            out[name] = tensor
+    return {name: out[name] for name in names}
+
+
+def load(
+    path: PathLike,
+    *,
+    device: DeviceArg = "cpu",
+    dtype: torch.dtype | None = None,
+    keys: Keys = None,
+    progress: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Loads a checkpoint's tensors as ``{name: tensor}`` on ``device`` ("cpu", "cuda", "cuda:N",
+    or any torch device).
+
+    Every tensor is read in one pipeline (:func:`zarr_device.read_many`): on the host, all chunks
+    of all tensors by one pool of threads; onto a CUDA device, straight into the tensors through
+    the staging ring. ``dtype``: a floating dtype that floating tensors are cast to after
+    loading. ``keys``: the names to load (a list), or a function that accepts names. Tied names
+    are one tensor object, as they were one tensor when saved. ``progress``: a bar on stderr,
+    advanced as each tensor completes (the tensors are then read one after another, as
+    :func:`iter_load` does).
+
+    Raises FormatError for a damaged or hostile checkpoint (naming the tensor), UsageError for
+    keys it does not hold, NodeNotFoundError when there is no checkpoint at ``path``.
+    """
+    checkpoint = open_checkpoint(path)
+    return read_tensors(checkpoint, _select(checkpoint.manifest, keys), device, dtype, progress)
+
+
+def iter_load(
+    path: PathLike,
+    *,
+    device: DeviceArg = "cpu",
+    dtype: torch.dtype | None = None,
+    keys: Keys = None,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Loads a checkpoint as :func:`load` does, yielding ``(name, tensor)`` as each tensor is
+    complete (:func:`zarr_device.iter_many`), in the checkpoint's order; a tied name comes right
+    after the tensor it shares, as the same object."""
+    checkpoint = open_checkpoint(path)
+    cast = _caster(dtype)
+    arrays, serves = _plan(checkpoint, _select(checkpoint.manifest, keys))
+    for stored, tensor in iter_many(arrays, device=device, like="torch"):
+        tensor = cast(tensor)
+        for name in serves[stored]:
+            yield name, tensor
+
+
+def metadata(path: PathLike) -> Any:
+    """The JSON metadata saved with a checkpoint (None when none was given)."""
+    return open_checkpoint(path).manifest.metadata

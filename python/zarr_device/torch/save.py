@@ -1,0 +1,183 @@
+"""Saving a state dict as a checkpoint: one Zarr array per stored tensor, written whole into a
+partial directory and placed atomically (zarr_device.placement)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+import torch
+
+from zarr_device import placement
+from zarr_device.api import create, create_group
+from zarr_device.dtypes import ZARR_DTYPE_NAMES
+from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
+from zarr_device.stores import LocalStore
+from zarr_device.torch.format import (
+    ROOT_ATTRIBUTE,
+    TENSOR_ATTRIBUTE,
+    ZSTD_CODECS,
+    Manifest,
+    check_path,
+    encode_name,
+    layout,
+)
+
+__all__ = ["save", "zarr_dtype"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def zarr_dtype(dtype: torch.dtype) -> str:
+    """The Zarr data type name of a torch dtype; UsageError for types Zarr has no name for."""
+    name = str(dtype).removeprefix("torch.")
+    if name not in ZARR_DTYPE_NAMES:
+        raise UsageError(f"torch dtype {name} has no Zarr data type")
+    return name
+
+
+@dataclass(frozen=True)
+class _Stored:
+    name: str
+    path: str
+    tensor: torch.Tensor
+    dtype: str
+
+
+def _state_dict(state: torch.nn.Module | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    if isinstance(state, torch.nn.Module):
+        state = state.state_dict()
+    if not isinstance(state, Mapping):
+        raise UsageError(f"save takes an nn.Module or a mapping of names to tensors, not {type(state).__name__}")
+    for name, value in state.items():
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"tensor names must be non-empty strings, not {name!r}")
+        if not isinstance(value, torch.Tensor):
+            raise UsageError(f"'{name}' is a {type(value).__name__}, not a tensor: checkpoints hold tensors only")
+        if value.device.type == "meta":
+            raise UsageError(f"tensor '{name}' is on the meta device: it has no values to save")
+    return dict(state)
+
+
+def _paths(names: list[str]) -> dict[str, str]:
+    """Array paths by name. Names that differ only in case get their upper-case letters encoded
+    as well, so that no two paths are one file on a case-insensitive file system."""
+    try:
+        plain = {name: encode_name(name) for name in names}
+        folds: dict[str, int] = {}
+        for path in plain.values():
+            folds[path.casefold()] = folds.get(path.casefold(), 0) + 1
+        paths = {n: encode_name(n, escape_upper=True) if folds[p.casefold()] > 1 else p for n, p in plain.items()}
+        owners: dict[str, str] = {}
+        for name, path in paths.items():
+            check_path(name, path)
+            if path.casefold() in owners:
+                raise FormatError(f"tensors '{owners[path.casefold()]}' and '{name}' map to one array path")
+            owners[path.casefold()] = name
+    except FormatError as e:
+        raise UsageError(str(e)) from None
+    return paths
+
+
+def _plan(state: dict[str, torch.Tensor]) -> tuple[list[_Stored], dict[str, str]]:
+    """The tensors to store, and the tied names: a tensor that views the very same elements as
+    one before it (storage, offset, shape, strides and dtype) is stored once."""
+    paths = _paths([name for name in state])
+    stored: list[_Stored] = []
+    tied: dict[str, str] = {}
+    seen: dict[tuple[Any, ...], str] = {}
+    for name, tensor in state.items():
+        try:
+            dtype = zarr_dtype(tensor.dtype)
+        except UsageError as e:
+            raise UsageError(f"tensor '{name}': {e}") from None
+        key: tuple[Any, ...] | None = None
+        if tensor.numel():  # empty tensors may share a null address without sharing anything
+            key = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(),
+                   tuple(tensor.shape), tensor.stride(), tensor.dtype)
+            if key in seen:
+                tied[name] = seen[key]
+                continue
+            seen[key] = name
+        stored.append(_Stored(name, paths[name], tensor, dtype))
+    return stored, tied
+
+
+@contextlib.contextmanager
+def _progress(total: int, progress: bool) -> Iterator[Callable[[int], None]]:
+    if not progress:
+        yield lambda _: None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc="saving", unit="B", unit_scale=True, unit_divisor=1024,
+              disable=None, leave=False, file=sys.stderr, dynamic_ncols=True) as bar:
+        yield bar.update
+
+
+def _write(store: LocalStore, item: _Stored, codecs: list[dict[str, Any]] | None) -> int:
+    # GPU (and other device) tensors cross to the host one at a time, so host memory holds one
+    # tensor's copy at most; a non-contiguous tensor is stored as its contiguous values.
+    host = item.tensor.detach().to("cpu").contiguous()
+    shape = tuple(host.shape)
+    chunks, shards = layout(shape, host.element_size())
+    info = {"name": item.name, "dtype": item.dtype, "shape": list(shape)}
+    array = create(store, path=item.path, shape=shape, dtype=item.dtype, chunks=chunks, shards=shards,
+                   compressors=codecs, attributes={TENSOR_ATTRIBUTE: info})
+    if host.numel():
+        array.write(Ellipsis, host)
+    return math.prod(shape) * host.element_size()
+
+
+def save(
+    state_dict_or_module: torch.nn.Module | Mapping[str, torch.Tensor],
+    path: PathLike,
+    *,
+    compressors: Literal["zstd"] | None = None,
+    metadata: Any = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> None:
+    """Saves a module's state dict (or a mapping of names to tensors) as a checkpoint: a Zarr v3
+    group at ``path`` (a local directory), one array per tensor (docs/checkpoint-format.md).
+
+    Tensors may live on any device (each is copied to the host in turn) and have any layout
+    (their values are stored contiguous). Tied tensors (views of the same elements, such as a
+    shared embedding and output layer) are stored once. ``compressors``: None stores the bytes as
+    they are (the fastest to read); "zstd" stores zstd level 1 chunks with a crc32c each (which
+    GPU reads decode on the GPU). ``metadata``: JSON the checkpoint carries (read it with
+    :func:`zarr_device.torch.metadata`). ``overwrite``: replace a checkpoint (any Zarr store) at
+    ``path``, once the new one is complete. ``progress``: a bar on stderr while writing.
+
+    The checkpoint appears whole or not at all: it is written beside ``path``, flushed to disk
+    and renamed into place; a failure leaves ``path`` as it was. Raises UsageError for what
+    cannot be saved (naming the tensor) or an existing ``path`` without ``overwrite``.
+    """
+    if compressors not in (None, "zstd"):
+        raise UsageError(f"compressors must be None or 'zstd', not {compressors!r}")
+    try:
+        metadata_json = json.loads(json.dumps(metadata, allow_nan=False))
+    except (TypeError, ValueError, RecursionError) as e:
+        raise UsageError(f"metadata must be JSON (no NaN or infinity): {e}") from None
+    state = _state_dict(state_dict_or_module)
+    dest = placement.local_destination(path)
+    placement.check_replaceable(dest, overwrite)
+    stored, tied = _plan(state)
+    manifest = Manifest({s.name: s.path for s in stored}, tied, metadata_json)
+    codecs = ZSTD_CODECS if compressors == "zstd" else None
+    total = sum(s.tensor.numel() * s.tensor.element_size() for s in stored)
+    with placement.atomic_directory(dest, overwrite, "checkpoint") as partial:
+        store = LocalStore(partial)
+        create_group(store, attributes={ROOT_ATTRIBUTE: manifest.to_json()})
+        with _progress(total, progress) as advance:
+            for item in stored:
+                try:
+                    advance(_write(store, item, codecs))
+                except ZarrDeviceError as e:
+                    raise type(e)(f"saving tensor '{item.name}': {e}") from e
