@@ -34,7 +34,7 @@ from zarr_device.errors import UsageError, ZarrDeviceError
 from zarr_device.sizes import parse_size
 from zarr_device.stores import LocalStore, StoreLike, ZarrStoreAdapter, as_store
 
-__all__ = ["convert", "ConvertSummary", "COMPRESSORS", "chunks_for_bytes", "region_shape"]
+__all__ = ["convert", "ConvertSummary", "COMPRESSORS", "chunks_for_bytes", "region_shape", "checkpoint_kind"]
 
 #: A chunk or shard layout: None, a byte size (``"2MiB"``, an int) or a shape (-1: whole extent).
 Layout = Union[None, int, str, Sequence[int]]
@@ -137,6 +137,42 @@ def read_zarr(source: StoreLike | Array | Group, path: str) -> SourceTree:
 _SOURCE_KINDS: list[tuple[str, Callable[[Any], bool], Callable[[Any, str], SourceTree]]] = [
     ("zarr", lambda source: True, read_zarr),
 ]
+
+
+def _local_path(source: Any) -> Path | None:
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    text = os.fspath(source)
+    return None if "://" in text and not text.startswith("file://") else Path(text.removeprefix("file://"))
+
+
+def _is_model_folder(path: Path) -> bool:
+    has_weights = (path / "model.safetensors.index.json").is_file() or (path / "model.safetensors").is_file()
+    return path.is_dir() and has_weights and not (path / "zarr.json").exists()
+
+
+# PyTorch checkpoint conversions (zarr_device.torch.interop): these inputs are not copied node by
+# node as Zarr is, but written as a checkpoint (docs/checkpoint-format.md) by the checkpoint
+# writer. Tried in order, before _SOURCE_KINDS.
+_CHECKPOINT_KINDS: list[tuple[str, Callable[[Path], bool]]] = [
+    ("safetensors", lambda path: path.is_file() and path.name.endswith(".safetensors")),
+    ("huggingface", _is_model_folder),
+    ("torch", lambda path: path.is_file() and path.suffix in (".pt", ".pth", ".bin", ".ckpt")),
+]
+
+
+def checkpoint_kind(source: Any, destination: Any) -> str | None:
+    """The checkpoint conversion ``convert`` does from ``source`` to ``destination``: "safetensors",
+    "huggingface" or "torch" (into a checkpoint), "to-safetensors" (a checkpoint into a
+    ``*.safetensors`` file), or None (Zarr to Zarr)."""
+    path = _local_path(source)
+    kind = next((k for k, takes in _CHECKPOINT_KINDS if takes(path)), None) if path else None
+    dest = _local_path(destination)
+    if dest is not None and dest.name.endswith(".safetensors"):
+        if kind is not None:
+            raise UsageError(f"{source} is a {kind} file or folder, not a checkpoint to write as safetensors")
+        return "to-safetensors"
+    return kind
 
 
 def read_source(source: Any, path: str = "") -> SourceTree:
@@ -345,11 +381,27 @@ def convert(
     once the new one is complete. ``progress``: a bar on stderr (True), nothing (False), or a
     function told of every byte count copied.
 
+    PyTorch checkpoints (docs/checkpoint-format.md): a safetensors file, a Hugging Face model
+    folder (``model.safetensors`` or shards with ``model.safetensors.index.json``) or a
+    ``torch.save`` file (``.pt``, ``.pth``, ``.bin``, ``.ckpt``) is written as a checkpoint, and a
+    checkpoint is written as one safetensors file when ``destination`` ends in ``.safetensors``
+    (zarr_device.torch.interop; needs torch and safetensors). Only ``compressors`` ("zstd" or
+    none), ``overwrite`` and ``progress`` apply to those.
+
     The destination appears (or is replaced) at once and complete, or not at all: a failure
     leaves it as it was and removes the partial copy. Threads and in-flight memory come from
     :func:`zarr_device.set_config`. Raises UsageError for bad options, an existing destination or
     one inside the source; errors while copying name the array.
     """
+    kind = checkpoint_kind(source, destination)
+    if kind is not None:
+        options = {"path": path, "level": level, "chunks": chunks, "shards": shards}
+        try:
+            from zarr_device.torch import interop
+        except ImportError as e:
+            raise UsageError(f"converting {kind} checkpoints needs PyTorch and safetensors: {e}") from None
+        summary: ConvertSummary = interop.convert(kind, source, destination, options, compressors, overwrite, progress)
+        return summary
     started = time.perf_counter()
     tree = read_source(source, path)
     dest = _check_destination(destination, tree, overwrite)

@@ -21,7 +21,10 @@ from typing import Any
 from zarr_device.errors import StoreError, UsageError
 from zarr_device.stores import LocalStore
 
-__all__ = ["MARKERS", "LOCK_FILE", "local_destination", "check_replaceable", "atomic_directory"]
+__all__ = [
+    "MARKERS", "LOCK_FILE", "local_destination", "check_replaceable", "atomic_directory",
+    "check_replaceable_file", "atomic_file",
+]
 
 MARKERS = ("zarr.json", ".zarray", ".zgroup")
 LOCK_FILE = ".zarr-device.lock"
@@ -141,4 +144,45 @@ def atomic_directory(dest: Path, overwrite: bool, what: str = "store") -> Iterat
         place(partial, dest, overwrite, what)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def check_replaceable_file(dest: Path, overwrite: bool, suffix: str) -> None:
+    """UsageError when the file ``dest`` exists and may not be replaced: without ``overwrite``,
+    or when it is not a regular file named ``*suffix`` (only such a file is ever replaced)."""
+    if not os.path.lexists(dest):
+        return
+    if not overwrite:
+        raise UsageError(f"{dest} exists (pass overwrite=True, or --overwrite, to replace it)")
+    if dest.is_symlink() or not dest.is_file() or not dest.name.endswith(suffix):
+        raise UsageError(f"{dest} is not a {suffix} file: refusing to replace it")
+
+
+@contextlib.contextmanager
+def atomic_file(dest: Path, overwrite: bool, what: str = "file") -> Iterator[Path]:
+    """Yields a new empty file beside ``dest`` to write; when the block completes it is fsynced
+    and renamed over ``dest`` (one rename: readers see the old file or the whole new one), and
+    when the block raises it is removed and ``dest`` is as it was."""
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            partial = dest.with_name(f"{dest.name}.partial-{secrets.token_hex(4)}")
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+                break
+    except OSError as e:
+        raise StoreError(f"{dest}: cannot make a file beside it to write into: {e}") from None
+    try:
+        yield partial
+        try:
+            _fsync(partial, directory=False)
+            if not overwrite and os.path.lexists(dest):  # rename would replace it
+                raise FileExistsError(errno.EEXIST, "it appeared while writing", str(dest))
+            os.replace(partial, dest)
+            _fsync(dest.parent, directory=True)
+        except OSError as e:
+            raise StoreError(f"{dest}: cannot move the {what} into place: {e}") from None
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
         raise

@@ -3,7 +3,9 @@
 ``zarr-device info PATH`` prints the tree of arrays and groups in a store; ``zarr-device bench``
 writes a sample array and reads it back with zarr-device and with zarr-python; ``zarr-device
 fsck PATH`` checks a store for leftovers of killed writes and for damage; ``zarr-device convert
-SOURCE DEST`` rewrites an array or group with other codecs and chunks (crc32c for GPU decoding).
+SOURCE DEST`` rewrites an array or group with other codecs and chunks (crc32c for GPU decoding),
+or converts PyTorch checkpoints from and to safetensors; ``zarr-device load PATH`` reads a
+checkpoint or group onto a device and reports how fast.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import os
 import sys
 
 import zarr_device as zd
-from zarr_device.cli import bench, convert, fsck, info
+from zarr_device.cli import bench, convert, fsck, info, load
 from zarr_device.cli.bench import (
     ReadMismatchError,
     SampleLayout,
@@ -53,6 +55,9 @@ examples:
   zarr-device bench --size 4GiB --codec both  bigger, compressed and uncompressed
   zarr-device convert in.zarr out.zarr --chunks 2MiB --shards 64MiB
                                               rewritten as zstd + crc32c (GPU decoding)
+  zarr-device convert model.safetensors model.zarr
+                                              a safetensors file (or model folder) as a checkpoint
+  zarr-device load model.zarr --device cuda   read it onto the GPU and report GB/s
 
 run 'zarr-device COMMAND --help' for a command's options."""
 
@@ -71,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_command(commands)
     fsck.add_command(commands)
     convert.add_command(commands)
+    load.add_command(commands)
     return parser
 
 

@@ -1,5 +1,6 @@
 """``zarr-device convert``: a Zarr array or group rewritten as a new Zarr v3 store with another
-codec chain and chunk layout (:func:`zarr_device.convert.convert`)."""
+codec chain and chunk layout, or a PyTorch checkpoint converted from or to safetensors
+(:func:`zarr_device.convert.convert`)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,14 @@ Reads to a GPU decode a chunk there only when a crc32c checksum vouches for it: 
 zarr-python or tensorstore (zstd, no checksum) decodes on the GPU once converted (the default
 codecs are zstd level 1 and crc32c).
 
+PyTorch checkpoints (docs/checkpoint-format.md): SOURCE may be a safetensors file, a Hugging
+Face model folder (model.safetensors, or shards and model.safetensors.index.json; its other
+files, config.json and tokenizer files, are copied into the checkpoint's files/ folder) or a
+torch.save state dict (.pt, .pth, .bin, .ckpt; loaded with weights_only=True); DEST is then a
+checkpoint. A DEST ending in .safetensors makes a checkpoint SOURCE one safetensors file. Values
+are copied bit for bit, one tensor at a time; only --compressor (zstd or none), --overwrite,
+--quiet and --json apply.
+
 --chunks and --shards take a shape (1024,4096; 4096, for one dimension; -1 for a whole
 dimension) or a byte size (2MiB: about that many bytes, split along the leading dimensions).
 
@@ -72,20 +81,24 @@ examples:
   zarr-device convert in.zarr out.zarr
   zarr-device convert in.zarr out.zarr --chunks 2MiB --shards 64MiB
   zarr-device convert in.zarr out.zarr --path model/layers --compressor gzip --level 6
-  zarr-device convert in.zarr out.zarr --compressor none --no-checksum --overwrite --json"""
+  zarr-device convert in.zarr out.zarr --compressor none --no-checksum --overwrite --json
+  zarr-device convert model.safetensors model.zarr --compressor none
+  zarr-device convert ./Llama-3.2-1B model.zarr         (a Hugging Face model folder)
+  zarr-device convert model.zarr model.safetensors"""
 
 
 def add_command(commands: Any) -> None:
     command = commands.add_parser(
         "convert",
-        help="rewrite an array or group with other codecs and chunks",
+        help="rewrite an array or group with other codecs and chunks; checkpoints from/to safetensors",
         description="Rewrite the Zarr array or group at SOURCE (v3 or v2) as a new Zarr v3 store "
-        "at DEST, with the codecs and chunk layout chosen.",
+        "at DEST, with the codecs and chunk layout chosen; or convert a PyTorch checkpoint from or "
+        "to safetensors.",
         epilog=_CONVERT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    command.add_argument("source", metavar="SOURCE", help="a local directory holding a Zarr store")
-    command.add_argument("destination", metavar="DEST", help="the directory to write the new store to")
+    command.add_argument("source", metavar="SOURCE", help="a Zarr store, a safetensors file, a model folder or a torch.save file")
+    command.add_argument("destination", metavar="DEST", help="the directory to write the new store to, or a .safetensors file")
     command.add_argument(
         "--path", default="", metavar="INNER", help="the node inside SOURCE to convert (default: the root)"
     )

@@ -21,6 +21,7 @@ except ImportError:
 
     raise UsageError("zarr_device.torch needs PyTorch: pip install torch") from None
 
+from zarr_device.torch.distributed import load_distributed
 from zarr_device.torch.format import FORMAT_VERSION, decode_name, encode_name
 from zarr_device.torch.load import iter_load, load, metadata
 from zarr_device.torch.load_into import CheckpointMismatchError, LoadResult, load_into
@@ -30,6 +31,7 @@ __all__ = [
     "save",
     "load",
     "iter_load",
+    "load_distributed",
     "load_into",
     "metadata",
     "LoadResult",

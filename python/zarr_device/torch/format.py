@@ -20,6 +20,7 @@ __all__ = [
     "FORMAT_VERSION",
     "ROOT_ATTRIBUTE",
     "TENSOR_ATTRIBUTE",
+    "FILES_KEY",
     "Manifest",
     "encode_name",
     "decode_name",
@@ -31,6 +32,10 @@ __all__ = [
 FORMAT_VERSION = 1
 #: The root group's attribute that makes a Zarr group a checkpoint.
 ROOT_ATTRIBUTE = "zarr_device_checkpoint"
+#: The root attribute's key, beside the manifest's, naming the checkpoint's folder of other files
+#: (a model's config.json and tokenizer files, copied from a Hugging Face folder):
+#: ``{"folder": "files", "names": ["config.json", ...]}``. Readers of tensors ignore it.
+FILES_KEY = "files"
 #: Each tensor array's attribute: its tensor name, Zarr data type and shape, checked on load.
 TENSOR_ATTRIBUTE = "zarr_device_tensor"
 

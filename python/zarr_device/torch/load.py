@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -19,6 +20,7 @@ from zarr_device.adapters import torch as torch_adapter
 from zarr_device.api import Array, Group, open_array, open_group
 from zarr_device.errors import FormatError, NodeNotFoundError, UsageError, ZarrDeviceError
 from zarr_device.many import iter_many, read_many
+from zarr_device.torch.distributed import Part, ShardPlan, part_selection, resolve_rank, tensor_parallel_parts
 from zarr_device.torch.format import TENSOR_ATTRIBUTE, Manifest, parse_manifest
 
 __all__ = ["Checkpoint", "open_checkpoint", "load", "iter_load", "metadata", "Keys", "DeviceArg"]
@@ -121,12 +123,36 @@ def _caster(dtype: torch.dtype | None) -> Callable[[torch.Tensor], torch.Tensor]
     return lambda tensor: tensor.to(dtype) if tensor.is_floating_point() else tensor
 
 
-def _plan(checkpoint: Checkpoint, names: list[str]) -> tuple[dict[str, Array], dict[str, list[str]]]:
-    """The arrays to read (by stored name) and the names each one serves (itself, tied ones)."""
+def _plan(
+    checkpoint: Checkpoint, names: list[str], parts: Mapping[str, Part] | None = None
+) -> tuple[dict[str, tuple[Array, Any]], dict[str, list[str]]]:
+    """The reads, ``{key: (array, selection)}``, and the names each read serves (itself, tied
+    ones). A whole tensor's key is its stored name; tied names with different parts (split
+    differently by a shard plan) are separate reads."""
+    reads: dict[str, tuple[Array, Any]] = {}
     serves: dict[str, list[str]] = {}
+    keys: dict[tuple[str, Part], str] = {}
     for name in names:
-        serves.setdefault(checkpoint.manifest.stored(name), []).append(name)
-    return {stored: checkpoint.arrays[stored] for stored in serves}, serves
+        stored = checkpoint.manifest.stored(name)
+        part = parts.get(name) if parts else None
+        key = keys.get((stored, part))
+        if key is None:
+            key = stored if part is None else f"{stored}[{part[0]}:{part[1]}:{part[2]}]"
+            while key in reads:  # only a hostile choice of names collides; any distinct key will do
+                key += "'"
+            keys[(stored, part)] = key
+            array = checkpoint.arrays[stored]
+            reads[key] = (array, part_selection(array.shape, part))
+        serves.setdefault(key, []).append(name)
+    return reads, serves
+
+
+def _nbytes(read: tuple[Array, Any]) -> int:
+    array, selection = read
+    if selection is Ellipsis:
+        return array.nbytes
+    counts = [max(0, s.indices(e)[1] - s.indices(e)[0]) for s, e in zip(selection, array.shape)]
+    return int(math.prod(counts)) * int(array.dtype.itemsize)
 
 
 @contextlib.contextmanager
@@ -142,22 +168,27 @@ def _progress(total: int, progress: bool) -> Iterator[Callable[[int], object]]:
 
 
 def read_tensors(
-    checkpoint: Checkpoint, names: list[str], device: DeviceArg, dtype: torch.dtype | None, progress: bool
+    checkpoint: Checkpoint,
+    names: list[str],
+    device: DeviceArg,
+    dtype: torch.dtype | None,
+    progress: bool,
+    parts: Mapping[str, Part] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """``names``' tensors on ``device``; tied names are one tensor object."""
+    """``names``' tensors (or their ``parts``) on ``device``; tied names are one tensor object."""
     cast = _caster(dtype)
-    arrays, serves = _plan(checkpoint, names)
+    reads, serves = _plan(checkpoint, names, parts)
     if progress:
         results: dict[str, torch.Tensor] = {}
-        with _progress(sum(a.nbytes for a in arrays.values()), progress) as advance:
-            for stored, tensor in iter_many(arrays, device=device, like="torch"):
-                results[stored] = tensor
-                advance(arrays[stored].nbytes)
+        with _progress(sum(_nbytes(r) for r in reads.values()), progress) as advance:
+            for key, tensor in iter_many(reads, device=device, like="torch"):
+                results[key] = tensor
+                advance(_nbytes(reads[key]))
     else:
-        results = read_many(arrays, device=device, like="torch")
+        results = read_many(reads, device=device, like="torch")
     out: dict[str, torch.Tensor] = {}
-    for stored, served in serves.items():
-        tensor = cast(results.pop(stored))
+    for key, served in serves.items():
+        tensor = cast(results.pop(key))
         for name in served:
             out[name] = tensor
     return {name: out[name] for name in names}
@@ -170,6 +201,9 @@ def load(
     dtype: torch.dtype | None = None,
     keys: Keys = None,
     progress: bool = False,
+    shard_plan: ShardPlan | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """Loads a checkpoint's tensors as ``{name: tensor}`` on ``device`` ("cpu", "cuda", "cuda:N",
     or any torch device).
@@ -182,11 +216,32 @@ def load(
     advanced as each tensor completes (the tensors are then read one after another, as
     :func:`iter_load` does).
 
+    ``shard_plan``: tensor-parallel loading. ``{pattern: dim}`` with fnmatch-style patterns of
+    tensor names (``"*.q_proj.weight": 0``); for each loaded tensor the first pattern (in the
+    plan's order) that matches it splits it along ``dim`` (negative counts from the end), and this
+    rank gets ``torch.chunk(tensor, world_size, dim)[rank]``: ``ceil(size / world_size)`` elements
+    along ``dim`` per rank, the last non-empty part possibly smaller, and ranks past the end of
+    the tensor (as when it is smaller than ``world_size``) an empty part. Only the chunks a part
+    touches are read, in the same one pipeline as the whole tensors; when the parts fall on chunk
+    boundaries the ranks together read each byte once. Tensors no pattern matches are loaded
+    whole. ``rank``, ``world_size``: this rank's, by default those of the initialised
+    torch.distributed default process group. A tied name split differently from the tensor it
+    shares is read (and returned) separately.
+
     Raises FormatError for a damaged or hostile checkpoint (naming the tensor), UsageError for
-    keys it does not hold, NodeNotFoundError when there is no checkpoint at ``path``.
+    keys it does not hold, for a shard plan pattern that matches no loaded tensor or splits one
+    along a dimension it lacks, or a rank outside ``[0, world_size)``; NodeNotFoundError when
+    there is no checkpoint at ``path``.
     """
+    if shard_plan is None and (rank is not None or world_size is not None):
+        raise UsageError("rank= and world_size= go with a shard_plan= (for a plain load, pass neither)")
     checkpoint = open_checkpoint(path)
-    return read_tensors(checkpoint, _select(checkpoint.manifest, keys), device, dtype, progress)
+    names = _select(checkpoint.manifest, keys)
+    parts = None
+    if shard_plan is not None:
+        rank, world_size = resolve_rank(rank, world_size)
+        parts = tensor_parallel_parts(checkpoint, names, shard_plan, rank, world_size)
+    return read_tensors(checkpoint, names, device, dtype, progress, parts)
 
 
 def iter_load(
@@ -201,10 +256,10 @@ def iter_load(
     after the tensor it shares, as the same object."""
     checkpoint = open_checkpoint(path)
     cast = _caster(dtype)
-    arrays, serves = _plan(checkpoint, _select(checkpoint.manifest, keys))
-    for stored, tensor in iter_many(arrays, device=device, like="torch"):
+    reads, serves = _plan(checkpoint, _select(checkpoint.manifest, keys))
+    for key, tensor in iter_many(reads, device=device, like="torch"):
         tensor = cast(tensor)
-        for name in serves[stored]:
+        for name in serves[key]:
             yield name, tensor
 
 

@@ -4,12 +4,14 @@ partial directory and placed atomically (zarr_device.placement)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Union
 
 import torch
@@ -29,7 +31,7 @@ from zarr_device.torch.format import (
     layout,
 )
 
-__all__ = ["save", "zarr_dtype"]
+__all__ = ["save", "zarr_dtype", "TensorEntry", "write_checkpoint"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -43,11 +45,30 @@ def zarr_dtype(dtype: torch.dtype) -> str:
 
 
 @dataclass(frozen=True)
-class _Stored:
+class TensorEntry:
+    """One tensor to store: its name, dtype and shape, known before any values are, and a
+    function giving its values, called once while it is written. A converter hands its tensors
+    over this way so that memory holds one tensor at a time, not the whole state dict."""
+
     name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    get: Callable[[], torch.Tensor]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class _Stored:
+    entry: TensorEntry
     path: str
-    tensor: torch.Tensor
     dtype: str
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
 
 
 def _state_dict(state: torch.nn.Module | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -85,18 +106,13 @@ def _paths(names: list[str]) -> dict[str, str]:
     return paths
 
 
-def _plan(state: dict[str, torch.Tensor]) -> tuple[list[_Stored], dict[str, str]]:
+def _plan(state: dict[str, torch.Tensor]) -> tuple[list[TensorEntry], dict[str, str]]:
     """The tensors to store, and the tied names: a tensor that views the very same elements as
     one before it (storage, offset, shape, strides and dtype) is stored once."""
-    paths = _paths([name for name in state])
-    stored: list[_Stored] = []
+    stored: list[TensorEntry] = []
     tied: dict[str, str] = {}
     seen: dict[tuple[Any, ...], str] = {}
     for name, tensor in state.items():
-        try:
-            dtype = zarr_dtype(tensor.dtype)
-        except UsageError as e:
-            raise UsageError(f"tensor '{name}': {e}") from None
         key: tuple[Any, ...] | None = None
         if tensor.numel():  # empty tensors may share a null address without sharing anything
             key = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(),
@@ -105,18 +121,35 @@ def _plan(state: dict[str, torch.Tensor]) -> tuple[list[_Stored], dict[str, str]
                 tied[name] = seen[key]
                 continue
             seen[key] = name
-        stored.append(_Stored(name, paths[name], tensor, dtype))
+        stored.append(TensorEntry(name, tensor.dtype, tuple(tensor.shape), functools.partial(_same, tensor)))
     return stored, tied
 
 
+def _same(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+def _check_entries(entries: Sequence[TensorEntry], tied: Mapping[str, str]) -> list[_Stored]:
+    """Every stored tensor's array path and Zarr data type, checked before anything is written."""
+    paths = _paths([*(e.name for e in entries), *tied])
+    stored: list[_Stored] = []
+    for entry in entries:
+        try:
+            dtype = zarr_dtype(entry.dtype)
+        except UsageError as e:
+            raise UsageError(f"tensor '{entry.name}': {e}") from None
+        stored.append(_Stored(entry, paths[entry.name], dtype))
+    return stored
+
+
 @contextlib.contextmanager
-def _progress(total: int, progress: bool) -> Iterator[Callable[[int], None]]:
-    if not progress:
-        yield lambda _: None
+def _progress(total: int, progress: bool | Callable[[int], object], desc: str) -> Iterator[Callable[[int], object]]:
+    if callable(progress) or not progress:
+        yield progress if callable(progress) else (lambda _: None)
         return
     from tqdm import tqdm
 
-    with tqdm(total=total, desc="saving", unit="B", unit_scale=True, unit_divisor=1024,
+    with tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
               disable=None, leave=False, file=sys.stderr, dynamic_ncols=True) as bar:
         yield bar.update
 
@@ -124,8 +157,11 @@ def _progress(total: int, progress: bool) -> Iterator[Callable[[int], None]]:
 def _write(store: LocalStore, item: _Stored, codecs: list[dict[str, Any]] | None) -> int:
     # GPU (and other device) tensors cross to the host one at a time, so host memory holds one
     # tensor's copy at most; a non-contiguous tensor is stored as its contiguous values.
-    host = item.tensor.detach().to("cpu").contiguous()
+    host = item.entry.get().detach().to("cpu").contiguous()
     shape = tuple(host.shape)
+    if host.dtype != item.entry.dtype or shape != item.entry.shape:  # a source that changed under us
+        raise FormatError(f"holds {host.dtype} {list(shape)}, not the {item.entry.dtype} "
+                          f"{list(item.entry.shape)} it was listed as")
     chunks, shards = layout(shape, host.element_size())
     info = {"name": item.name, "dtype": item.dtype, "shape": list(shape)}
     array = create(store, path=item.path, shape=shape, dtype=item.dtype, chunks=chunks, shards=shards,
@@ -168,16 +204,40 @@ def save(
     state = _state_dict(state_dict_or_module)
     dest = placement.local_destination(path)
     placement.check_replaceable(dest, overwrite)
-    stored, tied = _plan(state)
-    manifest = Manifest({s.name: s.path for s in stored}, tied, metadata_json)
+    entries, tied = _plan(state)
     codecs = ZSTD_CODECS if compressors == "zstd" else None
-    total = sum(s.tensor.numel() * s.tensor.element_size() for s in stored)
+    write_checkpoint(dest, entries, tied, metadata_json, codecs=codecs, overwrite=overwrite, progress=progress)
+
+
+def write_checkpoint(
+    dest: Path,
+    entries: Sequence[TensorEntry],
+    tied: Mapping[str, str],
+    metadata: Any,
+    *,
+    codecs: list[dict[str, Any]] | None,
+    overwrite: bool,
+    progress: bool | Callable[[int], object],
+    desc: str = "saving",
+    extra: Mapping[str, Any] | None = None,
+    add_files: Callable[[Path], None] | None = None,
+) -> None:
+    """Writes a checkpoint at ``dest`` (checked by :func:`placement.check_replaceable`) from
+    tensors handed over one at a time: the writer behind :func:`save` and the converters
+    (zarr_device.torch.interop). ``metadata``: JSON, already checked. ``extra``: more keys for
+    the root attribute (``files``). ``add_files``: called with the partial directory once the
+    tensors are written, to put other files in it before it is placed."""
+    stored = _check_entries(entries, tied)
+    manifest = Manifest({s.name: s.path for s in stored}, dict(tied), metadata)
+    total = sum(s.entry.nbytes for s in stored)
     with placement.atomic_directory(dest, overwrite, "checkpoint") as partial:
         store = LocalStore(partial)
-        create_group(store, attributes={ROOT_ATTRIBUTE: manifest.to_json()})
-        with _progress(total, progress) as advance:
+        create_group(store, attributes={ROOT_ATTRIBUTE: {**manifest.to_json(), **(extra or {})}})
+        with _progress(total, progress, desc) as advance:
             for item in stored:
                 try:
                     advance(_write(store, item, codecs))
                 except ZarrDeviceError as e:
                     raise type(e)(f"saving tensor '{item.name}': {e}") from e
+        if add_files is not None:
+            add_files(partial)
