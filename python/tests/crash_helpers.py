@@ -17,14 +17,18 @@ Two ways in:
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import math
 import os
 import select
+import signal
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -200,6 +204,23 @@ def _serve_one(command: dict[str, Any], reply: Callable[[dict[str, Any]], None])
                 crash_child(crash_op, command["root"], command["progress"], command["base"])
             finally:
                 os._exit(1)
+        return {"pid": pid}
+    if op == "fork_call":
+        # Any child: module.function(**kwargs), forked as "fork" forks (the module is imported
+        # here first, once, so the child starts in a millisecond with everything loaded). The
+        # module must not run the engine at import: its threads would not survive the fork.
+        function = getattr(importlib.import_module(command["module"]), command["function"])
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                devnull = os.open(os.devnull, os.O_RDWR)
+                os.dup2(devnull, 0)
+                os.dup2(devnull, 1)
+                function(**command["kwargs"])
+                code = 0
+            finally:
+                os._exit(code)
         return {"pid": pid}
     if op == "wait":
         _, status = os.waitpid(command["pid"], 0)
@@ -416,6 +437,42 @@ def crash_child(op: str, root: str, progress: str, base_gen: int) -> None:
     except BaseException:  # noqa: BLE001 - reported to the test through the progress file
         say("error " + traceback.format_exc().replace("\n", " | "))
         raise
+
+
+def progress_writer(progress: str) -> Callable[[str], None]:
+    """A child's way to report to the test: appends a line to the file in one ``write(2)``, so a
+    line written before a SIGKILL is never lost or torn."""
+    fd = os.open(progress, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def say(line: str) -> None:
+        os.write(fd, (line + "\n").encode())
+
+    return say
+
+
+def fork_call_and_kill(
+    worker: Worker, module: str, function: str, kwargs: dict[str, Any], progress: Path, after: str, delay: float
+) -> list[str]:
+    """Has ``worker`` fork a child running ``module.function(**kwargs)``, waits for a progress
+    line starting with ``after``, SIGKILLs the child ``delay`` seconds later and returns its
+    progress lines. Fails if the child reported an ``error`` line or ended other than by the kill
+    (a child meant to be killed must not exit by itself)."""
+    command = {"op": "fork_call", "module": module, "function": function, "kwargs": kwargs}
+    pid = worker.request(command)["pid"]
+    try:
+        deadline = time.monotonic() + 60
+        while not (progress.exists() and any(line.startswith(after) for line in read_progress(str(progress)))):
+            assert time.monotonic() < deadline, f"the child never reported {after!r}"
+            time.sleep(0.001)
+        time.sleep(delay)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        ended = worker.request({"op": "wait", "pid": pid})
+    lines = list(read_progress(str(progress)))
+    errors = [line for line in lines if line.startswith("error")]
+    assert not errors, f"the child failed before it was killed: {errors[0]}"
+    assert ended["signal"] == signal.SIGKILL, f"the child ended with {ended}, not by SIGKILL"
+    return lines
 
 
 def read_progress(progress: str) -> Iterator[str]:

@@ -12,7 +12,9 @@ import contextlib
 import ctypes
 import errno
 import os
+import re
 import secrets
+import time
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,7 @@ from zarr_device.stores import LocalStore
 
 __all__ = [
     "MARKERS", "LOCK_FILE", "local_destination", "check_replaceable", "atomic_directory",
-    "check_replaceable_file", "atomic_file",
+    "check_replaceable_file", "atomic_file", "leftovers", "remove_leftovers",
 ]
 
 MARKERS = ("zarr.json", ".zarray", ".zgroup")
@@ -49,6 +51,51 @@ def check_replaceable(dest: Path, overwrite: bool) -> None:
         raise UsageError(f"{dest} exists (pass overwrite=True, or --overwrite, to replace it)")
     if dest.is_symlink() or not any((dest / marker).is_file() for marker in MARKERS):
         raise UsageError(f"{dest} is not a Zarr store (no zarr.json, .zarray or .zgroup): refusing to replace it")
+
+
+def _leftover_pattern(dest: Path) -> re.Pattern[str]:
+    # Exactly the names make_partial, atomic_file and place give (8 hex digits), so that nothing
+    # else beside the destination (another store named "<dest>.partial-notes") is ever matched.
+    return re.compile(re.escape(dest.name) + r"\.(?:partial|replaced)-[0-9a-f]{8}")
+
+
+def leftovers(destination: Any) -> list[Path]:
+    """What writers killed while writing ``destination`` left beside it: ``<name>.partial-*``
+    (a tree or file being written, or, killed just after an exchange, the old tree on its way
+    out) and ``<name>.replaced-*`` (the old tree, where the file system cannot exchange). None of
+    them is ever read in place of ``destination``; they only take space. Sorted by name."""
+    dest = local_destination(destination)
+    pattern = _leftover_pattern(dest)
+    try:
+        names = os.listdir(dest.parent)
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise StoreError(f"{dest.parent}: cannot list it: {e}") from None
+    return sorted(dest.parent / name for name in names if pattern.fullmatch(name))
+
+
+def remove_leftovers(destination: Any, *, older_than_s: float = 0.0) -> list[Path]:
+    """Removes :func:`leftovers` of ``destination`` last modified at least ``older_than_s``
+    seconds ago, and returns them. A running writer's partial directory has the same name as a
+    killed one's: call this when no write to ``destination`` is running, or pass an age longer
+    than any write takes."""
+    removed: list[Path] = []
+    now = time.time()
+    for path in leftovers(destination):
+        try:
+            if now - path.lstat().st_mtime < older_than_s:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:  # another cleaner got there first
+            continue
+        except OSError as e:
+            raise StoreError(f"{path}: cannot remove it: {e}") from None
+        removed.append(path)
+    return removed
 
 
 def make_partial(dest: Path) -> Path:

@@ -21,6 +21,12 @@ except ImportError:
 
     raise UsageError("zarr_device.torch needs PyTorch: pip install torch") from None
 
+import os
+from pathlib import Path
+from typing import Union
+
+from zarr_device import placement
+from zarr_device.torch.device_map import plan_device_map
 from zarr_device.torch.distributed import load_distributed
 from zarr_device.torch.format import FORMAT_VERSION, decode_name, encode_name
 from zarr_device.torch.load import iter_load, load, metadata
@@ -34,9 +40,27 @@ __all__ = [
     "load_distributed",
     "load_into",
     "metadata",
+    "plan_device_map",
+    "partials",
+    "remove_partials",
     "LoadResult",
     "CheckpointMismatchError",
     "FORMAT_VERSION",
     "encode_name",
     "decode_name",
 ]
+
+
+def partials(path: Union[str, "os.PathLike[str]"]) -> list[Path]:
+    """What saves to ``path`` killed part-way left beside it: ``<path>.partial-<hex>`` (a
+    checkpoint being written, or the old one on its way out) and ``<path>.replaced-<hex>``. A
+    load of ``path`` never reads them; they only take space (docs/checkpoint-format.md)."""
+    return placement.leftovers(path)
+
+
+def remove_partials(path: Union[str, "os.PathLike[str]"], *, older_than_s: float = 0.0) -> list[Path]:
+    """Removes :func:`partials` of ``path`` (those last modified at least ``older_than_s`` seconds
+    ago) and returns them; ``path`` itself is never touched. A save in progress writes into such
+    a directory too: call this when no save to ``path`` is running, or pass an age longer than a
+    save takes."""
+    return placement.remove_leftovers(path, older_than_s=older_than_s)

@@ -20,6 +20,7 @@ from zarr_device.adapters import torch as torch_adapter
 from zarr_device.api import Array, Group, open_array, open_group
 from zarr_device.errors import FormatError, NodeNotFoundError, UsageError, ZarrDeviceError
 from zarr_device.many import iter_many, read_many
+from zarr_device.torch.device_map import DeviceMap, plan_device_map
 from zarr_device.torch.distributed import Part, ShardPlan, part_selection, resolve_rank, tensor_parallel_parts
 from zarr_device.torch.format import TENSOR_ATTRIBUTE, Manifest, parse_manifest
 
@@ -197,7 +198,8 @@ def read_tensors(
 def load(
     path: PathLike,
     *,
-    device: DeviceArg = "cpu",
+    device: DeviceArg | None = None,
+    device_map: DeviceMap | None = None,
     dtype: torch.dtype | None = None,
     keys: Keys = None,
     progress: bool = False,
@@ -205,8 +207,19 @@ def load(
     rank: int | None = None,
     world_size: int | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Loads a checkpoint's tensors as ``{name: tensor}`` on ``device`` ("cpu", "cuda", "cuda:N",
-    or any torch device).
+    """Loads a checkpoint's tensors as ``{name: tensor}`` on ``device`` ("cpu", the default,
+    "cuda", "cuda:N", or any torch device).
+
+    ``device_map`` (instead of ``device``): each tensor on its own device, as accelerate and
+    transformers place a model: ``{prefix: device}`` where a prefix is a module path
+    ("model.layers.0"), a tensor name, or "" for everything; the longest prefix that matches
+    on a dot boundary wins ("model.layers.1" does not match "model.layers.10.w"). A device is
+    "cpu", "cuda:N", an int N (a CUDA index) or a torch.device; "meta" and "disk" are refused, and
+    "auto" is not implemented yet. Every tensor must be matched (UsageError listing those that
+    are not); keys that match nothing are ignored. Each device's tensors are read in one
+    pipeline of their own. A tied name is loaded where its own name maps: tied names on one device
+    are one tensor object, on different devices separate copies. The result is in the
+    checkpoint's order, as without a map.
 
     Every tensor is read in one pipeline (:func:`zarr_device.read_many`): on the host, all chunks
     of all tensors by one pool of threads; onto a CUDA device, straight into the tensors through
@@ -235,13 +248,23 @@ def load(
     """
     if shard_plan is None and (rank is not None or world_size is not None):
         raise UsageError("rank= and world_size= go with a shard_plan= (for a plain load, pass neither)")
+    if device is not None and device_map is not None:
+        raise UsageError("pass device= or device_map=, not both")
     checkpoint = open_checkpoint(path)
     names = _select(checkpoint.manifest, keys)
+    # Planned before anything is read, so that a map missing a tensor costs no reads.
+    placed: list[tuple[DeviceArg, list[str]]] = (
+        [("cpu" if device is None else device, names)] if device_map is None
+        else list(plan_device_map(names, device_map).items())
+    )
     parts = None
     if shard_plan is not None:
         rank, world_size = resolve_rank(rank, world_size)
         parts = tensor_parallel_parts(checkpoint, names, shard_plan, rank, world_size)
-    return read_tensors(checkpoint, names, device, dtype, progress, parts)
+    loaded: dict[str, torch.Tensor] = {}
+    for where, on_it in placed:
+        loaded.update(read_tensors(checkpoint, on_it, where, dtype, progress, parts))
+    return {name: loaded[name] for name in names}
 
 
 def iter_load(
