@@ -450,14 +450,11 @@ def progress_writer(progress: str) -> Callable[[str], None]:
     return say
 
 
-def fork_call_and_kill(
-    worker: Worker, module: str, function: str, kwargs: dict[str, Any], progress: Path, after: str, delay: float
-) -> list[str]:
-    """Has ``worker`` fork a child running ``module.function(**kwargs)``, waits for a progress
-    line starting with ``after``, SIGKILLs the child ``delay`` seconds later and returns its
-    progress lines. Fails if the child reported an ``error`` line or ended other than by the kill
-    (a child meant to be killed must not exit by itself)."""
-    command = {"op": "fork_call", "module": module, "function": function, "kwargs": kwargs}
+def fork_and_kill(worker: Worker, command: dict[str, Any], progress: Path, after: str, delay: float) -> list[str]:
+    """Has ``worker`` fork a child for ``command``, waits for a progress line starting with
+    ``after``, SIGKILLs the child ``delay`` seconds later and returns its progress lines. Fails if
+    the child reported an ``error`` line or ended other than by the kill (a child meant to be
+    killed must not exit by itself)."""
     pid = worker.request(command)["pid"]
     try:
         deadline = time.monotonic() + 60
@@ -473,6 +470,14 @@ def fork_call_and_kill(
     assert not errors, f"the child failed before it was killed: {errors[0]}"
     assert ended["signal"] == signal.SIGKILL, f"the child ended with {ended}, not by SIGKILL"
     return lines
+
+
+def fork_call_and_kill(
+    worker: Worker, module: str, function: str, kwargs: dict[str, Any], progress: Path, after: str, delay: float
+) -> list[str]:
+    """:func:`fork_and_kill` of a child running ``module.function(**kwargs)``."""
+    command = {"op": "fork_call", "module": module, "function": function, "kwargs": kwargs}
+    return fork_and_kill(worker, command, progress, after, delay)
 
 
 def read_progress(progress: str) -> Iterator[str]:

@@ -16,8 +16,6 @@ import math
 import os
 import random
 import shutil
-import signal
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,27 +93,10 @@ def kill_during_writes(forker: ch.Worker, op: str, root: Path, progress: Path, b
     """Runs a child writing generations base+1, base+2, ... and SIGKILLs it ``delay`` seconds
     after it is ready; returns how far it got."""
     command = {"op": "fork", "crash_op": op, "root": str(root), "progress": str(progress), "base": base}
-    pid = forker.request(command)["pid"]
-    try:
-        deadline = time.monotonic() + 60
-        while not (progress.exists() and "ready" in progress.read_text()):
-            assert time.monotonic() < deadline, f"the child never got ready: {_text(progress)}"
-            time.sleep(0.001)
-        time.sleep(delay)
-    finally:
-        os.kill(pid, signal.SIGKILL)
-        ended = forker.request({"op": "wait", "pid": pid})
-    lines = list(ch.read_progress(str(progress)))
-    errors = [line for line in lines if line.startswith("error")]
-    assert not errors, f"the child failed before it was killed: {errors[0]}"
-    assert ended["signal"] == signal.SIGKILL, f"the child ended with {ended}, not by SIGKILL"
+    lines = ch.fork_and_kill(forker, command, progress, "ready", delay)
     done = [int(line.split()[1]) for line in lines if line.startswith("done ")]
     started = [int(line.split()[1]) for line in lines if line.startswith("start ")]
     return Killed(last_done=max(done, default=base), last_start=max(started, default=base))
-
-
-def _text(path: Path) -> str:
-    return path.read_text() if path.exists() else "(no progress file)"
 
 
 def temporaries(root: Path) -> list[Path]:

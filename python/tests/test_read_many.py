@@ -17,6 +17,13 @@ import zarr_device as zd
 ZSTD_CRC = [{"name": "zstd"}, {"name": "crc32c"}]
 
 
+def _flip_byte(path: Path, at: int) -> None:
+    """Damages a stored chunk: one byte inverted."""
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
 def _mixed_arrays(root: Path) -> dict[str, zd.Array]:
     """Arrays of many layouts in one group: plain, zstd+crc32c, zstd alone, gzip, blosc, sharded,
     big-endian, F order, bfloat16, a never-written one and a 0-d one."""
@@ -91,9 +98,7 @@ def test_torch_results_on_the_host(tmp_path: Path) -> None:
 def test_an_error_names_the_array_and_chunk(tmp_path: Path) -> None:
     arrays = _mixed_arrays(tmp_path / "g.zarr")
     chunk = tmp_path / "g.zarr" / "zstd_crc" / "c" / "3" / "0"
-    data = bytearray(chunk.read_bytes())
-    data[2] ^= 0xFF
-    chunk.write_bytes(bytes(data))
+    _flip_byte(chunk, 2)
     with pytest.raises(zd.ChecksumError, match=r"array 'zstd_crc'.*chunk 'zstd_crc/c/3/0'"):
         zd.read_many(arrays)
 
@@ -164,9 +169,7 @@ def test_device_reads_fill_out_and_take_every_like(tmp_path: Path) -> None:
 def test_device_read_errors_name_the_array(tmp_path: Path) -> None:
     arrays = _mixed_arrays(tmp_path / "g.zarr")
     chunk = tmp_path / "g.zarr" / "sharded" / "c" / "1" / "0"
-    data = bytearray(chunk.read_bytes())
-    data[10] ^= 0xFF
-    chunk.write_bytes(bytes(data))
+    _flip_byte(chunk, 10)
     with pytest.raises(zd.CodecError, match="array 'sharded'"):
         zd.read_many(arrays, device="cuda:0", like="torch")
     # The engine is left whole: the next read works.
@@ -243,9 +246,7 @@ def test_iter_many_error_after_complete_arrays(tmp_path: Path) -> None:
         arr[...] = rng.standard_normal((256, 1024), dtype=np.float32)
         arrays[arr.path] = arr
     chunk = tmp_path / "g.zarr" / "a20" / "c" / "2" / "0"
-    data = bytearray(chunk.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    chunk.write_bytes(bytes(data))
+    _flip_byte(chunk, len(chunk.read_bytes()) // 2)
     got = {}
     with pytest.raises(zd.ChecksumError, match="array 'a20'"):
         for name, tensor in zd.iter_many(arrays, device="cuda:0", like="torch"):
@@ -317,9 +318,7 @@ def test_failed_reads_leak_nothing(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     arrays = _mixed_arrays(tmp_path / "g.zarr")
     chunk = tmp_path / "g.zarr" / "zstd_crc" / "c" / "3" / "0"
-    data = bytearray(chunk.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    chunk.write_bytes(bytes(data))
+    _flip_byte(chunk, len(chunk.read_bytes()) // 2)
 
     def fail() -> None:
         with pytest.raises(zd.ChecksumError, match="array 'zstd_crc'"):
