@@ -77,6 +77,7 @@ from zarr_device.errors import (
     ZarrDeviceError,
 )
 from zarr_device.stores import LocalStore, MemoryStore, ZarrStoreAdapter
+from zarr_device.zarr_plugin import disable, enable
 
 __version__ = "0.1.0"
 
@@ -105,6 +106,8 @@ __all__ = [
     "LocalStore",
     "MemoryStore",
     "ZarrStoreAdapter",
+    "enable",
+    "disable",
     "ZarrDeviceError",
     "FormatError",
     "CodecError",

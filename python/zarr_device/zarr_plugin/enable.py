@@ -1,0 +1,151 @@
+"""Turning the plug-in on and off: zarr-python's config names the codec pipeline and the buffer
+classes every array opened afterwards uses; :func:`enable` points them at this package's and
+:func:`disable` puts back what was there. zarr-python is imported here only when enable() runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from zarr_device.devices import DeviceLike, DeviceSpec, parse_device
+from zarr_device.errors import UsageError
+
+__all__ = ["enable", "disable", "Enabled", "is_enabled"]
+
+_PIPELINE = "zarr_device.zarr_plugin.pipeline.DevicePipeline"
+_CPU_BUFFER = "zarr.buffer.cpu.Buffer"
+_CONFIG_KEYS = ("codec_pipeline.path", "codec_pipeline.strict", "buffer", "ndbuffer")
+
+
+@dataclass(frozen=True)
+class _Saved:
+    """What one enable() replaced."""
+
+    config: dict[str, Any]
+    torch_device: str
+    jax_device: int | None
+
+
+_stack: list[_Saved] = []
+
+
+class Enabled:
+    """What :func:`enable` returns: the plug-in is already on; as a context manager
+    (``with zarr_device.enable(...):``) it is switched off again, to what was there before, on
+    leaving the block."""
+
+    def __init__(self, depth: int, device: DeviceSpec, like: str) -> None:
+        self._depth = depth
+        self.device = device
+        self.like = like
+
+    def __enter__(self) -> Enabled:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        while len(_stack) >= self._depth:
+            disable()
+
+    def __repr__(self) -> str:
+        return f"<zarr_device plug-in on {self.device.name}, like={self.like!r}>"
+
+
+def _like_for(spec: DeviceSpec, like: str | None) -> str:
+    if like is None:
+        return {"cpu": "numpy", "cuda": "cupy"}.get(spec.kind, "torch")
+    allowed = {"cpu": ("numpy", "torch", "jax"), "cuda": ("cupy", "torch", "jax"), "framework": ("torch",)}[spec.kind]
+    if like not in allowed:
+        raise UsageError(
+            f"like={like!r} does not go with device={spec.name!r}: use one of {', '.join(map(repr, allowed))}"
+        )
+    return like
+
+
+def _buffer_classes(spec: DeviceSpec, like: str) -> tuple[str, str]:
+    if like == "numpy":
+        return _CPU_BUFFER, "zarr.buffer.cpu.NDBuffer"
+    if like == "cupy":
+        try:
+            import cupy  # noqa: F401 - zarr-python's GPU buffers need it
+        except ImportError:
+            raise UsageError("like='cupy' needs CuPy: pip install cupy-cuda12x (or cupy-cuda13x)") from None
+        return "zarr.buffer.gpu.Buffer", "zarr.buffer.gpu.NDBuffer"
+    if like == "torch":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise UsageError("like='torch' needs PyTorch: pip install torch") from None
+        return _CPU_BUFFER, "zarr_device.zarr_plugin.buffers.TorchNDBuffer"
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        raise UsageError("like='jax' needs JAX: pip install jax") from None
+    return _CPU_BUFFER, "zarr_device.zarr_plugin.buffers.JaxNDBuffer"
+
+
+def enable(device: DeviceLike = "cpu", like: str | None = None, *, strict: bool = False) -> Enabled:
+    """Makes zarr-python read and write arrays through the zarr-device engine, into memory on
+    ``device``: ``zarr.open_array(...)[...]`` and assignments to it go through the engine, for
+    arrays opened from now on.
+
+    ``device``: "cpu", "cuda", "cuda:N" (or anything :func:`zarr_device.parse_device` takes).
+    ``like``: what reads return: "numpy" (the default on the CPU), "cupy" (the default on a CUDA
+    device; zarr-python's own GPU buffers), "torch" (a torch tensor on ``device``, the CPU
+    included) or "jax" (a JAX array, decoded in host memory and handed to JAX, on CUDA device N
+    when ``device`` names one). ``strict``: an array the engine cannot serve (a data type or codec
+    it lacks) raises FormatError instead of being served by zarr-python's codecs with a
+    :class:`~zarr_device.zarr_plugin.FallbackWarning`.
+
+    Returns an :class:`Enabled`, which also works as a context manager; :func:`disable` undoes
+    the last enable().
+    """
+    import zarr
+
+    from zarr_device.zarr_plugin import buffers, pipeline  # registers the classes named below
+
+    spec = parse_device(device)
+    chosen = _like_for(spec, like)
+    buffer, ndbuffer = _buffer_classes(spec, chosen)
+    torch_device = spec.name if chosen == "torch" else buffers.torch_device()
+    jax_device = spec.index if chosen == "jax" and spec.kind == "cuda" else None
+    saved = _Saved(
+        config={key: zarr.config.get(key, None) for key in _CONFIG_KEYS},
+        torch_device=buffers.torch_device(),
+        jax_device=buffers.jax_device(),
+    )
+    zarr.config.set(
+        {
+            "codec_pipeline.path": _PIPELINE,
+            pipeline.STRICT_KEY: bool(strict),
+            "buffer": buffer,
+            "ndbuffer": ndbuffer,
+        }
+    )
+    buffers.set_torch_device(torch_device)
+    buffers.set_jax_device(jax_device)
+    _stack.append(saved)
+    return Enabled(len(_stack), spec, chosen)
+
+
+def disable() -> None:
+    """Undoes the last :func:`enable`: zarr-python's config (codec pipeline, buffers) is what it
+    was before it. Arrays opened while the plug-in was on keep using it. Does nothing when the
+    plug-in is off."""
+    if not _stack:
+        return
+    import zarr
+
+    from zarr_device.zarr_plugin import buffers
+
+    saved = _stack.pop()
+    zarr.config.set(saved.config)
+    buffers.set_torch_device(saved.torch_device)
+    buffers.set_jax_device(saved.jax_device)
+
+
+def is_enabled() -> bool:
+    """Whether :func:`enable` is in force."""
+    return bool(_stack)

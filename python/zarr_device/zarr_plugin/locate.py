@@ -1,0 +1,102 @@
+"""From zarr-python's chunk keys back to the array they belong to.
+
+zarr-python hands a codec pipeline one ``StorePath`` per chunk (``store``, ``"<array path>/<chunk
+key>"``), never the array's path. The chunk key encoding in the array's metadata says how many
+path components a key has and how it spells the chunk's coordinates, so the path splits into the
+array's path and the chunk's coordinates; the key is then encoded again and compared, so a path
+that is not one of this array's chunk keys is never taken for one. Each array is opened once in
+the engine, on the same store, and kept.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from zarr_device.api import Array, open_array
+
+if TYPE_CHECKING:
+    from zarr.core.metadata import ArrayMetadata
+
+__all__ = ["KeyLayout", "key_layout", "split_chunk_key", "EngineArrays"]
+
+
+@dataclass(frozen=True)
+class KeyLayout:
+    """How an array spells its chunk keys: ``head`` ("c" for the default encoding, "" for v2),
+    the ``separator``, the number of dimensions and of path components in one key."""
+
+    head: str
+    separator: str
+    ndim: int
+    components: int
+
+
+def key_layout(metadata: ArrayMetadata) -> KeyLayout | None:
+    """The chunk key layout of zarr-python's metadata (None for an encoding not known here)."""
+    ndim = len(metadata.shape)
+    if metadata.zarr_format == 2:
+        head, separator = "", str(getattr(metadata, "dimension_separator", "."))
+    else:
+        encoding = metadata.chunk_key_encoding
+        name = getattr(encoding, "name", None)
+        if name not in ("default", "v2"):
+            return None
+        head, separator = ("c" if name == "default" else ""), str(encoding.separator)
+    if separator not in (".", "/"):
+        return None
+    components = metadata.encode_chunk_key((0,) * ndim).count("/") + 1
+    return KeyLayout(head, separator, ndim, components)
+
+
+def split_chunk_key(layout: KeyLayout, metadata: ArrayMetadata, path: str) -> tuple[str, tuple[int, ...]] | None:
+    """``path`` ("<array path>/<chunk key>") as the array's path and the chunk's coordinates,
+    or None when its tail is not one of the array's chunk keys."""
+    parts = path.split("/")
+    if len(parts) < layout.components:
+        return None
+    prefix = "/".join(parts[: len(parts) - layout.components])
+    key = "/".join(parts[len(parts) - layout.components :])
+    rest = key
+    if layout.head:
+        if not rest.startswith(layout.head):
+            return None
+        rest = rest[len(layout.head) :]
+        if layout.ndim:
+            if not rest.startswith(layout.separator):
+                return None
+            rest = rest[1:]
+    coords: tuple[int, ...] = ()
+    if layout.ndim:
+        try:
+            coords = tuple(int(c) for c in rest.split(layout.separator))
+        except ValueError:
+            return None
+    if len(coords) != layout.ndim or metadata.encode_chunk_key(coords) != key:
+        return None
+    return prefix, coords
+
+
+class EngineArrays:
+    """The engine's handle on each (zarr-python store, array path) a pipeline has met, opened
+    once (read-write unless the store is read-only) and kept. Safe to use from several threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # Keyed by the store's identity; the store is kept with its array, so the key stays its.
+        self._arrays: dict[tuple[int, str], tuple[Any, Array]] = {}
+
+    def get(self, store: Any, path: str, *, reopen: bool = False) -> Array:
+        """The engine array at ``path`` in ``store`` (a zarr-python store: local directories are
+        read by the engine itself, other stores through :class:`zarr_device.ZarrStoreAdapter`).
+        ``reopen``: read its metadata again."""
+        key = (id(store), path)
+        with self._lock:
+            found = self._arrays.get(key)
+            if found is not None and not reopen:
+                return found[1]
+        array = open_array(store, path=path, mode="r" if getattr(store, "read_only", False) else "r+")
+        with self._lock:
+            self._arrays[key] = (store, array)
+        return array

@@ -1,0 +1,352 @@
+"""The codec pipeline zarr-python uses once :func:`zarr_device.enable` is on: each batch of chunks
+zarr-python asks for is one call into the engine.
+
+zarr-python describes a read as one item per chunk (the chunk's store path, its spec, which of its
+elements, where they go in the output). The pipeline finds the array the chunk keys belong to,
+opens it once in the engine on the same store, and reads the batch in one engine call: straight
+into the output when the batch is one box of the array (basic, block and orthogonal selections of
+slices and integers), else the box around each chunk's elements, all chunks in one parallel pass,
+scattered into the output with the chunk selections zarr-python gave (integer arrays, masks,
+coordinates). Writes go through the engine's ``Array.write`` (read-modify-write of partial chunks,
+atomic replacement, chunks left all fill value removed).
+
+An array the engine does not serve (a data type or codec it lacks, Zarr v2 writes, ...) is read
+and written by zarr-python's own ``BatchedCodecPipeline``, with one warning per array naming the
+reason; with ``strict`` (``zarr.config`` key ``codec_pipeline.strict``) that is a FormatError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from zarr.abc.codec import Codec, CodecPipeline
+from zarr.codecs._v2 import V2Codec
+from zarr.core.buffer import cpu as cpu_buffer
+from zarr.core.codec_pipeline import BatchedCodecPipeline, fill_value_or_default
+from zarr.core.config import config
+from zarr.registry import register_pipeline
+from zarr.storage import StorePath
+
+from zarr_device import many
+from zarr_device.adapters import cupy as cupy_adapter
+from zarr_device.adapters import torch as torch_adapter
+from zarr_device.api import Array
+from zarr_device.devices import device_of
+from zarr_device.dtypes import to_zarr_name
+from zarr_device.errors import FormatError, ZarrDeviceError
+from zarr_device.zarr_plugin.buffers import assign, copy_from_host, host_view, select, working_array
+from zarr_device.zarr_plugin.locate import EngineArrays, key_layout, split_chunk_key
+from zarr_device.zarr_plugin.regions import ChunkPart, as_slices, chunk_part, single_box
+from zarr_device.zarr_plugin.support import unsupported_reason
+
+if TYPE_CHECKING:
+    from zarr.abc.store import ByteGetter, ByteSetter, Store
+    from zarr.core.array_spec import ArraySpec
+    from zarr.core.buffer import Buffer, NDBuffer
+    from zarr.core.chunk_grids import ChunkGrid
+    from zarr.core.indexing import SelectorTuple
+    from zarr.core.metadata import ArrayMetadata
+
+__all__ = ["DevicePipeline", "FallbackWarning", "STRICT_KEY"]
+
+#: The zarr.config key that turns falling back to zarr-python's codecs into an error.
+STRICT_KEY = "codec_pipeline.strict"
+
+BatchItem = tuple[Any, "ArraySpec", Any, Any, bool]
+
+
+class FallbackWarning(UserWarning):
+    """An array is read or written by zarr-python's codecs, not by the engine (the message says
+    why). Raised once per array opened."""
+
+
+def _codecs(metadata: ArrayMetadata) -> list[Codec]:
+    if metadata.zarr_format == 2:
+        return [V2Codec(filters=metadata.filters, compressor=metadata.compressor)]
+    return list(metadata.codecs)
+
+
+def _on_host(batch: Sequence[BatchItem]) -> list[BatchItem]:
+    """The batch with every chunk spec's buffers in host memory (NumPy): zarr-python's codecs
+    then never see a tensor or a device array."""
+    host = cpu_buffer.buffer_prototype
+    return [
+        (getter, spec if spec.prototype == host else replace(spec, prototype=host), *rest)
+        for getter, spec, *rest in batch
+    ]
+
+
+class _Located:
+    """A batch resolved against the engine: the array and each chunk's first element."""
+
+    def __init__(self, array: Array, path: str, origins: list[tuple[int, ...]]) -> None:
+        self.array = array
+        self.path = path
+        self.origins = origins
+
+
+class DevicePipeline(CodecPipeline):
+    """zarr-python's codec pipeline, served by the zarr-device engine (see the module's notes).
+    Built per array by zarr-python (:meth:`from_array_metadata_and_store`)."""
+
+    def __init__(self, metadata: ArrayMetadata, store: Store | None, *, strict: bool) -> None:
+        self.metadata = metadata
+        self.store = store
+        self.strict = strict
+        self.fallback = BatchedCodecPipeline.from_codecs(_codecs(metadata))
+        self.reason = unsupported_reason(metadata)
+        self._layout = key_layout(metadata)
+        self._arrays = EngineArrays()
+        self._warned = False
+        self._lock = threading.Lock()
+        if self.reason is not None and strict:
+            raise FormatError(f"zarr_device cannot serve the array {self._describe()}: {self.reason}")
+
+    def _describe(self, path: str | None = None) -> str:
+        where = f"'{path}' in {self.store}" if path is not None else f"in {self.store}"
+        return f"{where} (shape {tuple(self.metadata.shape)}, zarr_format {self.metadata.zarr_format})"
+
+    # -- construction, as zarr-python asks for it ------------------------------------------------
+    @classmethod
+    def from_codecs(cls, codecs: Iterable[Codec]) -> BatchedCodecPipeline:  # type: ignore[override]
+        # Inner pipelines (a shard's chunks) and arrays built without a store: zarr-python's own.
+        return BatchedCodecPipeline.from_codecs(codecs)
+
+    @classmethod
+    def from_array_metadata_and_store(cls, array_metadata: ArrayMetadata, store: Store) -> DevicePipeline:
+        return cls(array_metadata, store, strict=bool(config.get(STRICT_KEY, False)))
+
+    def evolve_from_array_spec(self, array_spec: ArraySpec) -> DevicePipeline:
+        return self
+
+    @property
+    def supports_partial_decode(self) -> bool:
+        return False
+
+    @property
+    def supports_partial_encode(self) -> bool:
+        return False
+
+    def __iter__(self) -> Iterator[Codec]:
+        return iter(self.fallback)
+
+    def validate(self, *, shape: tuple[int, ...], dtype: Any, chunk_grid: ChunkGrid) -> None:
+        self.fallback.validate(shape=shape, dtype=dtype, chunk_grid=chunk_grid)
+
+    def compute_encoded_size(self, byte_length: int, array_spec: ArraySpec) -> int:
+        return self.fallback.compute_encoded_size(byte_length, array_spec)
+
+    async def decode(self, chunk_bytes_and_specs: Iterable[tuple[Buffer | None, ArraySpec]]) -> Iterable[NDBuffer | None]:
+        return await self.fallback.decode(chunk_bytes_and_specs)
+
+    async def encode(self, chunk_arrays_and_specs: Iterable[tuple[NDBuffer | None, ArraySpec]]) -> Iterable[Buffer | None]:
+        return await self.fallback.encode(chunk_arrays_and_specs)
+
+    # -- reads and writes -------------------------------------------------------------------------
+    async def read(
+        self,
+        batch_info: Iterable[tuple[ByteGetter, ArraySpec, SelectorTuple, SelectorTuple, bool]],
+        out: NDBuffer,
+        drop_axes: tuple[int, ...] = (),
+    ) -> None:
+        batch: list[BatchItem] = list(batch_info)
+        if not batch:
+            return
+        # The engine (and stores it calls back into zarr-python's event loop for) runs off the loop.
+        if await asyncio.to_thread(self._read_engine, batch, out, drop_axes):
+            return
+        host, copied = host_view(out)
+        await self.fallback.read(_on_host(batch), host, drop_axes)
+        if copied:
+            copy_from_host(out, host)
+
+    async def write(
+        self,
+        batch_info: Iterable[tuple[ByteSetter, ArraySpec, SelectorTuple, SelectorTuple, bool]],
+        value: NDBuffer,
+        drop_axes: tuple[int, ...] = (),
+    ) -> None:
+        batch: list[BatchItem] = list(batch_info)
+        if not batch:
+            return
+        if not await asyncio.to_thread(self._write_engine, batch, value, drop_axes):
+            host, _ = host_view(value)
+            await self.fallback.write(_on_host(batch), host, drop_axes)
+            return
+        if batch[0][1].config.write_empty_chunks:
+            await self._store_fill_chunks(batch)
+
+    # -- the engine's side --------------------------------------------------------------------------
+    def _fall_back(self, reason: str, path: str | None) -> bool:
+        """Records that zarr-python's codecs serve this call; warns once per array (or raises,
+        when strict). Returns False, for the caller to return."""
+        if self.strict:
+            raise FormatError(f"zarr_device cannot serve the array {self._describe(path)}: {reason}")
+        with self._lock:
+            warned, self._warned = self._warned, True
+        if not warned:
+            warnings.warn(
+                f"zarr_device: the array {self._describe(path)} is read and written by zarr-python's "
+                f"codecs, not by the engine: {reason}",
+                FallbackWarning,
+                stacklevel=2,
+            )
+        return False
+
+    def _locate(self, batch: Sequence[BatchItem]) -> _Located | str:
+        """The engine's array for a batch, or why the batch cannot go to the engine."""
+        if self._layout is None:
+            return "chunk key encoding not known to zarr_device"
+        store: Any = None
+        prefix: str | None = None
+        coords: list[tuple[int, ...]] = []
+        for getter, *_ in batch:
+            if not isinstance(getter, StorePath):
+                return f"chunks are not in a store ({type(getter).__name__})"
+            split = split_chunk_key(self._layout, self.metadata, getter.path)
+            if split is None:
+                return f"'{getter.path}' is not one of the array's chunk keys"
+            if prefix is None:
+                store, prefix = getter.store, split[0]
+            elif getter.store is not store or split[0] != prefix:
+                return "one batch holds chunks of two arrays"
+            coords.append(split[1])
+        assert prefix is not None
+        grid = tuple(int(c) for c in self.metadata.chunks)
+        try:
+            array = self._arrays.get(store, prefix)
+            if not self._agrees(array, grid):
+                array = self._arrays.get(store, prefix, reopen=True)
+        except ZarrDeviceError as e:
+            return str(e)
+        if not self._agrees(array, grid):
+            return (
+                f"the metadata stored at '{prefix}' (shape {array.shape}) is not this handle's "
+                f"(shape {tuple(self.metadata.shape)}); reopen the array"
+            )
+        origins = [tuple(c * g for c, g in zip(chunk, grid)) for chunk in coords]
+        return _Located(array, prefix, origins)
+
+    def _agrees(self, array: Array, grid: tuple[int, ...]) -> bool:
+        outer = array.shards or array.chunks
+        return array.shape == tuple(self.metadata.shape) and outer == grid
+
+    def _parts(self, located: _Located, batch: Sequence[BatchItem]) -> list[tuple[ChunkPart, BatchItem]]:
+        parts = []
+        for origin, item in zip(located.origins, batch):
+            part = chunk_part(origin, item[1].shape, item[2], item[3])
+            if part is not None:
+                parts.append((part, item))
+        return parts
+
+    def _read_engine(self, batch: Sequence[BatchItem], out: NDBuffer, drop_axes: tuple[int, ...]) -> bool:
+        """Reads a batch through the engine into ``out``; False when zarr-python's codecs must."""
+        if self.reason is not None:
+            return self._fall_back(self.reason, None)
+        located = self._locate(batch)
+        if isinstance(located, str):
+            return self._fall_back(located, None)
+        array = located.array
+        target = working_array(out)
+        parts = self._parts(located, batch)
+        where, like = _target_of(target)
+        box = single_box([p for p, _ in parts], tuple(out.shape)) if not drop_axes else None
+        if box is not None:
+            if _fills(target, array):
+                array.read(box, out=target)
+            else:
+                assign(target, Ellipsis, array.read(box, device=where, like=like))
+            return True
+        results = many.read_many(
+            {str(i): (array, as_slices(part.region)) for i, (part, _) in enumerate(parts)}, device=where, like=like
+        )
+        for i, (part, _) in enumerate(parts):
+            values = select(results[str(i)], part.local)
+            if drop_axes:
+                values = values.reshape(tuple(n for d, n in enumerate(values.shape) if d not in drop_axes))
+            assign(target, part.out_selection, values)
+        return True
+
+    def _write_engine(self, batch: Sequence[BatchItem], value: NDBuffer, drop_axes: tuple[int, ...]) -> bool:
+        """Writes a batch through the engine; False when zarr-python's codecs must."""
+        if self.reason is not None:
+            return self._fall_back(self.reason, None)
+        if self.metadata.zarr_format == 2:
+            return self._fall_back("the engine writes Zarr v3 arrays only", None)
+        located = self._locate(batch)
+        if isinstance(located, str):
+            return self._fall_back(located, None)
+        array = located.array
+        source = working_array(value)
+        parts = self._parts(located, batch)
+        shape = tuple(source.shape)
+        box = single_box([p for p, _ in parts], shape if shape else None) if not drop_axes else None
+        if box is not None:
+            array.write(box, source)
+            return True
+        # Index arrays: the box around each chunk's elements is read (all in one pass), updated
+        # as zarr-python updates a chunk, and written back.
+        where, like = _target_of(source)
+        boxes = many.read_many(
+            {str(i): (array, as_slices(part.region)) for i, (part, _) in enumerate(parts)}, device=where, like=like
+        )
+        for i, (part, _) in enumerate(parts):
+            chunk_value = source
+            if len(shape) and len(part.region):
+                chunk_value = select(source, part.out_selection)
+                if drop_axes:
+                    chunk_value = chunk_value[tuple(None if d in drop_axes else slice(None) for d in range(len(part.region)))]
+            assign(boxes[str(i)], part.local, chunk_value)
+            array.write(as_slices(part.region), boxes[str(i)])
+        return True
+
+    async def _store_fill_chunks(self, batch: Sequence[BatchItem]) -> None:
+        """``write_empty_chunks``: the engine removes chunks left all fill value; zarr-python
+        stores them, encoded by its codecs, and so does this."""
+        for setter, spec, *_ in batch:
+            if await setter.exists():
+                continue
+            host_spec = _on_host([(setter, spec, None, None, False)])[0][1]
+            chunk = cpu_buffer.NDBuffer.create(
+                shape=spec.shape,
+                dtype=spec.dtype.to_native_dtype(),
+                order=spec.order,
+                fill_value=fill_value_or_default(spec),
+            )
+            (encoded,) = await self.fallback.encode([(chunk, host_spec)])
+            if encoded is not None:
+                await setter.set(encoded)
+
+
+def _target_of(array: Any) -> tuple[Any, Any]:
+    """The device an array lives on and the kind of array (``like=``) reads for it should make."""
+    spec = device_of(array)
+    if torch_adapter.is_tensor(array):
+        return spec, ("torch" if spec is not None and spec.kind != "cpu" else None)
+    if cupy_adapter.is_array(array):
+        return spec, "cupy"
+    return None, None
+
+
+def _fills(target: Any, array: Array) -> bool:
+    """Whether the engine can read straight into ``target`` (contiguous, of the array's type)."""
+    if torch_adapter.is_tensor(target):
+        return bool(target.is_contiguous()) and target.dtype == torch_adapter.torch_dtype(to_zarr_name(array.dtype))
+    if cupy_adapter.is_array(target):
+        return bool(target.flags.c_contiguous) and target.dtype == array.dtype
+    flags = getattr(target, "flags", None)
+    return (
+        type(target).__module__ == "numpy"
+        and target.dtype == array.dtype
+        and flags is not None
+        and bool(flags.c_contiguous)
+        and bool(flags.writeable)
+    )
+
+
+register_pipeline(DevicePipeline)

@@ -1,0 +1,159 @@
+"""zarr-python's batch items (one per chunk: which elements of the chunk, where they go in the
+output) as regions of the array the engine reads or writes.
+
+A chunk's selection becomes the smallest strided box of the array that holds it (slices keep
+their step, integers and integer arrays their bounds) and a selection into that box with the
+chunk selection's NumPy meaning, so that ``box[local]`` is what zarr-python's
+``chunk[chunk_selection]`` would be. When every chunk's part is a box and together they tile the
+output with one stride per dimension (what basic, block and orthogonal selections of slices and
+integers give), the whole batch is one box of the array: :func:`single_box`.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ChunkPart", "chunk_part", "single_box", "as_slices"]
+
+#: (start, step, count) per dimension, in array coordinates.
+Region = tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True)
+class ChunkPart:
+    """What one batch item asks of the array.
+
+    ``region``: the box of the array holding the chunk's selected elements. ``local``: a
+    selection into the box's values (``box[local]`` is zarr-python's ``chunk[chunk_selection]``).
+    ``out_selection``: where those go in the output, as zarr-python gave it. ``dropped``: per
+    dimension, whether an integer selected it (the output has no such dimension). ``basic``: no
+    integer arrays were involved.
+    """
+
+    region: Region
+    local: tuple[Any, ...]
+    out_selection: Any
+    dropped: tuple[bool, ...]
+    basic: bool
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def chunk_part(
+    origin: Sequence[int], chunk_shape: Sequence[int], chunk_selection: Any, out_selection: Any
+) -> ChunkPart | None:
+    """The part of the array one batch item selects (None when it selects nothing).
+    ``origin``: the chunk's first element in the array; ``chunk_shape``: its extent."""
+    selection = chunk_selection if isinstance(chunk_selection, tuple) else (chunk_selection,)
+    region: list[tuple[int, int, int]] = []
+    local: list[Any] = []
+    dropped: list[bool] = []
+    basic = True
+    for start0, extent, item in zip(origin, chunk_shape, selection):
+        if _is_integer(item):
+            region.append((start0 + operator.index(item), 1, 1))
+            local.append(0)
+            dropped.append(True)
+            continue
+        dropped.append(False)
+        if isinstance(item, slice):
+            start, stop, step = item.indices(extent)
+            count = len(range(start, stop, step))
+            if count == 0:
+                return None
+            region.append((start0 + start, step, count))
+            local.append(slice(None))
+            continue
+        basic = False
+        indices = np.asarray(item)
+        if indices.dtype == np.bool_:
+            indices = np.flatnonzero(indices)
+        if indices.size == 0:
+            return None
+        low, high = int(indices.min()), int(indices.max())
+        region.append((start0 + low, 1, high - low + 1))
+        local.append(indices - low)
+    return ChunkPart(tuple(region), tuple(local), out_selection, tuple(dropped), basic)
+
+
+def as_slices(region: Region) -> tuple[slice, ...]:
+    """A region as the basic selection (slices with steps) that reads it, every dimension kept."""
+    return tuple(slice(start, start + step * (count - 1) + 1, step) for start, step, count in region)
+
+
+def _out_slices(part: ChunkPart, ndim_out: int) -> list[tuple[int, int]] | None:
+    """The output slices of a basic part as (start, stop), or None when they are not plain
+    slices (a step, an index array) or do not match the part's kept dimensions."""
+    selection = part.out_selection if isinstance(part.out_selection, tuple) else (part.out_selection,)
+    if len(selection) != ndim_out:
+        return None
+    bounds: list[tuple[int, int]] = []
+    for item in selection:
+        if not isinstance(item, slice) or item.step not in (None, 1):
+            return None
+        if item.start is None or item.stop is None:
+            return None
+        bounds.append((operator.index(item.start), operator.index(item.stop)))
+    return bounds
+
+
+def single_box(parts: Sequence[ChunkPart], out_shape: tuple[int, ...] | None) -> tuple[int | slice, ...] | None:
+    """The basic selection of the array whose result is the whole output of these parts, or None
+    when they do not form one box (index arrays, gaps, steps that differ between chunks).
+    ``out_shape``: the output's shape, checked against the box's (None: not checked)."""
+    if not parts or not all(p.basic for p in parts):
+        return None
+    dropped = parts[0].dropped
+    if any(p.dropped != dropped for p in parts):
+        return None
+    kept = [d for d, gone in enumerate(dropped) if not gone]
+    # Per dimension: the index (dropped) or the array position of output element 0 and the step.
+    origin: list[int | None] = [None] * len(dropped)
+    steps: list[int | None] = [None] * len(dropped)
+    extent = [0] * len(kept)
+    volume = 0
+    for part in parts:
+        bounds = _out_slices(part, len(kept))
+        if bounds is None:
+            return None
+        for d, (start, step, count) in enumerate(part.region):
+            if dropped[d]:
+                first = start
+            else:
+                k = kept.index(d)
+                out_start, out_stop = bounds[k]
+                if out_stop - out_start != count:
+                    return None
+                first = start - out_start * step
+                extent[k] = max(extent[k], out_stop)
+                if steps[d] is None:
+                    steps[d] = step
+                elif steps[d] != step:
+                    return None
+            if origin[d] is None:
+                origin[d] = first
+            elif origin[d] != first:
+                return None
+        volume += math.prod(count for (_, _, count) in part.region)
+    if volume != math.prod(extent) or (out_shape is not None and tuple(extent) != tuple(out_shape)):
+        return None
+    selection: list[int | slice] = []
+    for d, gone in enumerate(dropped):
+        first = origin[d]
+        assert first is not None
+        if first < 0:
+            return None
+        if gone:
+            selection.append(first)
+        else:
+            step = steps[d] or 1
+            selection.append(slice(first, first + step * (extent[kept.index(d)] - 1) + 1, step))
+    return tuple(selection)

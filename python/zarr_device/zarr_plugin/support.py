@@ -1,0 +1,51 @@
+"""Whether the engine serves an array, decided from zarr-python's metadata before any chunk is
+read: the engine parses the array's own metadata documents (in a memory store) and so says, in
+its own words, which data type, codec or setting it lacks; the data type it reads must also be
+the one zarr-python hands out. Arrays it does not serve go to zarr-python's codecs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from zarr.core.buffer import cpu as cpu_buffer
+
+from zarr_device.api import open_array
+from zarr_device.errors import ZarrDeviceError
+from zarr_device.stores import MemoryStore
+from zarr_device.zarr_plugin.locate import key_layout
+
+if TYPE_CHECKING:
+    from zarr.core.metadata import ArrayMetadata
+
+__all__ = ["unsupported_reason", "native_dtype"]
+
+
+def native_dtype(metadata: ArrayMetadata) -> np.dtype[object]:
+    """The NumPy dtype zarr-python hands out for the array."""
+    zdtype = metadata.dtype if metadata.zarr_format == 2 else metadata.data_type
+    return np.dtype(zdtype.to_native_dtype())
+
+
+def unsupported_reason(metadata: ArrayMetadata) -> str | None:
+    """Why the engine cannot read this array as zarr-python would (None: it can)."""
+    try:
+        dtype = native_dtype(metadata)
+    except (TypeError, ValueError) as e:
+        return f"data type not known to NumPy ({e})"
+    if dtype.hasobject or dtype.kind in "OSUTMm" or dtype.fields is not None:
+        return f"data type {dtype} (variable-length, string or structured values)"
+    if key_layout(metadata) is None:
+        return "chunk key encoding other than 'default' and 'v2'"
+    store = MemoryStore()
+    try:
+        for key, document in metadata.to_buffer_dict(cpu_buffer.buffer_prototype).items():
+            store.handle.set(key, document.to_bytes())
+        engine = open_array(store)
+    except ZarrDeviceError as e:
+        return str(e)
+    except (TypeError, ValueError) as e:  # metadata zarr-python cannot write out as JSON
+        return f"metadata: {e}"
+    if engine.dtype != dtype.newbyteorder("="):
+        return f"data type {dtype} (the engine reads {engine.dtype})"
+    return None
