@@ -120,6 +120,8 @@ def _index(key: Any, device: Any) -> Any:
 class TorchNDBuffer(buffer_core.NDBuffer):
     """An NDBuffer holding a torch tensor: ``zarr_array[...]`` returns the tensor itself."""
 
+    _data: Any  # a torch.Tensor
+
     def __init__(self, array: Any) -> None:
         self._data = _to_tensor(array)
 
@@ -180,7 +182,7 @@ class TorchNDBuffer(buffer_core.NDBuffer):
         self._data[_index(key, self._data.device)] = value
 
     def all_equal(self, other: Any, equal_nan: bool = True) -> bool:
-        return bool(cpu_buffer.NDBuffer(self.as_numpy_array()).all_equal(other, equal_nan=equal_nan))
+        return bool(_host_buffer(self.as_numpy_array()).all_equal(other, equal_nan=equal_nan))
 
     def fill(self, value: Any) -> None:
         self._data.fill_(_scalar(value))
@@ -221,6 +223,11 @@ class JaxNDBuffer(cpu_buffer.NDBuffer):
         return jax.device_put(self._data, jax_adapter.device(_jax_device))
 
 
+def _host_buffer(array: Any) -> cpu_buffer.NDBuffer:
+    """zarr-python's NumPy NDBuffer around ``array``, without a copy."""
+    return cpu_buffer.NDBuffer(array)
+
+
 def working_array(buffer: buffer_core.NDBuffer) -> Any:
     """The array a buffer's data live in, which a read fills in place: the tensor of a
     TorchNDBuffer, the NumPy array of a JaxNDBuffer, else what the buffer hands out."""
@@ -235,15 +242,15 @@ def host_view(buffer: buffer_core.NDBuffer) -> tuple[cpu_buffer.NDBuffer, bool]:
     read with :func:`copy_from_host`)."""
     data = working_array(buffer)
     if isinstance(data, np.ndarray):
-        return cpu_buffer.NDBuffer(data), False
+        return _host_buffer(data), False
     if torch_adapter.is_tensor(data) and data.device.type == "cpu":
         if data.is_contiguous():
-            return cpu_buffer.NDBuffer(torch_adapter.to_numpy(data)), False
+            return _host_buffer(torch_adapter.to_numpy(data)), False
         try:
-            return cpu_buffer.NDBuffer(data.numpy()), False
+            return _host_buffer(data.numpy()), False
         except TypeError:  # a strided bfloat16 or float8 tensor: NumPy cannot see it
             pass
-    return cpu_buffer.NDBuffer(buffer.as_numpy_array()), True
+    return _host_buffer(buffer.as_numpy_array()), True
 
 
 def copy_from_host(buffer: buffer_core.NDBuffer, host: cpu_buffer.NDBuffer) -> None:

@@ -43,7 +43,7 @@ def key_layout(metadata: ArrayMetadata) -> KeyLayout | None:
         name = getattr(encoding, "name", None)
         if name not in ("default", "v2"):
             return None
-        head, separator = ("c" if name == "default" else ""), str(encoding.separator)
+        head, separator = ("c" if name == "default" else ""), str(getattr(encoding, "separator", ""))
     if separator not in (".", "/"):
         return None
     components = metadata.encode_chunk_key((0,) * ndim).count("/") + 1

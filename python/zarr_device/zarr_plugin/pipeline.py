@@ -82,12 +82,11 @@ def _on_host(batch: Sequence[BatchItem]) -> list[BatchItem]:
 
 
 class _Located:
-    """A batch resolved against the engine: the array and each chunk's first element."""
+    """A batch resolved against the engine: the array and what each chunk asks of it."""
 
-    def __init__(self, array: Array, path: str, origins: list[tuple[int, ...]]) -> None:
+    def __init__(self, array: Array, parts: list[ChunkPart]) -> None:
         self.array = array
-        self.path = path
-        self.origins = origins
+        self.parts = parts
 
 
 class DevicePipeline(CodecPipeline):
@@ -108,7 +107,7 @@ class DevicePipeline(CodecPipeline):
             raise FormatError(f"zarr_device cannot serve the array {self._describe()}: {self.reason}")
 
     def _describe(self, path: str | None = None) -> str:
-        where = f"'{path}' in {self.store}" if path is not None else f"in {self.store}"
+        where = f"'{path or '/'}' in {self.store}" if path is not None else f"in {self.store}"
         return f"{where} (shape {tuple(self.metadata.shape)}, zarr_format {self.metadata.zarr_format})"
 
     # -- construction, as zarr-python asks for it ------------------------------------------------
@@ -182,9 +181,10 @@ class DevicePipeline(CodecPipeline):
             await self._store_fill_chunks(batch)
 
     # -- the engine's side --------------------------------------------------------------------------
-    def _fall_back(self, reason: str, path: str | None) -> bool:
+    def _fall_back(self, reason: str, batch: Sequence[BatchItem]) -> bool:
         """Records that zarr-python's codecs serve this call; warns once per array (or raises,
         when strict). Returns False, for the caller to return."""
+        path = self._path_of(batch[0][0])
         if self.strict:
             raise FormatError(f"zarr_device cannot serve the array {self._describe(path)}: {reason}")
         with self._lock:
@@ -197,6 +197,14 @@ class DevicePipeline(CodecPipeline):
                 stacklevel=2,
             )
         return False
+
+    def _path_of(self, getter: Any) -> str | None:
+        """The array's path, as well as a chunk's store path tells it (for messages)."""
+        key = getattr(getter, "path", None)
+        if not isinstance(key, str):
+            return None
+        split = None if self._layout is None else split_chunk_key(self._layout, self.metadata, key)
+        return key if split is None else split[0]
 
     def _locate(self, batch: Sequence[BatchItem]) -> _Located | str:
         """The engine's array for a batch, or why the batch cannot go to the engine."""
@@ -217,45 +225,39 @@ class DevicePipeline(CodecPipeline):
                 return "one batch holds chunks of two arrays"
             coords.append(split[1])
         assert prefix is not None
-        grid = tuple(int(c) for c in self.metadata.chunks)
+        grid = _chunk_grid(self.metadata)
+        parts = []
+        for chunk, (_, spec, chunk_selection, out_selection, _) in zip(coords, batch):
+            origin = tuple(c * g for c, g in zip(chunk, grid))
+            part = chunk_part(origin, spec.shape, chunk_selection, out_selection)
+            if part is not None:
+                parts.append(part)
+        # The engine's view of the stored metadata is read again when it does not hold the batch
+        # (zarr-python resized the array since, say).
         try:
             array = self._arrays.get(store, prefix)
-            if not self._agrees(array, grid):
+            if not _serves(array, grid, parts):
                 array = self._arrays.get(store, prefix, reopen=True)
         except ZarrDeviceError as e:
             return str(e)
-        if not self._agrees(array, grid):
+        if not _serves(array, grid, parts):
             return (
-                f"the metadata stored at '{prefix}' (shape {array.shape}) is not this handle's "
-                f"(shape {tuple(self.metadata.shape)}); reopen the array"
+                f"the metadata stored at '{prefix}' (shape {array.shape}, chunks {array.shards or array.chunks}) "
+                f"does not hold this handle's (shape {tuple(self.metadata.shape)}, chunks {grid})"
             )
-        origins = [tuple(c * g for c, g in zip(chunk, grid)) for chunk in coords]
-        return _Located(array, prefix, origins)
-
-    def _agrees(self, array: Array, grid: tuple[int, ...]) -> bool:
-        outer = array.shards or array.chunks
-        return array.shape == tuple(self.metadata.shape) and outer == grid
-
-    def _parts(self, located: _Located, batch: Sequence[BatchItem]) -> list[tuple[ChunkPart, BatchItem]]:
-        parts = []
-        for origin, item in zip(located.origins, batch):
-            part = chunk_part(origin, item[1].shape, item[2], item[3])
-            if part is not None:
-                parts.append((part, item))
-        return parts
+        return _Located(array, parts)
 
     def _read_engine(self, batch: Sequence[BatchItem], out: NDBuffer, drop_axes: tuple[int, ...]) -> bool:
         """Reads a batch through the engine into ``out``; False when zarr-python's codecs must."""
         if self.reason is not None:
-            return self._fall_back(self.reason, None)
+            return self._fall_back(self.reason, batch)
         located = self._locate(batch)
         if isinstance(located, str):
-            return self._fall_back(located, None)
-        array = located.array
+            return self._fall_back(located, batch)
+        array, parts = located.array, located.parts
         target = working_array(out)
-        parts = self._parts(located, batch)
         where, like = _target_of(target)
-        box = single_box([p for p, _ in parts], tuple(out.shape)) if not drop_axes else None
+        box = single_box(parts, tuple(out.shape)) if not drop_axes else None
         if box is not None:
             if _fills(target, array):
                 array.read(box, out=target)
@@ -263,9 +265,9 @@ class DevicePipeline(CodecPipeline):
                 assign(target, Ellipsis, array.read(box, device=where, like=like))
             return True
         results = many.read_many(
-            {str(i): (array, as_slices(part.region)) for i, (part, _) in enumerate(parts)}, device=where, like=like
+            {str(i): (array, as_slices(part.region)) for i, part in enumerate(parts)}, device=where, like=like
         )
-        for i, (part, _) in enumerate(parts):
+        for i, part in enumerate(parts):
             values = select(results[str(i)], part.local)
             if drop_axes:
                 values = values.reshape(tuple(n for d, n in enumerate(values.shape) if d not in drop_axes))
@@ -275,17 +277,16 @@ class DevicePipeline(CodecPipeline):
     def _write_engine(self, batch: Sequence[BatchItem], value: NDBuffer, drop_axes: tuple[int, ...]) -> bool:
         """Writes a batch through the engine; False when zarr-python's codecs must."""
         if self.reason is not None:
-            return self._fall_back(self.reason, None)
+            return self._fall_back(self.reason, batch)
         if self.metadata.zarr_format == 2:
-            return self._fall_back("the engine writes Zarr v3 arrays only", None)
+            return self._fall_back("the engine writes Zarr v3 arrays only", batch)
         located = self._locate(batch)
         if isinstance(located, str):
-            return self._fall_back(located, None)
-        array = located.array
+            return self._fall_back(located, batch)
+        array, parts = located.array, located.parts
         source = working_array(value)
-        parts = self._parts(located, batch)
         shape = tuple(source.shape)
-        box = single_box([p for p, _ in parts], shape if shape else None) if not drop_axes else None
+        box = single_box(parts, shape if shape else None) if not drop_axes else None
         if box is not None:
             array.write(box, source)
             return True
@@ -293,9 +294,9 @@ class DevicePipeline(CodecPipeline):
         # as zarr-python updates a chunk, and written back.
         where, like = _target_of(source)
         boxes = many.read_many(
-            {str(i): (array, as_slices(part.region)) for i, (part, _) in enumerate(parts)}, device=where, like=like
+            {str(i): (array, as_slices(part.region)) for i, part in enumerate(parts)}, device=where, like=like
         )
-        for i, (part, _) in enumerate(parts):
+        for i, part in enumerate(parts):
             chunk_value = source
             if len(shape) and len(part.region):
                 chunk_value = select(source, part.out_selection)
@@ -321,6 +322,25 @@ class DevicePipeline(CodecPipeline):
             (encoded,) = await self.fallback.encode([(chunk, host_spec)])
             if encoded is not None:
                 await setter.set(encoded)
+
+
+def _chunk_grid(metadata: ArrayMetadata) -> tuple[int, ...]:
+    """The shape of the chunks zarr-python's keys name (shards, for sharded arrays)."""
+    if metadata.zarr_format == 2:
+        return tuple(int(c) for c in metadata.chunks)
+    return tuple(int(c) for c in metadata.chunk_grid.chunk_shape)
+
+
+def _serves(array: Array, grid: tuple[int, ...], parts: Sequence[ChunkPart]) -> bool:
+    """Whether the engine's array has zarr-python's chunk grid and holds every part."""
+    if (array.shards or array.chunks) != grid:
+        return False
+    shape = array.shape
+    return all(
+        start + step * (count - 1) < extent
+        for part in parts
+        for (start, step, count), extent in zip(part.region, shape)
+    )
 
 
 def _target_of(array: Any) -> tuple[Any, Any]:

@@ -147,13 +147,12 @@ def single_box(parts: Sequence[ChunkPart], out_shape: tuple[int, ...] | None) ->
         return None
     selection: list[int | slice] = []
     for d, gone in enumerate(dropped):
-        first = origin[d]
-        assert first is not None
-        if first < 0:
+        at = origin[d]
+        if at is None or at < 0:
             return None
         if gone:
-            selection.append(first)
+            selection.append(at)
         else:
             step = steps[d] or 1
-            selection.append(slice(first, first + step * (extent[kept.index(d)] - 1) + 1, step))
+            selection.append(slice(at, at + step * (extent[kept.index(d)] - 1) + 1, step))
     return tuple(selection)

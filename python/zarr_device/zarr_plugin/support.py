@@ -5,7 +5,7 @@ the one zarr-python hands out. Arrays it does not serve go to zarr-python's code
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from zarr.core.buffer import cpu as cpu_buffer
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["unsupported_reason", "native_dtype"]
 
 
-def native_dtype(metadata: ArrayMetadata) -> np.dtype[object]:
+def native_dtype(metadata: ArrayMetadata) -> np.dtype[Any]:
     """The NumPy dtype zarr-python hands out for the array."""
     zdtype = metadata.dtype if metadata.zarr_format == 2 else metadata.data_type
     return np.dtype(zdtype.to_native_dtype())

@@ -1,0 +1,79 @@
+"""Helpers of the zarr-python plug-in tests: stores of every kind, arrays opened with the plug-in
+off and on over the same store, and what a store holds."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+import zarr.storage
+from zarr.core.sync import sync
+
+import zarr_device
+from zarr_device.zarr_plugin.pipeline import DevicePipeline
+
+STORE_KINDS = ["local", "memory", "fsspec-memory", "fsspec-local"]
+
+#: Files the engine keeps beside the data of a local array (its chunk locks): not data.
+ENGINE_FILES = {".zarr-device.lock"}
+
+
+def make_store(kind: str, tmp_path: Path) -> Any:
+    """A fresh, empty zarr-python store of ``kind``."""
+    if kind == "local":
+        return zarr.storage.LocalStore(tmp_path / f"s-{uuid.uuid4().hex}")
+    if kind == "memory":
+        return zarr.storage.MemoryStore()
+    if kind == "fsspec-memory":
+        return zarr.storage.FsspecStore.from_url(f"memory://zd-plugin-{uuid.uuid4().hex}")
+    if kind == "fsspec-local":
+        root = tmp_path / f"f-{uuid.uuid4().hex}"
+        root.mkdir()
+        return zarr.storage.FsspecStore.from_url(f"file://{root}", storage_options={"auto_mkdir": True})
+    raise ValueError(kind)
+
+
+def pipeline_of(array: zarr.Array) -> Any:
+    return array._async_array.codec_pipeline  # noqa: SLF001 - what zarr-python built for it
+
+
+def open_on(store: Any, path: str = "", **enable: Any) -> zarr.Array:
+    """The array at ``path`` opened with the plug-in on (it keeps the plug-in's pipeline after)."""
+    with zarr_device.enable(**enable):
+        array = zarr.open_array(store, path=path)
+    assert isinstance(pipeline_of(array), DevicePipeline)
+    return array
+
+
+def open_off(store: Any, path: str = "") -> zarr.Array:
+    """The same array through zarr-python's own codec pipeline."""
+    array = zarr.open_array(store, path=path)
+    assert not isinstance(pipeline_of(array), DevicePipeline)
+    return array
+
+
+def stored_keys(store: Any, prefix: str = "") -> set[str]:
+    """Every key under ``prefix`` except the engine's lock files."""
+
+    async def collect() -> set[str]:
+        return {key async for key in store.list_prefix(prefix)}
+
+    return {k for k in sync(collect()) if k.rsplit("/", 1)[-1] not in ENGINE_FILES}
+
+
+def chunk_keys(store: Any, prefix: str = "") -> set[str]:
+    """The keys under ``prefix`` that are not metadata documents."""
+    metadata = {"zarr.json", ".zarray", ".zattrs", ".zgroup"}
+    return {k for k in stored_keys(store, prefix) if k.rsplit("/", 1)[-1] not in metadata}
+
+
+def as_numpy(value: Any) -> np.ndarray:
+    """A read's result (NumPy array or scalar, torch tensor) as a NumPy array."""
+    if type(value).__module__.startswith("torch"):
+        from zarr_device.adapters import torch as torch_adapter
+
+        return np.asarray(torch_adapter.to_numpy(value))
+    return np.asarray(value)
