@@ -174,12 +174,10 @@ class TorchNDBuffer(buffer_core.NDBuffer):
         return self.__class__(self._data.to(torch_adapter.torch_dtype(to_zarr_name(dtype))))
 
     def __getitem__(self, key: Any) -> TorchNDBuffer:
-        return self.__class__(self._data[_index(key, self._data.device)])
+        return self.__class__(select(self._data, key))
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        if not isinstance(value, (int, float, complex, bool)):
-            value = _to_tensor(value, self._data.device).to(self._data.dtype)
-        self._data[_index(key, self._data.device)] = value
+        assign(self._data, key, working_array(value) if isinstance(value, buffer_core.NDBuffer) else value)
 
     def all_equal(self, other: Any, equal_nan: bool = True) -> bool:
         return bool(_host_buffer(self.as_numpy_array()).all_equal(other, equal_nan=equal_nan))
@@ -266,10 +264,18 @@ def _cupy_index(key: Any) -> Any:
     return cupy.asarray(key) if isinstance(key, np.ndarray) else key
 
 
+def _is_advanced(selection: Any) -> bool:
+    items = selection if isinstance(selection, tuple) else (selection,)
+    return any(isinstance(item, (np.ndarray, list)) for item in items)
+
+
 def select(values: Any, selection: Any) -> Any:
     """``values[selection]`` for NumPy arrays, torch tensors and CuPy arrays, ``selection``'s
     integer arrays (NumPy) moved to where ``values`` live."""
     if torch_adapter.is_tensor(values):
+        if values.device.type == "cpu" and _is_advanced(selection):
+            # Through NumPy: torch cannot gather every type (uint64).
+            return _to_tensor(torch_adapter.to_numpy(values)[selection], "cpu")
         return values[_index(selection, values.device)]
     if isinstance(values, np.ndarray):
         return values[selection]
@@ -287,6 +293,10 @@ def assign(target: Any, selection: Any, values: Any) -> None:
         target[selection] = values
         return
     if torch_adapter.is_tensor(target):
+        if target.device.type == "cpu" and target.is_contiguous():
+            # Through NumPy's view of the memory: torch cannot scatter every type (uint64).
+            assign(torch_adapter.to_numpy(target), selection, values)
+            return
         target[_index(selection, target.device)] = _to_tensor(values, target.device).to(target.dtype)
         return
     import cupy
