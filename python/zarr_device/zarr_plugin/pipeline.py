@@ -328,7 +328,8 @@ def _chunk_grid(metadata: ArrayMetadata) -> tuple[int, ...]:
     """The shape of the chunks zarr-python's keys name (shards, for sharded arrays)."""
     if metadata.zarr_format == 2:
         return tuple(int(c) for c in metadata.chunks)
-    return tuple(int(c) for c in metadata.chunk_grid.chunk_shape)
+    grid: Any = metadata.chunk_grid  # regular: the engine serves no other
+    return tuple(int(c) for c in grid.chunk_shape)
 
 
 def _serves(array: Array, grid: tuple[int, ...], parts: Sequence[ChunkPart]) -> bool:
