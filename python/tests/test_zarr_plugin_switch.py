@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 import warnings
 from pathlib import Path
 from typing import Any
@@ -90,6 +89,7 @@ def test_importing_zarr_device_does_not_import_zarr() -> None:
 
 
 def test_entry_point_names_the_pipeline() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     entry = project["project"]["entry-points"]["zarr.codec_pipeline"]["zarr_device"]
     module, name = entry.split(":")
