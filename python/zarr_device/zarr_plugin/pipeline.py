@@ -191,8 +191,7 @@ class DevicePipeline(CodecPipeline):
             warned, self._warned = self._warned, True
         if not warned:
             warnings.warn(
-                f"zarr_device: the array {self._describe(path)} is read and written by zarr-python's "
-                f"codecs, not by the engine: {reason}",
+                f"zarr_device: zarr-python's codecs, not the engine, serve the array {self._describe(path)}: {reason}",
                 FallbackWarning,
                 stacklevel=2,
             )
