@@ -14,7 +14,7 @@ from zarr_device import _core
 from zarr_device.attributes import Attributes
 from zarr_device.casting import check_cast, is_python_values
 from zarr_device.devices import LIKES, DeviceLike, Like, read_to_device, resolve_target, write_from_device
-from zarr_device.dtypes import to_numpy_dtype, to_zarr_name
+from zarr_device.dtypes import float_fill_from_json, float_fill_to_json, to_numpy_dtype, to_zarr_name
 from zarr_device.errors import NodeNotFoundError, OutOfMemoryError, UsageError
 from zarr_device.selection import normalize_selection
 from zarr_device.stores import LocalStore, MemoryStore, StoreLike, ZarrStoreAdapter, as_store
@@ -471,27 +471,18 @@ def open_group(store: StoreLike, *, path: str = "", mode: OpenMode = "r") -> Gro
 
 
 def _fill_value_json(value: Any, dtype: np.dtype[Any]) -> Any:
-    if dtype.kind == "c":
+    if dtype.kind == "c" or isinstance(value, complex):
         c = complex(0 if value is None else value)
-        return [_float_json(c.real), _float_json(c.imag)]
+        half = np.dtype(f"f{dtype.itemsize // 2}") if dtype.kind == "c" else np.dtype(np.float64)
+        return [float_fill_to_json(c.real, half), float_fill_to_json(c.imag, half)]
     if value is None:
         return False if dtype.kind == "b" else (0.0 if dtype.kind in "fV" else 0)
-    if isinstance(value, complex):
-        c = complex(value)
-        return [_float_json(c.real), _float_json(c.imag)]
     if dtype.kind == "b":
         return bool(value)
     if dtype.kind in "iu":
         return int(value)
-    return _float_json(float(value))
-
-
-def _float_json(v: float) -> Any:
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "Infinity" if v > 0 else "-Infinity"
-    return v
+    # A NaN keeps its payload (as hex), as tensorstore and zarr-python (zarr_dtypes) write it.
+    return float_fill_to_json(float_fill_from_json(value, dtype) if isinstance(value, str) else value, dtype)
 
 
 def _compressor_codecs(compressors: Compressors, itemsize: int) -> list[dict[str, Any]]:
