@@ -13,9 +13,11 @@ import numpy.typing as npt
 from zarr_device import _core
 from zarr_device.attributes import Attributes
 from zarr_device.casting import check_cast, is_python_values
-from zarr_device.devices import LIKES, DeviceLike, Like, read_to_device, resolve_target, write_from_device
+from zarr_device.adapters.base import Like
+from zarr_device.devices import DeviceLike
+from zarr_device.transfers import host_values, read, write_from_device
 from zarr_device.dtypes import float_fill_from_json, float_fill_to_json, to_numpy_dtype, to_zarr_name
-from zarr_device.errors import NodeNotFoundError, OutOfMemoryError, UsageError
+from zarr_device.errors import NodeNotFoundError, UsageError
 from zarr_device.selection import normalize_selection
 from zarr_device.stores import LocalStore, MemoryStore, StoreLike, ZarrStoreAdapter, as_store
 
@@ -182,34 +184,24 @@ class Array:
         build of torch): the engine fills pinned host memory and torch copies it over without
         blocking. Without ``device``, a read lands where ``out`` lives.
 
-        ``like``: the kind of result. On the CPU: "numpy" (the default) or "torch" (which also
-        serves bfloat16 and float8 to torch). On a CUDA device: "torch", "cupy" (no bfloat16 or
-        float8: CuPy has no such types), "jax", or None, the default: a framework-neutral array
+        ``like``: the kind of result. On the CPU: "numpy" (the default), "torch" (which also
+        serves bfloat16 and float8 to torch), "mlx" (no float8 or complex128: MLX has none) or
+        "tensorflow". On a CUDA device: "torch", "cupy" (no bfloat16 or float8: CuPy has no such
+        types), "jax", "tensorflow" (no float8), or None, the default: a framework-neutral array
         that hands its memory over through DLPack (``torch.from_dlpack``, ``cupy.from_dlpack``,
         ``jax.dlpack.from_dlpack``) without a copy. On other torch devices: "torch".
 
-        ``out``: fills this array instead of allocating one: a C-contiguous NumPy array or torch
-        tensor on the CPU, a C-contiguous torch tensor or CuPy array on a CUDA device, a torch
-        tensor on another torch device; it must have the result's shape and dtype. Returns it.
+        ``out``: fills this array instead of allocating one: a C-contiguous NumPy array, torch
+        tensor or MLX array on the CPU, a C-contiguous torch tensor or CuPy array on a CUDA device,
+        a torch tensor on another torch device, or a ``tf.Variable`` (assigned the result); it
+        must have the result's shape and dtype. Returns it.
 
         Chunks are fetched and decoded in parallel straight into the result. Raises UsageError
         for a bad ``like``/``device``/``out`` combination (or a missing framework, naming the
         package to install) and DeviceError when the device does not exist.
         """
         sel = normalize_selection(selection, self.shape)
-        if like is not None and like not in LIKES:
-            raise UsageError(f"like={like!r} is not one of {', '.join(map(repr, LIKES))} or None")
-        target_device = resolve_target(device, out)
-        if target_device.kind != "cpu":
-            return read_to_device(self._core, sel.slices, sel.shape, target_device, like, out)
-        if like in ("cupy", "jax"):
-            raise UsageError(
-                f"like={like!r} reads onto a GPU: pass device='cuda' (or device='cuda:N'); on the "
-                "CPU, read NumPy (like='numpy') or torch (like='torch')"
-            )
-        out, target = host_destination(self._core, sel.shape, like, out)
-        self._core.read(list(sel.slices), target)
-        return out
+        return read(self._core, sel.slices, sel.shape, device, like, out)
 
     def write(self, selection: Any, values: Any) -> None:
         """Writes values (broadcast to the selection's shape) into a basic selection. Chunks that
@@ -226,7 +218,7 @@ class Array:
             return
         python_values = is_python_values(values)
         try:
-            array = _host_values(values)
+            array = host_values(values)
         except (ValueError, TypeError, OverflowError) as e:
             raise UsageError(f"{what}: values cannot be written: {e}") from None
         if array.dtype != self._dtype:
@@ -260,62 +252,6 @@ class Array:
     def update_attributes(self, attributes: Mapping[str, Any]) -> None:
         """Merges ``attributes`` into the stored ones in one atomic rewrite (``attrs.update``)."""
         self.attrs.update(attributes)
-
-
-def host_destination(
-    core: _core.Array, shape: tuple[int, ...], like: Like | None, out: Any
-) -> tuple[Any, npt.NDArray[np.uint8]]:
-    """The result of a host read of ``shape`` from ``core`` (``out``, checked, or a new NumPy array
-    or, with ``like="torch"``, torch tensor) and the bytes the engine fills."""
-    dtype = to_numpy_dtype(core.dtype)
-    if out is None:
-        if like == "torch":
-            from zarr_device.adapters import torch as torch_adapter
-
-            tensor = torch_adapter.empty(shape, core.dtype)
-            return tensor, torch_adapter.byte_view(tensor)
-        array = _allocate(shape, dtype, core.describe())
-        return array, array.reshape(-1).view(np.uint8)
-    if isinstance(out, np.ndarray):
-        if out.shape != shape or out.dtype != dtype:
-            raise UsageError(
-                f"out has shape {out.shape} and dtype {out.dtype}; the selection needs "
-                f"shape {shape} and dtype {dtype}"
-            )
-        if not out.flags.c_contiguous or not out.flags.writeable:
-            raise UsageError("out must be C-contiguous and writeable")
-        return out, out.reshape(-1).view(np.uint8)
-    if type(out).__module__ == "torch":
-        from zarr_device.adapters import torch as torch_adapter
-
-        torch_adapter.check_out_shape(out, shape, core.dtype)
-        return out, torch_adapter.byte_view(out)
-    raise UsageError("out must be a NumPy array or a torch tensor")
-
-
-def _allocate(shape: tuple[int, ...], dtype: np.dtype[Any], what: str) -> npt.NDArray[Any]:
-    """An output array, or OutOfMemoryError naming the read when it cannot be had."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    try:
-        return np.empty(shape, dtype=dtype)
-    except (MemoryError, ValueError) as e:
-        raise OutOfMemoryError(
-            f"{what}: the selection's {nbytes} bytes cannot be allocated ({e}); read a smaller "
-            "selection, or into memory you provide (out=)"
-        ) from None
-
-
-def _host_values(values: Any) -> npt.NDArray[Any]:
-    """Values to write, as a NumPy array in host memory."""
-    framework = type(values).__module__.split(".")[0]
-    if framework == "torch":
-        from zarr_device.adapters import torch as torch_adapter
-
-        host: npt.NDArray[Any] = torch_adapter.to_numpy(values)
-        return host
-    if framework == "cupy":
-        return np.asarray(values.get())
-    return np.asarray(values)
 
 
 class Group(Mapping[str, Union["Array", "Group"]]):

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-import ml_dtypes
 import numpy as np
 from zarr.core.dtype import data_type_registry
 from zarr.core.dtype.common import DataTypeValidationError, HasEndianness, HasItemSize
@@ -46,6 +45,10 @@ class MLFloat(ZDType[Any, Any], HasItemSize):
     no byte order (zarr's bytes codec then needs no ``endian``, which tensorstore leaves out)."""
 
     _zarr_v3_name: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.dtype_cls = type(cls._native())
 
     @classmethod
     def _native(cls) -> np.dtype[Any]:
@@ -115,7 +118,6 @@ class MLFloat(ZDType[Any, Any], HasItemSize):
 @dataclass(frozen=True, kw_only=True)
 class BFloat16(MLFloat, HasEndianness):
     _zarr_v3_name: ClassVar[str] = "bfloat16"
-    dtype_cls: ClassVar[type[Any]] = type(np.dtype(ml_dtypes.bfloat16))
 
     @classmethod
     def from_native_dtype(cls, dtype: Any) -> BFloat16:
@@ -130,43 +132,36 @@ class BFloat16(MLFloat, HasEndianness):
 @dataclass(frozen=True, kw_only=True)
 class Float8E4M3FN(MLFloat):
     _zarr_v3_name: ClassVar[str] = "float8_e4m3fn"
-    dtype_cls: ClassVar[type[Any]] = type(np.dtype(ml_dtypes.float8_e4m3fn))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Float8E4M3FNUZ(MLFloat):
     _zarr_v3_name: ClassVar[str] = "float8_e4m3fnuz"
-    dtype_cls: ClassVar[type[Any]] = type(np.dtype(ml_dtypes.float8_e4m3fnuz))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Float8E4M3B11FNUZ(MLFloat):
     _zarr_v3_name: ClassVar[str] = "float8_e4m3b11fnuz"
-    dtype_cls: ClassVar[type[Any]] = type(np.dtype(ml_dtypes.float8_e4m3b11fnuz))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Float8E5M2(MLFloat):
     _zarr_v3_name: ClassVar[str] = "float8_e5m2"
-    dtype_cls: ClassVar[type[Any]] = type(np.dtype(ml_dtypes.float8_e5m2))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Float8E5M2FNUZ(MLFloat):
     _zarr_v3_name: ClassVar[str] = "float8_e5m2fnuz"
-    dtype_cls: ClassVar[type[Any]] = type(np.dtype(ml_dtypes.float8_e5m2fnuz))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Float8E3M4(MLFloat):
     _zarr_v3_name: ClassVar[str] = "float8_e3m4"
-    dtype_cls: ClassVar[type[Any]] = type(np.dtype(ml_dtypes.float8_e3m4))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Float8E8M0FNU(MLFloat):
     _zarr_v3_name: ClassVar[str] = "float8_e8m0fnu"
-    dtype_cls: ClassVar[type[Any]] = type(np.dtype(ml_dtypes.float8_e8m0fnu))
 
 
 #: Every data type of zarr_device's that zarr-python lacks, by Zarr v3 name.
