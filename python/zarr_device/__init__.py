@@ -48,17 +48,10 @@ def _locate_cufile() -> None:
 
 _locate_cufile()
 
-from zarr_device.api import (
-    Array,
-    CreateMode,
-    Group,
-    OpenMode,
-    create,
-    create_group,
-    open,
-    open_array,
-    open_group,
-)
+from zarr_device.array import Array
+from zarr_device.create import create, create_group
+from zarr_device.group import Group, open, open_array, open_group
+from zarr_device.nodes import CreateMode, OpenMode
 from zarr_device.config import IoConfig, get_config, set_config
 from zarr_device.convert import ConvertSummary, convert
 from zarr_device.many import iter_many, read_many

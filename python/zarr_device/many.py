@@ -19,7 +19,7 @@ from zarr_device.transfers import check_like, destination, resolve_target
 from zarr_device.selection import normalize_selection
 
 if TYPE_CHECKING:
-    from zarr_device.api import Array
+    from zarr_device.array import Array
 
 __all__ = ["read_many", "iter_many"]
 
@@ -31,7 +31,7 @@ ArraysLike = Union[
 
 def _named(arrays: ArraysLike) -> list[tuple[str, Array, Any]]:
     """(name, array, selection) for each entry: mapping keys, or array paths for a list."""
-    from zarr_device.api import Array
+    from zarr_device.array import Array
 
     entries: Iterable[tuple[str | None, Any]]
     if isinstance(arrays, Mapping):
