@@ -21,6 +21,9 @@ if str(TESTS_DIR) not in sys.path:
 
 from zarr_device.dtypes import ZARR_DTYPE_NAMES, to_numpy_dtype  # noqa: E402
 
+# The S3 server fixtures (s3_server.py), for every test module.
+from s3_server import s3_prefix, s3_server  # noqa: E402,F401
+
 GOLDEN_DIR = TESTS_DIR / "golden"
 MANIFEST_PATH = GOLDEN_DIR / "manifest.json"
 
