@@ -32,11 +32,21 @@ tmp="$(mktemp -d "${TMPDIR:-/tmp}/zarr-device-wheel-check.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 "$python" -m venv "$tmp/venv"
 
-# The wheel's runtime requirements with the zarr extra (zarr-python for the interoperability
-# check), pinned to the development environment's versions where its Python is the same.
+mkdir "$tmp/home" "$tmp/work"
+# Only the environment's bin/ on PATH: nothing here could compile, and nothing may be fetched.
+clean_env=(env -i "PATH=$tmp/venv/bin" "HOME=$tmp/home" "LD_LIBRARY_PATH=" "LANG=C.UTF-8")
 wheelhouse="$cache/wheelhouse/$tag"
 mkdir -p "$wheelhouse"
-"$tmp/venv/bin/python" - "$wheel" >"$tmp/requirements.txt" <<'EOF'
+install_wheel() {
+  "${clean_env[@]}" "$tmp/venv/bin/python" -m pip install -q --no-cache-dir --no-index \
+    --only-binary=:all: --find-links "$wheelhouse" "$wheel[zarr]"
+}
+
+if ! install_wheel 2>"$tmp/install.log"; then
+  # The wheelhouse lacks a runtime requirement (or the zarr extra's): fetch them, pinned to the
+  # development environment's versions where its Python is the same.
+  echo "check-wheel: filling $wheelhouse with the runtime dependencies"
+  "$tmp/venv/bin/python" - "$wheel" >"$tmp/requirements.txt" <<'EOF'
 import email, sys, zipfile
 from pip._vendor.packaging.requirements import Requirement
 
@@ -49,30 +59,21 @@ for text in metadata.get_all("Requires-Dist") or []:
         requirement.marker = None
         print(requirement)
 EOF
-: >"$tmp/constraints.txt"
-if [ "$("$venv/bin/python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])' 2>/dev/null)" = "$tag" ]; then
-  "$venv/bin/python" -m pip freeze --exclude-editable | grep -v -E '^(zarr[-_]device|-e )| @ ' \
-    >"$tmp/constraints.txt" || true
-fi
-stamp="$(cat "$tmp/requirements.txt" "$tmp/constraints.txt" | sha256sum | cut -c1-16)"
-if [ ! -f "$wheelhouse/.complete-$stamp" ]; then
-  echo "check-wheel: filling $wheelhouse with the runtime dependencies"
+  : >"$tmp/constraints.txt"
+  if [ "$("$venv/bin/python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])' 2>/dev/null)" = "$tag" ]; then
+    "$venv/bin/python" -m pip freeze --exclude-editable | grep -v -E '^(zarr[-_]device|-e )| @ ' \
+      >"$tmp/constraints.txt" || true
+  fi
   "$tmp/venv/bin/python" -m pip download -q --only-binary=:all: --dest "$wheelhouse" \
     -r "$tmp/requirements.txt" -c "$tmp/constraints.txt"
-  touch "$wheelhouse/.complete-$stamp"
+  install_wheel
 fi
-
-mkdir "$tmp/home" "$tmp/work"
-# Only the environment's bin/ on PATH: nothing here could compile, and nothing may be fetched.
-clean_env=(env -i "PATH=$tmp/venv/bin" "HOME=$tmp/home" "LD_LIBRARY_PATH=" "LANG=C.UTF-8")
-"${clean_env[@]}" "$tmp/venv/bin/python" -m pip install -q --no-cache-dir --no-index \
-  --only-binary=:all: --find-links "$wheelhouse" "$wheel[zarr]"
 
 core="$(ls "$tmp"/venv/lib/python*/site-packages/zarr_device/_core*.so)"
 echo "check-wheel: ldd $(basename "$core") (LD_LIBRARY_PATH empty):"
 LD_LIBRARY_PATH= ldd "$core" | sed 's/^\s*/  /'
 bundled="$(dirname "$(dirname "$core")")/zarr_device.libs"
-for lib in libzstd liblz4 libblosc; do
+for lib in libzstd liblz4 libblosc libsnappy; do
   where="$(LD_LIBRARY_PATH= ldd "$core" | awk -v lib="$lib" '$1 ~ "^" lib {print $3}')"
   [ -z "$where" ] || where="$(realpath "$where")"
   case "$where" in
