@@ -10,9 +10,9 @@
 #   scripts/check-wheel.sh dist/zarr_device-0.1.0-cp311-cp311-manylinux_2_35_x86_64.whl
 #
 # The interpreter is the development environment's base Python (its version must match the
-# wheel's); PYTHON=/path/to/python3.X picks another. The first run fills the wheelhouse from the
-# index (the development environment's versions, where it has the same Python); later runs need
-# no network.
+# wheel's); PYTHON=/path/to/python3.X picks another. When the wheelhouse lacks a dependency, it
+# is filled from the index (the development environment's versions, where it has the same
+# Python); otherwise no network is used.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

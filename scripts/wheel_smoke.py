@@ -29,11 +29,14 @@ import warnings
 import numpy as np
 
 import zarr_device as zd
+from zarr_device.errors import ZarrDeviceError
 
 # zarr-python warns that numcodecs.* codecs are outside the v3 specification: known, and the point.
 warnings.filterwarnings("ignore", message="Numcodecs codecs are not in the Zarr version 3 specification")
 
-BUNDLED = ("libzstd", "liblz4", "libblosc", "libsnappy")
+# The libraries the engine links, and snappy, which c-blosc links where it was built with it.
+LINKED = ("libzstd", "liblz4", "libblosc")
+BUNDLED = (*LINKED, "libsnappy")
 COMPILERS = ("cc", "gcc", "g++", "c++", "clang", "clang++", "cmake", "nvcc")
 
 _BYTES = {"name": "bytes", "configuration": {"endian": "little"}}
@@ -78,7 +81,7 @@ def check_bundled_libraries(package: Path) -> None:
     libs = package.parent / "zarr_device.libs"
     loaded = [p for p in loaded_libraries() if p.name.startswith(BUNDLED)]
     names = {prefix for prefix in BUNDLED for p in loaded if p.name.startswith(prefix)}
-    assert names == set(BUNDLED), f"expected {BUNDLED} loaded, found {sorted(map(str, loaded))}"
+    assert names >= set(LINKED), f"expected {LINKED} loaded, found {sorted(map(str, loaded))}"
     outside = [str(p) for p in loaded if p.parent != libs]
     assert not outside, f"compression libraries loaded from outside {libs}: {outside}"
     print(f"wheel smoke: compression libraries from {libs}: {sorted(p.name for p in loaded)}")
@@ -89,9 +92,18 @@ def check_codecs(root: Path) -> dict[str, np.ndarray]:
     # Compressible but not constant: small integers as float32.
     data = rng.integers(0, 50, size=(37, 29)).astype("float32")
     written = {}
+    snappy = any(p.name.startswith("libsnappy") for p in loaded_libraries())
     for name, chain in CHAINS.items():
-        zd.create(root / f"{name}.zarr", shape=data.shape, dtype="float32", chunks=(16, 8),
-                  codecs=[_BYTES, *chain])[...] = data
+        try:
+            zd.create(root / f"{name}.zarr", shape=data.shape, dtype="float32", chunks=(16, 8),
+                      codecs=[_BYTES, *chain])[...] = data
+        except ZarrDeviceError as e:
+            # c-blosc built without snappy (as some distributions build it) says so; where
+            # libsnappy is loaded, snappy must work.
+            if name != "blosc-snappy" or snappy or "lacks" not in str(e):
+                raise
+            print(f"wheel smoke: {name} skipped: {e}")
+            continue
         back = zd.open_array(root / f"{name}.zarr")
         assert back[...].tobytes() == data.tobytes(), name
         assert back[5:30:3, 2:].tobytes() == np.ascontiguousarray(data[5:30:3, 2:]).tobytes(), name
