@@ -6,6 +6,7 @@
 #   SKIP_SANITIZERS=1 scripts/test.sh
 #   SKIP_CLEAN_INSTALL=1 scripts/test.sh   # without the clean `pip install` (needs PyPI, ~1-2 min)
 #   SKIP_FUZZ=1 scripts/test.sh            # without the libFuzzer step (FUZZ_SECONDS=N per target)
+#   SKIP_WHEEL=1 scripts/test.sh           # without building and checking this Python's wheel
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -58,6 +59,18 @@ mypy
 
 step "Python tests"
 python -m pytest -q -p no:cacheprovider
+
+if [ -z "${SKIP_WHEEL:-}" ]; then
+  # This Python's wheel, as users without a compiler install it: built in the build directory the
+  # package build above keeps current (so little compiles), repaired, installed into a fresh
+  # environment from the wheel alone and smoke-tested there (scripts/check-wheel.sh).
+  step "wheel (build, repair, install without a compiler, smoke test)"
+  wheel_start=$SECONDS
+  CMAKE_BUILD_PARALLEL_LEVEL="$jobs" bash scripts/build-wheels.sh --current
+  tag="$(python -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
+  bash scripts/check-wheel.sh "$(ls -t dist/zarr_device-*-"$tag"-"$tag"-*.whl | head -n 1)"
+  echo "wheel: built and checked in $((SECONDS - wheel_start)) s"
+fi
 
 if [ -z "${SKIP_CLEAN_INSTALL:-}" ]; then
   # As a user installs it: isolated build, fresh venv of the system Python, system CMake on PATH.

@@ -19,6 +19,7 @@
 #include "cuda_check.hpp"
 #include "cufile_api.hpp"
 #include "device_memory.hpp"
+#include "gpu/decode_share.hpp"
 #include "gpu/read_staging.hpp"
 #include "kernels.hpp"
 #include "place/strided_copy.hpp"
@@ -93,6 +94,18 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     leaves = std::move(staged);
   }
 
+  // Reads of few or large zstd chunks end sooner with a share of them decoded on the CPU.
+  std::size_t shared = 0;
+  if (options_.decode_sharing == DecodeSharing::kAuto) {
+    gpu::DecodeRates rates;
+    int sms = 0;
+    ZD_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
+    rates.device_lanes = static_cast<std::size_t>(sms);
+    rates.cpu_threads = workers_;
+    rates.staging_bytes = options_.staging_bytes;
+    rates.slots = static_cast<std::size_t>(std::max(options_.slots, 1));
+    shared = gpu::share_decodes(leaves, gpu::DecodeKind::kZstd, rates);
+  }
   // The ring's slots hold the largest chunk: fewer, larger slots in the same staging.
   const auto context = context_for(device_, options_, gpu::largest_staged(leaves));
   auto& ctx = *context;
@@ -230,11 +243,11 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
       std::fprintf(
           stderr,
           "zarr-device read: %zu targets %zu leaves %zu batches (copies %zu B), %zu slots, "
-          "lookahead %zu, %zu decode regions of %zu B, %zu decode calls of %zu chunks "
-          "(zstd temp %zu + %zu per chunk); plan %.2f ms, fetch waits %.2f ms, drain %.2f ms, "
+          "lookahead %zu, %zu decode regions of %zu B, %zu decode calls of %zu chunks, %zu shared "
+          "with the CPU (zstd temp %zu + %zu per chunk); plan %.2f ms, fetch waits %.2f ms, drain %.2f ms, "
           "total %.2f ms\n",
           targets.size(), leaves.size(), batches.size(), target, slots, lookahead,
-          ctx.decode_regions(), ctx.decode_budget, decode_calls_, decoded_chunks_,
+          ctx.decode_regions(), ctx.decode_budget, decode_calls_, decoded_chunks_, shared,
           costs_[static_cast<std::size_t>(gpu::DecodeKind::kZstd)].first,
           costs_[static_cast<std::size_t>(gpu::DecodeKind::kZstd)].per_chunk,
           std::chrono::duration<double, std::milli>(t1 - t0).count(), waited_fetch * 1e3,

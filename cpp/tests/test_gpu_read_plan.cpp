@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "gpu/decode_share.hpp"
 #include "gpu/read_batches.hpp"
 #include "gpu/read_plan.hpp"
 #include "gpu/read_staging.hpp"
@@ -316,6 +317,81 @@ TEST(GpuReadStaging, FetchReadsChecksAndNamesTheChunk) {
   store->set("good/c/1", test::bytes_of("short"));
   EXPECT_THROW((void)fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2),
                ValueChanged);
+}
+
+
+// Rates scaled to small test chunks (4 KiB): a device chunk takes 4 ms, a CPU thread 1 ms.
+DecodeRates scaled_rates(std::size_t threads, std::size_t lanes) {
+  DecodeRates rates;
+  rates.device_chunk = 1e6;
+  rates.cpu_thread = 4e6;
+  rates.cpu_fetch = 64e6;
+  rates.cpu_threads = threads;
+  rates.device_lanes = lanes;
+  rates.staging_bytes = std::size_t{64} << 20;
+  rates.slots = 12;
+  return rates;
+}
+
+std::size_t on_cpu(std::span<const Leaf> leaves) {
+  return static_cast<std::size_t>(std::count_if(
+      leaves.begin(), leaves.end(), [](const Leaf& l) { return l.route == Route::kCpuDecode; }));
+}
+
+TEST(GpuDecodeShare, AFewChunksDecodeOnTheCpu) {
+  // Eight chunks: the device takes one chunk's time for all of them, eight threads a quarter.
+  auto store = make_memory_store();
+  auto array = make_array(store, "few", {8 * 1024}, {1024}, kZstdCrc);
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  auto leaves = plan({&target, 1});
+  ASSERT_EQ(leaves.size(), 8U);
+  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, scaled_rates(8, 132)), 8U);
+  EXPECT_EQ(on_cpu(leaves), 8U);
+  // Other kinds of decode are left alone.
+  auto again = plan({&target, 1});
+  EXPECT_EQ(share_decodes(again, DecodeKind::kLz4, scaled_rates(8, 132)), 0U);
+  EXPECT_EQ(on_cpu(again), 0U);
+}
+
+TEST(GpuDecodeShare, ManyChunksGiveTheCpuAShareSpreadOverTheRead) {
+  auto store = make_memory_store();
+  auto array = make_array(store, "many", {2048 * 1024}, {1024}, kZstdCrc);
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  auto leaves = plan({&target, 1});
+  ASSERT_EQ(leaves.size(), 2048U);
+  // 64 lanes at 1 MB/s against 8 threads at 4 MB/s (less their fetching): about a third.
+  const auto rates = scaled_rates(8, 64);
+  const std::size_t moved = share_decodes(leaves, DecodeKind::kZstd, rates);
+  EXPECT_GT(moved, 2048U / 5);
+  EXPECT_LT(moved, 2048U / 2);
+  EXPECT_EQ(on_cpu(leaves), moved);
+  const std::span<const Leaf> all(leaves);
+  const std::size_t first_half = on_cpu(all.first(1024));
+  EXPECT_NEAR(static_cast<double>(first_half), static_cast<double>(moved) / 2, 2.0);
+  // The share found beats either side alone.
+  const double bytes = 2048.0 * 4096;
+  const double shared = decode_seconds(bytes - moved * 4096.0, moved * 4096.0, 4096, bytes, rates);
+  EXPECT_LT(shared, decode_seconds(bytes, 0, 4096, bytes, rates));
+  EXPECT_LT(shared, decode_seconds(0, bytes, 4096, bytes, rates));
+}
+
+TEST(GpuDecodeShare, NothingMovesWhereTheCpuIsSlower) {
+  auto store = make_memory_store();
+  auto array = make_array(store, "busy", {2048 * 1024}, {1024}, kZstdCrc);
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  auto leaves = plan({&target, 1});
+  // One thread, busy fetching: the device decodes everything.
+  auto rates = scaled_rates(1, 512);
+  rates.cpu_fetch = 8e6;
+  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 0U);
+  // Chunks larger than the staging's slots: one CPU decode at a time at most.
+  const double big = 16.0 * 4096;
+  rates = scaled_rates(16, 132);
+  rates.staging_bytes = 2 * 16 * 4096;
+  EXPECT_GT(decode_seconds(0, 64 * big, big, 64 * big, rates), 64 * big / rates.cpu_thread / 3);
 }
 
 }  // namespace

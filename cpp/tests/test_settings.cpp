@@ -71,7 +71,8 @@ TEST_F(Settings, TheTableGivesEverySettingAVariableADefaultAndDocumentation) {
     EXPECT_NO_THROW(parse(setting.name, setting.default_text)) << setting.name;
   }
   EXPECT_EQ(names, (std::set<std::string_view>{"threads", "max_inflight_bytes", "gpu_decode",
-                                               "gpu_encode", "staging_bytes", "staging_slots"}));
+                                               "gpu_encode", "staging_bytes", "staging_slots",
+                                               "decode_sharing"}));
   try {
     (void)zd::setting_info("stagingbytes");
     FAIL() << "an unknown setting was found";
@@ -86,6 +87,7 @@ TEST_F(Settings, DefaultsAreTheTables) {
   EXPECT_EQ(defaults.max_inflight_bytes, 256 * kMiB);
   EXPECT_EQ(defaults.gpu_decode, zd::GpuDecode::kChecked);
   EXPECT_EQ(defaults.gpu_encode, zd::GpuEncode::kOn);
+  EXPECT_EQ(defaults.decode_sharing, zd::DecodeSharing::kAuto);
   EXPECT_EQ(defaults.staging_bytes, 768 * kMiB);
   EXPECT_EQ(defaults.staging_slots, 12);
   for (const auto& setting : zd::settings_table()) {
@@ -176,6 +178,7 @@ TEST_F(Settings, SetSettingsChangesWhatCallsStartFrom) {
   changed.staging_slots = 4;
   changed.gpu_decode = zd::GpuDecode::kTrusted;
   changed.gpu_encode = zd::GpuEncode::kOff;
+  changed.decode_sharing = zd::DecodeSharing::kOff;
   zd::set_settings(changed);
   EXPECT_EQ(zd::settings(), changed);
   const zd::IoOptions io;
@@ -186,6 +189,7 @@ TEST_F(Settings, SetSettingsChangesWhatCallsStartFrom) {
   EXPECT_EQ(read.staging_bytes, 32 * kMiB);
   EXPECT_EQ(read.slots, 4);
   EXPECT_EQ(read.gpu_decode, zd::GpuDecode::kTrusted);
+  EXPECT_EQ(read.decode_sharing, zd::DecodeSharing::kOff);
   const zd::CudaWriteOptions write;
   EXPECT_EQ(write.io.threads, 3);
   EXPECT_EQ(write.io.max_inflight_bytes, 5 * kMiB);

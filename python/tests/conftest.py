@@ -21,6 +21,9 @@ if str(TESTS_DIR) not in sys.path:
 
 from zarr_device.dtypes import ZARR_DTYPE_NAMES, to_numpy_dtype  # noqa: E402
 
+# The S3 server fixtures (s3_server.py), for every test module.
+from s3_server import s3_prefix, s3_server  # noqa: E402,F401
+
 GOLDEN_DIR = TESTS_DIR / "golden"
 MANIFEST_PATH = GOLDEN_DIR / "manifest.json"
 
@@ -228,6 +231,28 @@ def tensorstore_read(path: Path) -> np.ndarray:
 
     t = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}, open=True, read=True).result()
     return np.asarray(t.read().result())
+
+
+def filled_array(
+    path: Path, dtype: str, shape: tuple[int, ...] = (9, 7), chunks: tuple[int, ...] = (4, 3), seed: int = 3
+) -> tuple[Any, np.ndarray]:
+    """A zarr_device array of random values (:func:`random_values`), opened afresh, and the values."""
+    import zarr_device as zd
+
+    arr = zd.create(path, shape=shape, dtype=dtype, chunks=chunks, compressors="zstd")
+    values = random_values(dtype, shape, np.random.default_rng(seed))
+    arr[...] = values
+    return zd.open_array(path), values
+
+
+def drawn_array_and_selection(directory: Path, data: Any, dtype: str) -> tuple[Any, np.ndarray, Any]:
+    """For hypothesis tests: an array of a drawn shape (up to 3 dimensions of up to 9) in
+    ``directory``, its values, and a drawn basic selection of it."""
+    from hypothesis import strategies as st
+
+    shape = tuple(data.draw(st.lists(st.integers(0, 9), min_size=0, max_size=3), label="shape"))
+    arr, values = filled_array(directory / "a", dtype, shape, tuple(max(1, s // 2) for s in shape), len(shape))
+    return arr, values, data.draw(st.sampled_from(basic_selections(shape)), label="selection")
 
 
 # ----------------------------------------------------------------------------------------------

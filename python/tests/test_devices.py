@@ -16,7 +16,8 @@ from conftest import assert_bits_equal, random_values
 
 import zarr_device as zd
 from zarr_device import _core
-from zarr_device import devices
+from zarr_device import devices, transfers
+from zarr_device.adapters.base import Destination
 from zarr_device.devices import CPU, DeviceSpec, parse_device
 
 torch = pytest.importorskip("torch")
@@ -236,7 +237,7 @@ def test_gpu_only_likes_on_the_cpu(tmp_path: Path, like: str) -> None:
         arr.read(like=like, device="cpu")
 
 
-@pytest.mark.parametrize("like", ["tensorflow", "NumPy", ""])
+@pytest.mark.parametrize("like", ["tf", "NumPy", ""])
 def test_unknown_like(tmp_path: Path, like: str) -> None:
     arr, _ = _array(tmp_path)
     with pytest.raises(zd.UsageError, match="like="):
@@ -501,7 +502,7 @@ def test_io_config_reaches_the_engine_not_each_call() -> None:
         assert _core.settings() == {"threads": 3, "max_inflight_bytes": 1 << 20, "gpu_decode": "trusted",
                                     "staging_bytes": 32 << 20, "staging_slots": 2,
                                     "gpu_encode": previous.gpu_encode}
-        devices._read_cuda(Recorder(), [(0, 1, 4)], 1, 1234, 16, 7)  # type: ignore[arg-type]
+        transfers.fill(Recorder(), [(0, 1, 4)], Destination(None, index=1, ptr=1234, nbytes=16, stream=7))  # type: ignore[arg-type]
         assert calls == [([(0, 1, 4)], 1, 1234, 16, 7)]
         with pytest.raises(zd.UsageError):
             zd.set_config(gpu_decode="sometimes")

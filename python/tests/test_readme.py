@@ -11,6 +11,10 @@ Conventions for README.md:
   rendered) marks a block that needs a CUDA GPU. It runs where ``zarr_device.cuda_device_count()
   > 0``; elsewhere it is skipped with a reason. A section holding such a block also carries the
   ``gpu`` marker, so ``pytest -m gpu`` (scripts/test-gpu.sh) runs it.
+- ``<!-- s3 -->`` the same way marks a block that talks to S3: its section runs against the
+  tests' S3 server (s3_server.py; skipped without it), with the endpoint, region and credentials
+  in the environment as S3 clients read them (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...).
+  The server's bucket is named ``data``.
 - A block that imports torch, cupy or jax, or reads with ``like="torch"``, ``"cupy"`` or
   ``"jax"``, is skipped with a reason where that package cannot be imported.
 
@@ -36,6 +40,7 @@ import zarr_device as zd
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 GPU_MARKER = "<!-- gpu -->"
+S3_MARKER = "<!-- s3 -->"
 OPTIONAL_PACKAGES = ("torch", "cupy", "jax")
 _IMPORT = re.compile(r"^\s*(?:import|from)\s+(" + "|".join(OPTIONAL_PACKAGES) + r")\b", re.M)
 _LIKE = re.compile(r"""\blike\s*=\s*["'](""" + "|".join(OPTIONAL_PACKAGES) + r""")["']""")
@@ -46,6 +51,7 @@ class Block:
     line: int  # README line of the block's first line of code (1-based)
     code: str
     gpu: bool
+    s3: bool = False
 
     def packages(self) -> list[str]:
         found = set(_IMPORT.findall(self.code)) | set(_LIKE.findall(self.code))
@@ -81,7 +87,9 @@ def readme_sections(text: str) -> list[Section]:
                 if not sections or sections[-1].title != title:
                     sections.append(Section(title))
                 code = "\n".join(lines[start:i]) + "\n"
-                sections[-1].blocks.append(Block(start + 1, code, previous == GPU_MARKER))
+                sections[-1].blocks.append(
+                    Block(start + 1, code, previous == GPU_MARKER, previous == S3_MARKER)
+                )
         elif re.match(r"#{1,2} ", lines[i]):
             title = lines[i].lstrip("#").strip()
         i += 1
@@ -117,8 +125,22 @@ def test_readme_has_python_snippets() -> None:
         for s in SECTIONS
     ],
 )
-def test_readme_section(section: Section, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_readme_section(
+    section: Section, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
     monkeypatch.chdir(tmp_path)
+    if any(b.s3 for b in section.blocks):
+        server = request.getfixturevalue("s3_server")
+        if not server.running:
+            server.start()
+        for name, value in {
+            "AWS_ENDPOINT_URL": server.endpoint,
+            "AWS_ACCESS_KEY_ID": server.access_key,
+            "AWS_SECRET_ACCESS_KEY": server.secret_key,
+            "AWS_REGION": server.region,
+            "AWS_ALLOW_HTTP": "true",  # the test server speaks plain HTTP on loopback
+        }.items():
+            monkeypatch.setenv(name, value)
     namespace: dict[str, Any] = {"__name__": "__readme__"}
     for n, block in enumerate(section.blocks):
         reason = _skip_reason(block)

@@ -48,22 +48,15 @@ def _locate_cufile() -> None:
 
 _locate_cufile()
 
-from zarr_device.api import (
-    Array,
-    CreateMode,
-    Group,
-    OpenMode,
-    create,
-    create_group,
-    open,
-    open_array,
-    open_group,
-)
+from zarr_device.array import Array
+from zarr_device.create import create, create_group
+from zarr_device.group import Group, open, open_array, open_group
+from zarr_device.nodes import CreateMode, OpenMode
 from zarr_device.config import IoConfig, get_config, set_config
 from zarr_device.convert import ConvertSummary, convert
 from zarr_device.many import iter_many, read_many
 from zarr_device.devices import DeviceSpec, cuda_build_info, cuda_device_count, parse_device
-from zarr_device.dtypes import ZARR_DTYPE_NAMES
+from zarr_device.dtypes import ZARR_DTYPE_NAMES, register_with_zarr
 from zarr_device.errors import (
     ChecksumError,
     CodecError,
@@ -78,6 +71,8 @@ from zarr_device.errors import (
 )
 from zarr_device.stores import LocalStore, MemoryStore, ZarrStoreAdapter
 from zarr_device.zarr_plugin import disable, enable
+
+register_with_zarr(if_imported=True)
 
 __version__ = "0.1.0"
 
@@ -99,6 +94,7 @@ __all__ = [
     "get_config",
     "set_config",
     "ZARR_DTYPE_NAMES",
+    "register_with_zarr",
     "DeviceSpec",
     "parse_device",
     "cuda_device_count",

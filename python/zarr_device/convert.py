@@ -28,8 +28,11 @@ from typing import Any, Union
 import numpy.typing as npt
 
 from zarr_device import _core, placement
-from zarr_device.api import Array, Group, _join, create_group
-from zarr_device.api import open as open_node
+from zarr_device.array import Array
+from zarr_device.create import create_group
+from zarr_device.group import Group
+from zarr_device.group import open as open_node
+from zarr_device.nodes import join_path
 from zarr_device.errors import UsageError, ZarrDeviceError
 from zarr_device.sizes import parse_size
 from zarr_device.stores import LocalStore, StoreLike, ZarrStoreAdapter, as_store
@@ -101,7 +104,7 @@ def _zarr_nodes(node: Array | Group, relative: str) -> Iterator[SourceGroup | So
     if isinstance(node, Group):
         yield SourceGroup(relative, dict(node.attrs))
         for name in sorted(node):
-            yield from _zarr_nodes(node[name], _join(relative, name))
+            yield from _zarr_nodes(node[name], join_path(relative, name))
         return
     yield SourceArray(
         path=relative,
@@ -119,7 +122,7 @@ def _zarr_nodes(node: Array | Group, relative: str) -> Iterator[SourceGroup | So
 def read_zarr(source: StoreLike | Array | Group, path: str) -> SourceTree:
     """A Zarr array or group (v3, or v2) in any store the engine reads, or an opened node."""
     if isinstance(source, (Array, Group)):
-        store, path = source.store, _join(source.path, path)
+        store, path = source.store, join_path(source.path, path)
     else:
         store = as_store(source)
     node = open_node(store, path=path, mode="r")

@@ -1,4 +1,5 @@
-"""Where a read lands: parsing ``device=`` arguments, and reading into device memory.
+"""Parsing ``device=`` arguments into the device a read lands on (reading itself is
+:mod:`zarr_device.transfers`' and the adapters').
 
 Three kinds of target:
 
@@ -15,12 +16,11 @@ import importlib.util
 import operator
 import re
 import sys
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 from zarr_device import _core
-from zarr_device.errors import DeviceError, FormatError, UsageError
+from zarr_device.errors import DeviceError, UsageError
 
 #: The handle CUDA gives the legacy default stream (whose own handle, 0, means "no stream" to the
 #: engine): ``cudaStreamLegacy``.
@@ -29,19 +29,14 @@ CUDA_STREAM_LEGACY = 1
 __all__ = [
     "DeviceSpec",
     "DeviceLike",
-    "Like",
     "CPU",
+    "CUDA_STREAM_LEGACY",
     "parse_device",
     "cuda_device_count",
     "cuda_build_info",
-    "device_of",
-    "resolve_target",
-    "read_to_device",
 ]
 
 DeviceKind = Literal["cpu", "cuda", "framework"]
-Like = Literal["numpy", "torch", "cupy", "jax"]
-LIKES: tuple[str, ...] = ("numpy", "torch", "cupy", "jax")
 
 #: What ``device=`` accepts: None, "cpu", "cuda", "cuda:N", an int N (CUDA device N), a
 #: ``torch.device``, a ``cupy.cuda.Device``, a JAX device, another torch device string ("mps",
@@ -206,238 +201,3 @@ def parse_device(device: DeviceLike) -> DeviceSpec:
     except TypeError:
         raise UsageError(f"device={device!r} is not a device: use {_NATIVE_HELP}") from None
     return _cuda(index)
-
-
-def device_of(out: Any) -> DeviceSpec | None:
-    """The device an ``out=`` argument lives on (None for objects zarr_device does not fill)."""
-    from zarr_device.adapters import cupy as cupy_adapter
-    from zarr_device.adapters import torch as torch_adapter
-
-    if torch_adapter.is_tensor(out):
-        return parse_device(out.device)
-    if cupy_adapter.is_array(out):
-        return _cuda(cupy_adapter.device_index(out))
-    if type(out).__module__ == "numpy":
-        return CPU
-    return None
-
-
-def resolve_target(device: DeviceLike, out: Any) -> DeviceSpec:
-    """The device a read writes to: ``device`` when given (``out`` must then live there), else
-    where ``out`` lives, else the CPU."""
-    if device is None:
-        if out is None:
-            return CPU
-        return device_of(out) or CPU
-    spec = parse_device(device)
-    if out is not None:
-        where = device_of(out)
-        if where is not None and where != spec:
-            raise UsageError(f"out lives on {where} but device={spec.name!r} was asked for")
-    return spec
-
-
-def _out_framework(out: Any) -> str | None:
-    from zarr_device.adapters import cupy as cupy_adapter
-    from zarr_device.adapters import torch as torch_adapter
-
-    if torch_adapter.is_tensor(out):
-        return "torch"
-    if cupy_adapter.is_array(out):
-        return "cupy"
-    return None
-
-
-def _read_cuda(
-    core: _core.Array,
-    slices: Sequence[tuple[int, int, int]],
-    index: int,
-    ptr: int,
-    nbytes: int,
-    stream: int,
-) -> None:
-    if nbytes == 0:
-        return  # nothing to decode (an empty selection); the selection was validated already
-    core.read_cuda(list(slices), index, ptr, nbytes, stream)
-
-
-def read_to_device(
-    core: _core.Array,
-    slices: Sequence[tuple[int, int, int]],
-    shape: tuple[int, ...],
-    spec: DeviceSpec,
-    like: Like | None,
-    out: Any,
-) -> Any:
-    """Reads a resolved selection into memory on ``spec`` (a "cuda" or "framework" device); see
-    :meth:`zarr_device.Array.read` for what ``like`` and ``out`` select."""
-    if spec.kind == "cpu":
-        raise UsageError("read_to_device reads to a GPU or framework device, not to the CPU")
-    if like is not None and like not in LIKES:
-        raise UsageError(f"like={like!r} is not one of {', '.join(map(repr, LIKES))} or None")
-    if like == "numpy":
-        raise UsageError(
-            f"like='numpy' makes host arrays, but device={spec.name!r} was asked for: use like='torch', "
-            "'cupy', 'jax' or None (a DLPack array) with a GPU device, or device='cpu' for NumPy"
-        )
-    if out is not None:
-        framework = _out_framework(out)
-        if framework is None:
-            raise UsageError(
-                f"out must be a torch tensor or a CuPy array on {spec.name}, not {type(out).__name__}"
-            )
-        if like is not None and like != framework:
-            raise UsageError(f"out is a {framework} array but like={like!r} was asked for")
-    if spec.kind == "framework":
-        return _read_framework(core, slices, shape, spec, like, out)
-    assert spec.index is not None
-    return _read_to_cuda(core, slices, shape, spec.index, like, out)
-
-
-@dataclass
-class CudaDestination:
-    """Where a read to a CUDA device lands: device memory (``ptr``, ``nbytes``) that ``result``
-    owns, allocated on ``stream``; ``finish`` turns the filled result into what the caller gets."""
-
-    result: Any
-    ptr: int
-    nbytes: int
-    stream: int
-    finish: Callable[[Any], Any] | None = None
-
-
-def cuda_destination(
-    dtype: str, shape: tuple[int, ...], index: int, like: Like | None, out: Any
-) -> CudaDestination:
-    """Allocates (or checks ``out`` as) the memory a read of ``shape`` and ``dtype`` fills on CUDA
-    device ``index``, as ``like`` asks; nothing is read yet."""
-    from zarr_device.adapters import cupy as cupy_adapter
-    from zarr_device.adapters import torch as torch_adapter
-
-    if out is not None:
-        if torch_adapter.is_tensor(out):
-            ptr, nbytes = torch_adapter.check_out(out, shape, dtype, f"cuda:{index}")
-            return CudaDestination(out, ptr, nbytes, torch_adapter.consumer_stream(index))
-        ptr, nbytes = cupy_adapter.check_out(out, shape, dtype, index)
-        return CudaDestination(out, ptr, nbytes, cupy_adapter.consumer_stream(index))
-    if like == "torch":
-        tensor = torch_adapter.empty(shape, dtype, device=f"cuda:{index}")
-        ptr, nbytes = torch_adapter.pointer(tensor)
-        return CudaDestination(tensor, ptr, nbytes, torch_adapter.consumer_stream(index))
-    if like == "cupy":
-        array = cupy_adapter.empty(shape, dtype, index)
-        ptr, nbytes = cupy_adapter.pointer(array)
-        return CudaDestination(array, ptr, nbytes, cupy_adapter.consumer_stream(index))
-    finish = None
-    if like == "jax":
-        from zarr_device.adapters import jax as jax_adapter
-
-        jax_adapter.jax_dtype(dtype)  # refuse a type, or a device, JAX cannot hold before any I/O
-        jax_adapter.device(index)
-        finish = jax_adapter.from_device_array
-    # Fresh engine-owned device memory, wrapped as a DLPack-exporting array.
-    from zarr_device.dtypes import to_numpy_dtype
-
-    nbytes = int(to_numpy_dtype(dtype).itemsize)
-    for n in shape:
-        nbytes *= n
-    buffer = _core.DeviceBuffer(index, nbytes)
-    return CudaDestination(_core.DeviceArray(buffer, list(shape), dtype), buffer.ptr, nbytes, 0, finish)
-
-
-def _read_to_cuda(
-    core: _core.Array,
-    slices: Sequence[tuple[int, int, int]],
-    shape: tuple[int, ...],
-    index: int,
-    like: Like | None,
-    out: Any,
-) -> Any:
-    destination = cuda_destination(core.dtype, shape, index, like, out)
-    _read_cuda(core, slices, index, destination.ptr, destination.nbytes, destination.stream)
-    return destination.finish(destination.result) if destination.finish else destination.result
-
-
-def write_from_device(
-    core: _core.Array,
-    slices: Sequence[tuple[int, int, int]],
-    shape: tuple[int, ...],
-    values: Any,
-    what: str,
-) -> bool:
-    """Writes ``values`` held on a CUDA device (torch, CuPy or JAX) straight from device memory:
-    the engine lays chunks out, and compresses zstd chunks, on the GPU. False (nothing written)
-    for values elsewhere, which the caller writes through the host. Casts as host writes do
-    (:func:`zarr_device.casting.check_cast`; ``what`` names the array in errors)."""
-    from zarr_device.adapters import cupy as cupy_adapter
-    from zarr_device.adapters import torch as torch_adapter
-    from zarr_device.casting import check_cast
-    from zarr_device.dtypes import to_numpy_dtype
-
-    source = None
-    if type(values).__module__.split(".")[0] == "jax" and _jax_on_gpu(values):
-        try:
-            from torch.utils.dlpack import from_dlpack
-        except ImportError:
-            return False
-        values = from_dlpack(values)
-    framework = torch_adapter.is_tensor(values) or cupy_adapter.is_array(values)
-    if framework:
-        target = to_numpy_dtype(core.dtype)
-        try:
-            given = to_numpy_dtype(str(values.dtype).removeprefix("torch."))
-        except FormatError:
-            given = None  # a type without a Zarr name: the conversion below reports it
-        if given is not None:
-            check_cast(
-                given,
-                target,
-                python_values=False,
-                what=what,
-                bounds=lambda: (values.min().item(), values.max().item()) if _count(values) else (0, 0),
-            )
-    if torch_adapter.is_tensor(values):
-        source = torch_adapter.cuda_source(values, core.dtype, shape)
-    elif cupy_adapter.is_array(values):
-        source = cupy_adapter.cuda_source(values, core.dtype, shape)
-    if source is None or cuda_device_count() == 0:
-        return False
-    index, address, nbytes, stream, owner = source
-    if nbytes:
-        core.write_cuda(list(slices), index, address, nbytes, stream)
-    del owner  # the memory written from stays alive until here
-    return True
-
-
-def _count(values: Any) -> int:
-    """Elements of a torch tensor or CuPy array."""
-    return int(values.numel()) if hasattr(values, "numel") else int(values.size)
-
-
-def _jax_on_gpu(values: Any) -> bool:
-    try:
-        return all(d.platform == "gpu" for d in values.devices())
-    except (AttributeError, RuntimeError):
-        return False
-
-
-def _read_framework(
-    core: _core.Array,
-    slices: Sequence[tuple[int, int, int]],
-    shape: tuple[int, ...],
-    spec: DeviceSpec,
-    like: Like | None,
-    out: Any,
-) -> Any:
-    from zarr_device.adapters import torch as torch_adapter
-
-    if like not in (None, "torch") or (out is not None and not torch_adapter.is_tensor(out)):
-        raise UsageError(
-            f"device {spec.name!r} is reached through PyTorch: use like='torch' (or a torch tensor "
-            f"on {spec.name} as out)"
-        )
-    if out is not None:
-        torch_adapter.check_out_shape(out, shape, core.dtype)
-    staging = torch_adapter.pinned_empty(shape, core.dtype)
-    core.read(list(slices), torch_adapter.byte_view(staging))
-    return torch_adapter.to_device(staging, spec.name, out=out)

@@ -1,15 +1,27 @@
-"""Zarr data type names and their NumPy dtypes (bfloat16 and float8 through ml_dtypes)."""
+"""Zarr data type names and their NumPy dtypes (bfloat16 and float8 through ml_dtypes), and the
+JSON of floating point fill values as tensorstore writes it."""
 
 from __future__ import annotations
 
+import importlib
+import math
+import sys
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-from zarr_device.errors import FormatError
+from zarr_device.errors import FormatError, UsageError
 
-__all__ = ["ZARR_DTYPE_NAMES", "to_numpy_dtype", "to_zarr_name"]
+__all__ = [
+    "ZARR_DTYPE_NAMES",
+    "ML_DTYPES_NAMES",
+    "to_numpy_dtype",
+    "to_zarr_name",
+    "float_fill_to_json",
+    "float_fill_from_json",
+    "register_with_zarr",
+]
 
 _NUMPY_NAMES = [
     "bool",
@@ -27,7 +39,8 @@ _NUMPY_NAMES = [
     "complex64",
     "complex128",
 ]
-_ML_DTYPES_NAMES = [
+#: The data types NumPy lacks, which ml_dtypes provides (named as tensorstore and ml_dtypes name them).
+ML_DTYPES_NAMES: tuple[str, ...] = (
     "bfloat16",
     "float8_e4m3fn",
     "float8_e4m3fnuz",
@@ -36,13 +49,13 @@ _ML_DTYPES_NAMES = [
     "float8_e5m2fnuz",
     "float8_e3m4",
     "float8_e8m0fnu",
-]
+)
 
 #: Every data type name zarr-device reads and writes (Zarr v3 names).
-ZARR_DTYPE_NAMES: tuple[str, ...] = tuple(_NUMPY_NAMES + _ML_DTYPES_NAMES)
+ZARR_DTYPE_NAMES: tuple[str, ...] = (*_NUMPY_NAMES, *ML_DTYPES_NAMES)
 
 _BY_NAME: dict[str, np.dtype[Any]] = {name: np.dtype(name) for name in _NUMPY_NAMES}
-_BY_NAME.update({name: np.dtype(getattr(ml_dtypes, name)) for name in _ML_DTYPES_NAMES})
+_BY_NAME.update({name: np.dtype(getattr(ml_dtypes, name)) for name in ML_DTYPES_NAMES})
 
 
 def to_numpy_dtype(name: str) -> np.dtype[Any]:
@@ -66,3 +79,57 @@ def to_zarr_name(dtype: Any) -> str:
         if candidate == native:
             return name
     raise FormatError(f"unsupported data type {dtype!r}")
+
+
+def _bits(value: Any, dtype: np.dtype[Any]) -> int:
+    native = dtype.newbyteorder("=")
+    return int(np.asarray(value).astype(native).view(f"u{dtype.itemsize}"))
+
+
+def float_fill_to_json(value: Any, dtype: np.dtype[Any]) -> float | str:
+    """A floating point fill value (of ``dtype``, a NumPy or ml_dtypes float) as tensorstore
+    writes it: a number, "Infinity", "-Infinity", "NaN" for the type's own quiet NaN, and any
+    other NaN as its bit pattern in hex ("0x7fe0"), so that no payload is lost."""
+    scalar = np.asarray(value).astype(dtype)
+    number = float(scalar)
+    if math.isnan(number):
+        bits = _bits(scalar, dtype)
+        if bits == _bits(np.nan, dtype):
+            return "NaN"
+        return f"0x{bits:0{2 * dtype.itemsize}x}"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    return number
+
+
+def float_fill_from_json(data: Any, dtype: np.dtype[Any]) -> Any:
+    """The ``dtype`` scalar a floating point fill value's JSON stands for (the inverse of
+    :func:`float_fill_to_json`; numbers are rounded to the nearest value of the type, as
+    tensorstore rounds them). FormatError for anything else."""
+    if isinstance(data, str):
+        special = {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}
+        if data in special:
+            return np.asarray(special[data]).astype(dtype)[()]
+        digits = data[2:] if data[:2] in ("0x", "0X") else ""
+        if 0 < len(digits) <= 2 * dtype.itemsize and all(c in "0123456789abcdefABCDEF" for c in digits):
+            bits = np.asarray(int(digits, 16), dtype=f"u{dtype.itemsize}")
+            return bits.view(dtype.newbyteorder("=")).astype(dtype)[()]
+    elif isinstance(data, (int, float)) and not isinstance(data, bool):
+        return np.asarray(float(data)).astype(dtype)[()]
+    raise FormatError(f"fill value {data!r} is not valid for data type {to_zarr_name(dtype)}")
+
+
+def register_with_zarr(*, if_imported: bool = False) -> None:
+    """Makes zarr-python know bfloat16 and the float8 types (:mod:`zarr_device.zarr_dtypes`), so
+    that ``zarr.open_array`` reads arrays that have them and ``zarr.create_array`` writes them.
+
+    ``import zarr_device`` calls this when zarr is already imported (``if_imported``: importing
+    zarr here would double the time ``import zarr_device`` takes); a program that imports zarr
+    afterwards calls it itself. UsageError when zarr is not installed."""
+    if if_imported and "zarr" not in sys.modules:
+        return
+    try:
+        zarr_dtypes = importlib.import_module("zarr_device.zarr_dtypes")
+    except ImportError as e:
+        raise UsageError(f"zarr-python is not installed ({e}): pip install zarr") from None
+    zarr_dtypes.register()

@@ -145,7 +145,8 @@ def check_store(
 ) -> FsckReport:
     """Checks the local store at ``root``. ``fix`` removes leftover temporary files of writers that
     are gone; ``data`` also reads every chunk of every array (``progress`` is told of each)."""
-    from zarr_device.api import Array, open
+    from zarr_device.array import Array
+    from zarr_device.group import open
 
     path = Path(root)
     report = FsckReport(str(path))

@@ -11,20 +11,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 from zarr_device import _core
-from zarr_device.devices import (
-    LIKES,
-    CudaDestination,
-    DeviceLike,
-    DeviceSpec,
-    Like,
-    cuda_destination,
-    resolve_target,
-)
+from zarr_device.adapters import adapter, default_adapter
+from zarr_device.adapters.base import Destination, Like
+from zarr_device.devices import DeviceLike, DeviceSpec
 from zarr_device.errors import UsageError
+from zarr_device.transfers import check_like, destination, resolve_target
 from zarr_device.selection import normalize_selection
 
 if TYPE_CHECKING:
-    from zarr_device.api import Array
+    from zarr_device.array import Array
 
 __all__ = ["read_many", "iter_many"]
 
@@ -36,7 +31,7 @@ ArraysLike = Union[
 
 def _named(arrays: ArraysLike) -> list[tuple[str, Array, Any]]:
     """(name, array, selection) for each entry: mapping keys, or array paths for a list."""
-    from zarr_device.api import Array
+    from zarr_device.array import Array
 
     entries: Iterable[tuple[str | None, Any]]
     if isinstance(arrays, Mapping):
@@ -75,32 +70,25 @@ def _plan(arrays: ArraysLike, device: DeviceLike, like: Like | None, out: Mappin
     unknown = set(outs) - {name for name, _, _ in named}
     if unknown:
         raise UsageError(f"out names {sorted(unknown)!r}, which are not among the arrays read")
-    if like is not None and like not in LIKES:
-        raise UsageError(f"like={like!r} is not one of {', '.join(map(repr, LIKES))} or None")
+    check_like(like)
     target = resolve_target(device, next(iter(outs.values()), None))
+    # Refuse a like/device pair before anything is allocated or read.
+    (default_adapter(target) if like is None else adapter(like)).check_device(target)
     selections = {name: normalize_selection(sel, array.shape) for name, array, sel in named}
     cores = {name: array._core for name, array, _ in named}  # noqa: SLF001 - the package's own
-    if target.kind == "cuda" and like == "numpy":
-        raise UsageError("like='numpy' makes host arrays: read them with device='cpu'")
-    if target.kind == "framework" and like not in (None, "torch"):
-        raise UsageError(f"device {target.name!r} is reached through PyTorch: use like='torch'")
-    if target.kind not in ("cuda", "framework") and like in ("cupy", "jax"):
-        raise UsageError(f"like={like!r} reads onto a GPU: pass device='cuda' (or device='cuda:N')")
     return _Plan(named, outs, like, target, selections, cores)
 
 
-def _cuda_destinations(plan: _Plan) -> dict[str, CudaDestination]:
-    assert plan.target.index is not None
+def _destinations(plan: _Plan) -> dict[str, Destination]:
+    """Every result allocated (or ``out`` checked), before anything is read."""
     return {
-        name: cuda_destination(
-            plan.cores[name].dtype, plan.selections[name].shape, plan.target.index, plan.like, plan.outs.get(name)
-        )
+        name: destination(plan.cores[name], plan.selections[name].shape, plan.target, plan.like, plan.outs.get(name))
         for name, _, _ in plan.named
     }
 
 
 def _read_cuda(
-    plan: _Plan, destinations: dict[str, CudaDestination], completed: Callable[[str], None] | None
+    plan: _Plan, destinations: dict[str, Destination], completed: Callable[[str], None] | None
 ) -> None:
     """One pipeline through the staging ring for every destination; ``completed(name)`` as each
     is complete (those with nothing to read first)."""
@@ -127,10 +115,6 @@ def _read_cuda(
     )
 
 
-def _result(destination: CudaDestination) -> Any:
-    return destination.finish(destination.result) if destination.finish else destination.result
-
-
 def read_many(
     arrays: ArraysLike,
     *,
@@ -151,34 +135,15 @@ def read_many(
     :func:`iter_many` hands each result on as soon as it is complete.
     """
     plan = _plan(arrays, device, like, out)
+    destinations = _destinations(plan)
     if plan.target.kind == "cuda":
-        destinations = _cuda_destinations(plan)
         _read_cuda(plan, destinations, None)
-        return {name: _result(d) for name, d in destinations.items()}
-    named, outs, selections, cores, target = plan.named, plan.outs, plan.selections, plan.cores, plan.target
-
-    from zarr_device.api import host_destination
-
-    if target.kind == "framework":
-        # Other torch devices: pinned host memory filled in one pass, then one copy each.
-        from zarr_device.adapters import torch as torch_adapter
-
-        staging = {
-            name: torch_adapter.pinned_empty(selections[name].shape, cores[name].dtype) for name, _, _ in named
-        }
+    else:
+        # Host memory (pinned staging, for other torch devices): every chunk in one pass.
         _core.read_many(
-            [(cores[n], list(selections[n].slices), torch_adapter.byte_view(staging[n])) for n in staging]
+            [(plan.cores[n], list(plan.selections[n].slices), d.host) for n, d in destinations.items()]
         )
-        return {n: torch_adapter.to_device(staging[n], target.name, out=outs.get(n)) for n in staging}
-
-    results: dict[str, Any] = {}
-    host_requests = []
-    for name, _, _ in named:
-        result, bytes_view = host_destination(cores[name], selections[name].shape, like, outs.get(name))
-        results[name] = result
-        host_requests.append((cores[name], list(selections[name].slices), bytes_view))
-    _core.read_many(host_requests)
-    return results
+    return {name: d.complete() for name, d in destinations.items()}
 
 
 def iter_many(
@@ -204,7 +169,7 @@ def iter_many(
             one = {name: plan.outs[name]} if name in plan.outs else None
             yield name, read_many({name: (array, selection)}, device=device, like=like, out=one)[name]
         return
-    destinations = _cuda_destinations(plan)
+    destinations = _destinations(plan)
     done: queue.SimpleQueue[tuple[str | None, BaseException | None]] = queue.SimpleQueue()
 
     def run() -> None:
@@ -223,6 +188,6 @@ def iter_many(
                 raise error
             if ready is None:
                 return
-            yield ready, _result(destinations.pop(ready))
+            yield ready, destinations.pop(ready).complete()
     finally:
         reader.join()

@@ -98,6 +98,10 @@ class _ZarrStoreCallbacks:
         from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 
         request: Any = None
+        if length == 0:
+            # The engine's existence probe. Object stores refuse empty ranges ("start: 0 end:
+            # 0" from S3), so it is asked as such.
+            return b"" if self._sync(self._store.exists(key)) else None
         if offset < 0:
             request = SuffixByteRequest(-offset)
         elif length >= 0:

@@ -41,6 +41,7 @@ struct CudaReadOptions {
   // read_many_to_cuda). 0 for none.
   std::uintptr_t consumer_stream = 0;
   GpuDecode gpu_decode = settings().gpu_decode;
+  DecodeSharing decode_sharing = settings().decode_sharing;
 };
 
 // Number of CUDA devices; 0 when built without CUDA or when no driver or GPU is present.

@@ -27,6 +27,12 @@ enum class GpuEncode {
   kOff = 1,  // every chunk on CPU threads, after the GPU has laid out its elements
 };
 
+// Whether reads onto a GPU decode part of the chunks the GPU could decode on CPU threads instead.
+enum class DecodeSharing {
+  kAuto = 0,  // where a CPU share makes the read end sooner (few chunks, or large ones)
+  kOff = 1,   // never: every chunk the GPU can decode is decoded there
+};
+
 // One value of every setting; settings_table() says what each means.
 struct Settings {
   // The table's defaults (without the environment: see settings()).
@@ -41,6 +47,7 @@ struct Settings {
   std::size_t staging_bytes;
   int staging_slots;
   GpuEncode gpu_encode;
+  DecodeSharing decode_sharing;
 
   bool operator==(const Settings&) const = default;
 };

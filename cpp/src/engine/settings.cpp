@@ -19,6 +19,7 @@ constexpr std::uint64_t kNoLimit = std::numeric_limits<std::size_t>::max();
 
 constexpr std::array<std::string_view, 3> kGpuDecodeChoices = {"checked", "trusted", "off"};
 constexpr std::array<std::string_view, 2> kGpuEncodeChoices = {"on", "off"};
+constexpr std::array<std::string_view, 2> kDecodeSharingChoices = {"auto", "off"};
 static_assert(static_cast<std::size_t>(GpuDecode::kChecked) == 0 &&
               static_cast<std::size_t>(GpuDecode::kTrusted) == 1 &&
               static_cast<std::size_t>(GpuDecode::kOff) == 2);
@@ -27,7 +28,7 @@ static_assert(static_cast<std::size_t>(GpuEncode::kOn) == 0 &&
 
 // The one table. A new setting is a member of Settings and a row here (Settings() sets every
 // member from its row, so a member without one is left undefined).
-const std::array<SettingInfo, 6> kTable = {{
+const std::array<SettingInfo, 7> kTable = {{
     {"threads",
      "ZARR_DEVICE_THREADS",
      SettingKind::kCount,
@@ -94,6 +95,14 @@ const std::array<SettingInfo, 6> kTable = {{
      "applied).",
      [](const Settings& s) { return static_cast<std::uint64_t>(s.gpu_encode); },
      [](Settings& s, std::uint64_t v) { s.gpu_encode = static_cast<GpuEncode>(v); }},
+    {"decode_sharing", "ZARR_DEVICE_DECODE_SHARING", SettingKind::kChoice, "auto", 0, 0,
+     kDecodeSharingChoices,
+     "Reads onto a GPU: 'auto' decodes a share of the chunks the GPU could decode on CPU threads "
+     "where that ends the read sooner (a GPU decodes each chunk slowly and is fast only with many "
+     "at once: reads of few chunks, or of chunks of many MiB, gain most); 'off' leaves them all "
+     "to the GPU.",
+     [](const Settings& s) { return static_cast<std::uint64_t>(s.decode_sharing); },
+     [](Settings& s, std::uint64_t v) { s.decode_sharing = static_cast<DecodeSharing>(v); }},
 }};
 
 // 'text', as Python's repr shows a string.

@@ -3,33 +3,30 @@ directly. CuPy holds NumPy's types only: bfloat16 and float8 go to torch, JAX or
 
 from __future__ import annotations
 
-import importlib
-import sys
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
-from zarr_device.devices import CUDA_STREAM_LEGACY
+from zarr_device.adapters.base import (
+    Adapter,
+    CudaSource,
+    Destination,
+    Target,
+    check_device_cast,
+    check_shape_and_dtype,
+    gpu_only,
+    import_framework,
+)
+from zarr_device.devices import CUDA_STREAM_LEGACY, DeviceSpec, parse_device
 from zarr_device.dtypes import to_numpy_dtype
 from zarr_device.errors import OutOfMemoryError, UsageError
 
-__all__ = [
-    "cupy_dtype",
-    "empty",
-    "is_array",
-    "device_index",
-    "pointer",
-    "check_out",
-    "consumer_stream",
-    "cuda_source",
-]
+__all__ = ["CupyAdapter", "cupy_dtype"]
 
 
 def _cupy() -> Any:
-    try:
-        return importlib.import_module("cupy")
-    except ImportError:
-        raise UsageError("like='cupy' needs CuPy: pip install cupy-cuda12x (or cupy-cuda13x)") from None
+    return import_framework("cupy", "like='cupy' needs CuPy: pip install cupy-cuda12x (or cupy-cuda13x)")
 
 
 def cupy_dtype(zarr_name: str) -> np.dtype[Any]:
@@ -42,74 +39,78 @@ def cupy_dtype(zarr_name: str) -> np.dtype[Any]:
     return to_numpy_dtype(zarr_name)
 
 
-def is_array(obj: Any) -> bool:
-    """Whether ``obj`` is a CuPy array (without importing CuPy)."""
-    cupy = sys.modules.get("cupy")
-    return cupy is not None and isinstance(obj, cupy.ndarray)
-
-
-def device_index(array: Any) -> int:
-    """The CUDA device ordinal a CuPy array lives on."""
-    return int(array.device.id)
-
-
-def empty(shape: tuple[int, ...], zarr_name: str, device: int) -> Any:
-    """An uninitialised C-contiguous array on CUDA device ``device``."""
-    dtype = cupy_dtype(zarr_name)
-    cupy = _cupy()
-    with cupy.cuda.Device(device):
-        try:
-            return cupy.empty(shape, dtype=dtype)
-        except cupy.cuda.memory.OutOfMemoryError as e:
-            raise OutOfMemoryError(f"CuPy could not allocate {shape} {zarr_name} on cuda:{device}: {e}") from None
-
-
-def pointer(array: Any) -> tuple[int, int]:
+def _pointer(array: Any) -> tuple[int, int]:
     """The device address of a C-contiguous array's first element and its size in bytes."""
     return int(array.data.ptr), int(array.nbytes)
 
 
-def check_out(out: Any, shape: tuple[int, ...], zarr_name: str, device: int) -> tuple[int, int]:
-    """Checks an array the engine is to fill (shape, dtype, device, contiguity) and returns its
-    address and size in bytes."""
-    dtype = cupy_dtype(zarr_name)
-    if tuple(out.shape) != shape or out.dtype != dtype:
-        raise UsageError(
-            f"out has shape {tuple(out.shape)} and dtype {out.dtype}; the selection needs shape "
-            f"{shape} and dtype {zarr_name}"
-        )
-    if device_index(out) != device:
-        raise UsageError(f"out lives on cuda:{device_index(out)}, not on cuda:{device}")
-    if not out.flags.c_contiguous:
-        raise UsageError("out must be C-contiguous")
-    return pointer(out)
+class CupyAdapter(Adapter):
+    like: ClassVar[str | None] = "cupy"
+    array_name: ClassVar[str] = "CuPy array"
+    module: ClassVar[str] = "cupy"
+    array_types: ClassVar[tuple[str, ...]] = ("ndarray",)
 
+    def device_of(self, array: Any) -> DeviceSpec:
+        return parse_device(int(array.device.id))
 
-def cuda_source(values: Any, zarr_name: str, shape: tuple[int, ...]) -> tuple[int, int, int, int, Any] | None:
-    """Values to write, as :func:`zarr_device.adapters.torch.cuda_source` describes (None for types CuPy
-    lacks: those go through the host)."""
-    try:
-        dtype = cupy_dtype(zarr_name)
-    except UsageError:
-        return None
-    cupy = _cupy()
-    index = device_index(values)
-    with cupy.cuda.Device(index):
+    def check_device(self, device: DeviceSpec) -> None:
+        gpu_only("cupy", device)
+
+    def allocate(self, target: Target) -> Destination:
+        self.check_device(target.device)
+        dtype = cupy_dtype(target.dtype)
+        cupy = _cupy()
+        index = target.device.index
+        assert index is not None
+        with cupy.cuda.Device(index):
+            try:
+                array = cupy.empty(target.shape, dtype=dtype)
+            except cupy.cuda.memory.OutOfMemoryError as e:
+                raise OutOfMemoryError(
+                    f"CuPy could not allocate {target.shape} {target.dtype} on cuda:{index}: {e}"
+                ) from None
+        ptr, nbytes = _pointer(array)
+        return Destination(array, index=index, ptr=ptr, nbytes=nbytes, stream=self.stream(index))
+
+    def check_out(self, out: Any, target: Target) -> Destination:
+        self.check_device(target.device)
+        index = target.device.index
+        assert index is not None
+        check_shape_and_dtype(out, target, cupy_dtype(target.dtype))
+        if int(out.device.id) != index:
+            raise UsageError(f"out lives on cuda:{int(out.device.id)}, not on cuda:{index}")
+        if not out.flags.c_contiguous:
+            raise UsageError("out must be C-contiguous")
+        ptr, nbytes = _pointer(out)
+        return Destination(out, index=index, ptr=ptr, nbytes=nbytes, stream=self.stream(index))
+
+    def stream(self, index: int) -> int:
+        """CuPy's current stream on a device (``cudaStreamLegacy``, 1, for the null stream): the
+        engine's writes wait for the work queued on it (CuPy's memory pool may hand out memory
+        that queued kernels still use), and a read may complete in stream order on it."""
+        cupy = _cupy()
+        with cupy.cuda.Device(index):
+            return int(cupy.cuda.get_current_stream().ptr) or CUDA_STREAM_LEGACY
+
+    def to_host(self, values: Any) -> npt.NDArray[Any]:
+        return np.asarray(values.get())
+
+    def cuda_source(self, values: Any, dtype: str, shape: tuple[int, ...], what: str) -> CudaSource | None:
+        """CuPy arrays (None for the types CuPy lacks: those go through the host)."""
+        check_device_cast(values, str(values.dtype), dtype, what)
         try:
-            source = cupy.ascontiguousarray(cupy.broadcast_to(values.astype(dtype, copy=False), shape))
-        except ValueError:
-            raise UsageError(f"values of shape {tuple(values.shape)} do not fit a selection of shape {shape}") from None
-        stream = int(cupy.cuda.get_current_stream().ptr)
-    address, nbytes = pointer(source)
-    return index, address, nbytes, stream, source
-
-
-def consumer_stream(device: int) -> int:
-    """The handle of CuPy's current stream on a device (``cudaStreamLegacy``, 1, for the null
-    stream): the engine's writes wait for the work queued on it (CuPy's memory pool may hand out
-    memory that queued kernels still use), and a read may complete in stream order on it."""
-    cupy = _cupy()
-    with cupy.cuda.Device(device):
-        return int(cupy.cuda.get_current_stream().ptr) or CUDA_STREAM_LEGACY
-
-
+            converted = cupy_dtype(dtype)
+        except UsageError:
+            return None
+        cupy = _cupy()
+        index = int(values.device.id)
+        with cupy.cuda.Device(index):
+            try:
+                source = cupy.ascontiguousarray(cupy.broadcast_to(values.astype(converted, copy=False), shape))
+            except ValueError:
+                raise UsageError(
+                    f"values of shape {tuple(values.shape)} do not fit a selection of shape {shape}"
+                ) from None
+            stream = int(cupy.cuda.get_current_stream().ptr)
+        address, nbytes = _pointer(source)
+        return CudaSource(index, address, nbytes, stream, source)

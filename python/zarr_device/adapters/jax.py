@@ -1,23 +1,35 @@
 """JAX adapter: results handed to JAX through DLPack from device memory the engine owns (no copy
-where JAX accepts the buffer's alignment; the engine's allocations are 256-byte aligned)."""
+where JAX accepts the buffer's alignment; the engine's allocations are 256-byte aligned). JAX
+arrays are immutable (no ``out=``); values to write on a GPU go to the engine through torch's
+DLPack import."""
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
 
 from zarr_device import _core
+from zarr_device.adapters.base import (
+    Adapter,
+    CudaSource,
+    Destination,
+    Target,
+    engine_destination,
+    gpu_only,
+    import_framework,
+)
+from zarr_device.devices import CPU, DeviceSpec, parse_device
 from zarr_device.dtypes import to_numpy_dtype
 from zarr_device.errors import DeviceError, UsageError
 
-__all__ = ["jax_dtype", "device", "from_device_array"]
+__all__ = ["JaxAdapter", "jax_dtype", "device"]
 
 
 def _jax() -> Any:
-    try:
-        return importlib.import_module("jax")
-    except ImportError:
-        raise UsageError('like=\'jax\' needs JAX with CUDA support: pip install "jax[cuda12]"') from None
+    return import_framework("jax", 'like=\'jax\' needs JAX with CUDA support: pip install "jax[cuda12]"')
 
 
 def jax_dtype(zarr_name: str) -> Any:
@@ -53,7 +65,51 @@ def device(index: int) -> Any:
     raise DeviceError(f"JAX does not see CUDA device {index} (it sees {gpus})")
 
 
-def from_device_array(array: _core.DeviceArray) -> Any:
-    """Hands engine-owned device memory to JAX (a legacy DLPack capsule, which is what JAX asks
-    for) on the device it lives on; the memory is freed when JAX drops the array."""
-    return _jax().dlpack.from_dlpack(array)
+def _on_gpu(values: Any) -> bool:
+    try:
+        return all(d.platform == "gpu" for d in values.devices())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+class JaxAdapter(Adapter):
+    like: ClassVar[str | None] = "jax"
+    array_name: ClassVar[str] = "JAX array"
+    module: ClassVar[str] = "jax"
+    array_types: ClassVar[tuple[str, ...]] = ("Array",)
+
+    def device_of(self, array: Any) -> DeviceSpec:
+        devices = list(array.devices())
+        return parse_device(devices[0]) if len(devices) == 1 else CPU
+
+    def check_device(self, device: DeviceSpec) -> None:
+        gpu_only("jax", device)
+
+    def allocate(self, target: Target) -> Destination:
+        self.check_device(target.device)
+        assert target.device.index is not None
+        jax_dtype(target.dtype)  # refuse a type, or a device, JAX cannot hold before any I/O
+        device(target.device.index)
+        return engine_destination(target, self.wrap)
+
+    def wrap(self, buffer: Any, dtype: str) -> Any:
+        """Hands engine-owned device memory to JAX (a legacy DLPack capsule, which is what JAX
+        asks for) on the device it lives on; the memory is freed when JAX drops the array."""
+        assert isinstance(buffer, _core.DeviceArray)
+        return _jax().dlpack.from_dlpack(buffer)
+
+    def to_host(self, values: Any) -> npt.NDArray[Any]:
+        return np.asarray(values)
+
+    def cuda_source(self, values: Any, dtype: str, shape: tuple[int, ...], what: str) -> CudaSource | None:
+        if not _on_gpu(values):
+            return None
+        try:
+            from torch.utils.dlpack import from_dlpack
+
+            tensor = from_dlpack(values)
+        except (ImportError, RuntimeError, TypeError, BufferError):
+            return None  # no torch, or one that cannot import this array: through the host
+        from zarr_device.adapters import adapter
+
+        return adapter("torch").cuda_source(tensor, dtype, shape, what)

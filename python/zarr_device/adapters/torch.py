@@ -1,43 +1,46 @@
 """PyTorch adapter: results allocated as torch tensors (every Zarr type torch has, bfloat16 and
 float8 included, which NumPy cannot hand over through DLPack), on the CPU, on CUDA devices the
-engine writes to directly, or on any other torch device through one non-blocking copy."""
+engine writes to directly, or on any other torch device ("framework" devices: mps, xpu, ROCm's
+cuda) through pinned host memory and one non-blocking copy."""
 
 from __future__ import annotations
 
-import sys
-from typing import Any
+from typing import Any, ClassVar
 
-from zarr_device.devices import CUDA_STREAM_LEGACY
+import numpy.typing as npt
+
+from zarr_device.adapters.base import (
+    Adapter,
+    CudaSource,
+    Destination,
+    Target,
+    check_device_cast,
+    check_shape_and_dtype,
+    import_framework,
+)
+from zarr_device.devices import CUDA_STREAM_LEGACY, DeviceSpec, parse_device
 from zarr_device.errors import DeviceError, OutOfMemoryError, UsageError
 
 __all__ = [
+    "TorchAdapter",
     "torch_dtype",
     "empty",
     "pinned_empty",
     "byte_view",
-    "is_tensor",
+    "to_numpy",
     "pointer",
-    "check_out",
-    "check_out_shape",
-    "consumer_stream",
     "to_device",
-    "cuda_source",
 ]
 
 
 def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise UsageError("like='torch' needs PyTorch: pip install torch") from None
-    return torch
+    return import_framework("torch", "like='torch' needs PyTorch: pip install torch")
 
 
 def torch_dtype(zarr_name: str) -> Any:
     """The torch dtype of a Zarr data type name; UsageError when torch has none."""
     torch = _torch()
-    names = {"bool": "bool", "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz"}
-    dtype = getattr(torch, names.get(zarr_name, zarr_name), None)
+    dtype = getattr(torch, zarr_name, None)
     if not isinstance(dtype, torch.dtype):
         raise UsageError(
             f"torch {torch.__version__} has no dtype for Zarr data type '{zarr_name}': read it with "
@@ -74,11 +77,11 @@ def pinned_empty(shape: tuple[int, ...], zarr_name: str) -> Any:
 
 
 def byte_view(tensor: Any) -> Any:
-    """The tensor's bytes as a flat uint8 tensor (no copy)."""
+    """The tensor's bytes as a flat uint8 NumPy array (no copy)."""
     torch = _torch()
     if not tensor.is_contiguous() or tensor.device.type != "cpu":
         raise UsageError("out must be a contiguous CPU tensor")
-    return tensor.reshape(-1).view(torch.uint8)
+    return tensor.detach().reshape(-1).view(torch.uint8).numpy()
 
 
 def to_numpy(tensor: Any) -> Any:
@@ -98,68 +101,9 @@ def to_numpy(tensor: Any) -> Any:
     return host.numpy()
 
 
-def is_tensor(obj: Any) -> bool:
-    """Whether ``obj`` is a torch tensor (without importing torch)."""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(obj, torch.Tensor)
-
-
 def pointer(tensor: Any) -> tuple[int, int]:
     """The device address of a contiguous tensor's first element and its size in bytes."""
     return int(tensor.data_ptr()), int(tensor.numel()) * int(tensor.element_size())
-
-
-def check_out_shape(out: Any, shape: tuple[int, ...], zarr_name: str) -> None:
-    """UsageError unless ``out`` has the selection's shape and dtype."""
-    if tuple(out.shape) != shape or out.dtype != torch_dtype(zarr_name):
-        raise UsageError(
-            f"out has shape {tuple(out.shape)} and dtype {out.dtype}; the selection needs shape "
-            f"{shape} and dtype {zarr_name}"
-        )
-
-
-def check_out(out: Any, shape: tuple[int, ...], zarr_name: str, device: str) -> tuple[int, int]:
-    """Checks a tensor the engine is to fill on ``device`` (shape, dtype, device, contiguity) and
-    returns its address and size in bytes."""
-    check_out_shape(out, shape, zarr_name)
-    torch = _torch()
-    if out.device != torch.device(device):
-        raise UsageError(f"out lives on {out.device}, not on {device}")
-    if not out.is_contiguous():
-        raise UsageError("out must be C-contiguous (tensor.is_contiguous())")
-    return pointer(out)
-
-
-def consumer_stream(device_index: int) -> int:
-    """The handle of torch's current stream on a CUDA device (``cudaStreamLegacy``, 1, for the
-    legacy default stream, whose handle is 0). The engine's writes wait for the work queued on it
-    (torch's caching allocator may hand out memory that queued kernels still use), and a read may
-    complete in stream order on it, as torch's own non-blocking copies do."""
-    torch = _torch()
-    handle = int(torch.cuda.current_stream(device_index).cuda_stream)
-    return handle or CUDA_STREAM_LEGACY
-
-
-def cuda_source(values: Any, zarr_name: str, shape: tuple[int, ...]) -> tuple[int, int, int, int, Any] | None:
-    """Values on a CUDA device to write: (device index, address, bytes, producer stream, owner),
-    converted to ``zarr_name``, broadcast to ``shape`` and made C-contiguous on that device (the
-    owner keeps the memory alive). None for tensors elsewhere (or on ROCm, or of types torch cannot
-    convert to), which go through the host."""
-    torch = _torch()
-    if values.device.type != "cuda" or getattr(torch.version, "hip", None):
-        return None
-    try:
-        dtype = torch_dtype(zarr_name)
-    except UsageError:
-        return None
-    try:
-        source = values.detach().to(dtype).broadcast_to(shape).contiguous()
-    except RuntimeError:
-        raise UsageError(f"values of shape {tuple(values.shape)} do not fit a selection of shape {shape}") from None
-    index = int(source.device.index)
-    stream = int(torch.cuda.current_stream(index).cuda_stream)
-    address, nbytes = pointer(source)
-    return index, address, nbytes, stream, source
 
 
 def to_device(host: Any, device: str, out: Any = None) -> Any:
@@ -169,3 +113,75 @@ def to_device(host: Any, device: str, out: Any = None) -> Any:
         out.copy_(host, non_blocking=True)
         return out
     return host.to(device, non_blocking=True)
+
+
+class TorchAdapter(Adapter):
+    like: ClassVar[str | None] = "torch"
+    array_name: ClassVar[str] = "torch tensor"
+    module: ClassVar[str] = "torch"
+    array_types: ClassVar[tuple[str, ...]] = ("Tensor",)
+
+    def device_of(self, array: Any) -> DeviceSpec:
+        return parse_device(array.device)
+
+    def check_device(self, device: DeviceSpec) -> None:
+        pass  # every device torch knows
+
+    def allocate(self, target: Target) -> Destination:
+        device = target.device
+        if device.kind == "cpu":
+            tensor = empty(target.shape, target.dtype)
+            return Destination(tensor, host=byte_view(tensor))
+        if device.kind == "framework":
+            staging = pinned_empty(target.shape, target.dtype)
+            return Destination(staging, host=byte_view(staging), finish=lambda s: to_device(s, device.name))
+        assert device.index is not None
+        tensor = empty(target.shape, target.dtype, device=device.name)
+        ptr, nbytes = pointer(tensor)
+        return Destination(tensor, index=device.index, ptr=ptr, nbytes=nbytes, stream=self.stream(device.index))
+
+    def check_out(self, out: Any, target: Target) -> Destination:
+        check_shape_and_dtype(out, target, torch_dtype(target.dtype))
+        device = target.device
+        if device.kind == "cpu":
+            return Destination(out, host=byte_view(out))
+        if device.kind == "framework":
+            staging = pinned_empty(target.shape, target.dtype)
+            return Destination(staging, host=byte_view(staging), finish=lambda s: to_device(s, device.name, out=out))
+        assert device.index is not None
+        if out.device != _torch().device(device.name):
+            raise UsageError(f"out lives on {out.device}, not on {device.name}")
+        if not out.is_contiguous():
+            raise UsageError("out must be C-contiguous (tensor.is_contiguous())")
+        ptr, nbytes = pointer(out)
+        return Destination(out, index=device.index, ptr=ptr, nbytes=nbytes, stream=self.stream(device.index))
+
+    def stream(self, index: int) -> int:
+        """torch's current stream on a CUDA device (``cudaStreamLegacy``, 1, for the legacy
+        default stream, whose handle is 0). The engine's writes wait for the work queued on it
+        (torch's caching allocator may hand out memory that queued kernels still use), and a read
+        may complete in stream order on it, as torch's own non-blocking copies do."""
+        handle = int(_torch().cuda.current_stream(index).cuda_stream)
+        return handle or CUDA_STREAM_LEGACY
+
+    def to_host(self, values: Any) -> npt.NDArray[Any]:
+        host: npt.NDArray[Any] = to_numpy(values)
+        return host
+
+    def cuda_source(self, values: Any, dtype: str, shape: tuple[int, ...], what: str) -> CudaSource | None:
+        """Tensors on a CUDA device (not on ROCm, and only of types torch can convert to)."""
+        torch = _torch()
+        if values.device.type != "cuda" or getattr(torch.version, "hip", None):
+            return None
+        check_device_cast(values, str(values.dtype).removeprefix("torch."), dtype, what)
+        try:
+            converted = torch_dtype(dtype)
+        except UsageError:
+            return None
+        try:
+            source = values.detach().to(converted).broadcast_to(shape).contiguous()
+        except RuntimeError:
+            raise UsageError(f"values of shape {tuple(values.shape)} do not fit a selection of shape {shape}") from None
+        index = int(source.device.index)
+        address, nbytes = pointer(source)
+        return CudaSource(index, address, nbytes, int(torch.cuda.current_stream(index).cuda_stream), source)

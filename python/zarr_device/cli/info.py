@@ -10,15 +10,12 @@ from typing import Any, TextIO
 
 import zarr_device as zd
 from zarr_device.cli.common import compression_ratio
+from zarr_device.nodes import join_path
 from zarr_device.sizes import format_bytes
 
 # Files that hold metadata rather than chunks.
 _METADATA_FILES = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})
 _NODE_MARKERS = ("zarr.json", ".zarray", ".zgroup")
-
-
-def _join(a: str, b: str) -> str:
-    return "/".join(p for p in (a.strip("/"), b.strip("/")) if p)
 
 
 def _codec_name_and_config(codec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -115,7 +112,7 @@ def _walk_sizes(store: Any, prefix: str, *, top: bool) -> int:
     for name in _list_names(store, prefix):
         if top and name in _METADATA_FILES:
             continue
-        key = _join(prefix, name)
+        key = join_path(prefix, name)
         size = _key_size(store, key)
         total += _walk_sizes(store, key, top=False) if size is None else size
     return total
@@ -127,7 +124,7 @@ def _child_names(store: Any, path: str) -> list[str]:
         name
         for name in _list_names(store, path)
         if name not in _METADATA_FILES
-        and any(_has_key(store, _join(_join(path, name), m)) for m in _NODE_MARKERS)
+        and any(_has_key(store, join_path(join_path(path, name), m)) for m in _NODE_MARKERS)
     ]
 
 
@@ -157,7 +154,7 @@ def describe_array(array: zd.Array) -> dict[str, Any]:
 def describe_group(group: zd.Group) -> dict[str, Any]:
     """What ``info`` reports about a group and, recursively, everything inside it."""
     members = [
-        describe_node(zd.open(group.store, path=_join(group.path, name)))
+        describe_node(zd.open(group.store, path=join_path(group.path, name)))
         for name in _child_names(group.store, group.path)
     ]
     stored = sum(int(m["stored_bytes"]) for m in members)

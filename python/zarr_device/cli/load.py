@@ -9,8 +9,9 @@ import math
 import time
 from typing import Any, TextIO
 
-from zarr_device.api import Array, Group
-from zarr_device.api import open as open_node
+from zarr_device.array import Array
+from zarr_device.group import Group
+from zarr_device.group import open as open_node
 from zarr_device.cli.info import plural
 from zarr_device.errors import UsageError
 from zarr_device.many import read_many

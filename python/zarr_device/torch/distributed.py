@@ -5,8 +5,8 @@ part of the tensors a plan names, as selections in the one read_many pipeline, s
 reads only the chunks its part touches.
 
 Read-once fan-out (:func:`load_distributed`): every rank reads about 1/world_size of the bytes,
-then sends what it read to the others with one broadcast per tensor, so the storage is read once
-in all rather than once per rank.
+then sends what it read to the others with one broadcast per tensor, each as soon as it has landed,
+so the storage is read once in all rather than once per rank and the sends overlap the reads.
 """
 
 from __future__ import annotations
@@ -155,8 +155,8 @@ def load_distributed(
     """Loads a checkpoint on every rank of ``group`` (None: the default process group) as
     :func:`zarr_device.torch.load` does, reading it once in all: each rank reads about
     1/world_size of the tensors' bytes (whole tensors, balanced by bytes, the same assignment on
-    every rank) in one read_many onto ``device``, then each tensor is broadcast from the rank that
-    read it. Every rank returns the full state dict, bit for bit as a plain load returns it
+    every rank) in one pipeline onto ``device``, and broadcasts each tensor as soon as it has landed
+    while the rest are still being read. Every rank returns the full state dict, bit for bit as a plain load returns it
     (``dtype`` casts after the broadcast, so the stored bytes are what travels).
 
     Every rank of the group must call this with the same arguments, and the checkpoint must be
@@ -165,7 +165,8 @@ def load_distributed(
     rank that fails leaves the others waiting until the group's timeout.
     """
     # Imported here: load.py imports this module for its slicing.
-    from zarr_device.torch.load import _caster, _select, open_checkpoint, read_tensors
+    from zarr_device.many import iter_many
+    from zarr_device.torch.load import _caster, _select, open_checkpoint
 
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()):
@@ -181,17 +182,37 @@ def load_distributed(
     stored = list(dict.fromkeys(checkpoint.manifest.stored(name) for name in names))
     nbytes = {s: checkpoint.arrays[s].nbytes for s in stored}
     owners = assign_owners(nbytes, world_size)
+    # Each rank's tensors in the checkpoint's order: the order in which it reads and sends them.
+    sent_by = [[s for s in stored if owners[s] == r and nbytes[s]] for r in range(world_size)]
     mine = [s for s in stored if owners[s] == rank]
-    tensors = read_tensors(checkpoint, mine, device, None, False)
+    tensors: dict[str, torch.Tensor] = {}
+    arriving = iter_many({s: checkpoint.arrays[s] for s in mine}, device=device, like="torch")
     for s in stored:
         if owners[s] != rank:
             tensors[s] = torch.empty(checkpoint.shape(s), dtype=checkpoint.dtype(s), device=target)
-    # Every rank issues the same broadcasts in the same order (the checkpoint's), as collectives
-    # need; a tensor's byte view is broadcast so the received bytes land in the tensor itself.
     global_ranks = [dist.get_global_rank(group, r) if group is not None else r for r in range(world_size)]
-    for s in stored:
-        if nbytes[s]:
-            dist.broadcast(_byte_view(tensors[s]), src=global_ranks[owners[s]], group=group)
+
+    def landed(name: str) -> torch.Tensor:
+        """This rank's tensor ``name``, waiting for the read to hand it on."""
+        while name not in tensors:
+            key, tensor = next(arriving)
+            tensors[key] = tensor
+        return tensors[name]
+
+    # The sends overlap the reads: in round k every rank sends its k-th tensor as soon as it has
+    # landed, while the receives of the others' k-th tensors are already queued (every rank issues
+    # the same collectives in the same order, as they must). A tensor's byte view is sent, so the
+    # received bytes land in the tensor itself, whatever its dtype.
+    for k in range(max(map(len, sent_by), default=0)):
+        for r in range(world_size):
+            if k < len(sent_by[r]):
+                name = sent_by[r][k]
+                tensor = landed(name) if r == rank else tensors[name]
+                dist.broadcast(_byte_view(tensor), src=global_ranks[r], group=group)
+    for name in mine:  # empty tensors, and the read's end (it raises what it met)
+        landed(name)
+    for _ in arriving:
+        pass
     cast_once = {s: cast(tensors[s]) for s in stored}
     return {name: cast_once[checkpoint.manifest.stored(name)] for name in names}
 

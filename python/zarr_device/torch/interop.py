@@ -70,7 +70,7 @@ class _Source:
 def checkpoint_files(path: str | os.PathLike[str]) -> dict[str, Path]:
     """The other files a checkpoint carries (a converted model folder's config.json, tokenizer
     files, ...) by name: their paths inside the checkpoint; empty when it carries none."""
-    from zarr_device.api import open_group
+    from zarr_device.group import open_group
 
     root = open_group(path, mode="r").attrs.get("zarr_device_checkpoint")
     files = root.get(FILES_KEY) if isinstance(root, Mapping) else None

@@ -17,7 +17,8 @@ from typing import Any, Union
 import torch
 
 from zarr_device.adapters import torch as torch_adapter
-from zarr_device.api import Array, Group, open_array, open_group
+from zarr_device.array import Array
+from zarr_device.group import Group, open_array, open_group
 from zarr_device.errors import FormatError, NodeNotFoundError, UsageError, ZarrDeviceError
 from zarr_device.many import iter_many, read_many
 from zarr_device.torch.device_map import DeviceMap, plan_device_map

@@ -17,7 +17,7 @@ from typing import Any, Literal, Union
 import torch
 
 from zarr_device import placement
-from zarr_device.api import create, create_group
+from zarr_device.create import create, create_group
 from zarr_device.dtypes import ZARR_DTYPE_NAMES
 from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
 from zarr_device.stores import LocalStore

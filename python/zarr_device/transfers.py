@@ -1,0 +1,103 @@
+"""Moving array data between the engine and the frameworks' memory: the device a read lands on,
+the adapter its ``like=`` or ``out=`` names, the destination that adapter allocates or checks, the
+engine call that fills it; and writes, from device memory where the values' framework allows, else
+from the host. The flow goes one way: callers -> transfers -> adapters -> devices (parsing)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from zarr_device import _core
+from zarr_device.adapters import adapter, adapter_of, default_adapter
+from zarr_device.adapters.base import Adapter, Destination, Target
+from zarr_device.devices import CPU, DeviceLike, DeviceSpec, cuda_device_count, parse_device
+from zarr_device.errors import UsageError
+
+__all__ = ["check_like", "resolve_target", "destination", "fill", "read", "write_from_device", "host_values"]
+
+_OUT_KINDS = "a NumPy array, a torch tensor, a CuPy array, an MLX array or a tf.Variable"
+
+
+def check_like(like: Any) -> None:
+    """UsageError unless ``like`` is a ``like=`` name or None."""
+    adapter(like)
+
+
+def resolve_target(device: DeviceLike, out: Any) -> DeviceSpec:
+    """The device a read writes to: ``device`` when given (``out`` must then live there), else
+    where ``out`` lives, else the CPU."""
+    owner = None if out is None else adapter_of(out)
+    where = None if owner is None else owner.device_of(out)
+    if device is None:
+        return where or CPU
+    spec = parse_device(device)
+    if where is not None and where != spec:
+        raise UsageError(f"out lives on {where} but device={spec.name!r} was asked for")
+    return spec
+
+
+def _adapter(like: str | None, out: Any, device: DeviceSpec) -> Adapter:
+    """The adapter of a read: the framework of ``out`` (which ``like``, when given, must name),
+    else the one ``like`` names, else the device's default."""
+    check_like(like)
+    if out is None:
+        return default_adapter(device) if like is None else adapter(like)
+    owner = adapter_of(out)
+    if owner is None:
+        raise UsageError(f"out must be {_OUT_KINDS} on {device.name}, not {type(out).__name__}")
+    if like is not None and like != owner.like:
+        raise UsageError(f"out is a {owner.array_name} but like={like!r} was asked for")
+    return owner
+
+
+def destination(core: _core.Array, shape: tuple[int, ...], device: DeviceSpec, like: Any, out: Any) -> Destination:
+    """The memory a read of ``shape`` from ``core`` fills on ``device``: ``out``, checked, or a
+    new result of the kind ``like`` asks for. Nothing is read yet; every refusal comes first."""
+    chosen = _adapter(like, out, device)
+    chosen.check_device(device)
+    target = Target(shape, core.dtype, device, core.describe())
+    return chosen.allocate(target) if out is None else chosen.check_out(out, target)
+
+
+def fill(core: _core.Array, slices: Sequence[tuple[int, int, int]], into: Destination) -> None:
+    """Reads a resolved selection into a destination (host bytes, or device memory)."""
+    if into.host is not None:
+        core.read(list(slices), into.host)
+    elif into.nbytes:  # an empty selection has nothing to decode (it was validated already)
+        core.read_cuda(list(slices), into.index, into.ptr, into.nbytes, into.stream)
+
+
+def read(
+    core: _core.Array, slices: Sequence[tuple[int, int, int]], shape: tuple[int, ...], device: DeviceLike, like: Any, out: Any
+) -> Any:
+    """One read, as :meth:`zarr_device.Array.read` describes."""
+    check_like(like)
+    into = destination(core, shape, resolve_target(device, out), like, out)
+    fill(core, slices, into)
+    return into.complete()
+
+
+def write_from_device(
+    core: _core.Array, slices: Sequence[tuple[int, int, int]], shape: tuple[int, ...], values: Any, what: str
+) -> bool:
+    """Writes ``values`` held on a CUDA device (torch, CuPy or JAX) straight from device memory:
+    the engine lays chunks out, and compresses zstd chunks, on the GPU. False (nothing written)
+    for values elsewhere, which the caller writes through :func:`host_values`. Casts as host
+    writes do (:func:`zarr_device.casting.check_cast`; ``what`` names the array in errors)."""
+    owner = adapter_of(values)
+    source = None if owner is None else owner.cuda_source(values, core.dtype, shape, what)
+    if source is None or cuda_device_count() == 0:
+        return False
+    if source.nbytes:
+        core.write_cuda(list(slices), source.index, source.address, source.nbytes, source.stream)
+    return True  # the memory written from (source.owner) stayed alive until here
+
+
+def host_values(values: Any) -> npt.NDArray[Any]:
+    """Values to write, as a NumPy array in host memory."""
+    owner = adapter_of(values)
+    return np.asarray(values) if owner is None else owner.to_host(values)
