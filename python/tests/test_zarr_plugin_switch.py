@@ -21,7 +21,8 @@ from zarr.core.codec_pipeline import BatchedCodecPipeline
 from zarr_plugin_helpers import as_numpy, open_off, open_on, pipeline_of
 
 import zarr_device
-from zarr_device import api, many
+from zarr_device import many
+from zarr_device.array import Array
 from zarr_device.errors import FormatError
 from zarr_device.zarr_plugin import DevicePipeline, FallbackWarning, is_enabled
 
@@ -103,7 +104,7 @@ class _Spy:
         self.reads = 0
         self.writes = 0
         self.fallback = 0
-        original_many, original_read, original_write = many.read_many, api.Array.read, api.Array.write
+        original_many, original_read, original_write = many.read_many, Array.read, Array.write
         original_fallback = BatchedCodecPipeline.read
 
         def read_many(arrays: Any, **kwargs: Any) -> Any:
@@ -123,8 +124,8 @@ class _Spy:
             return await original_fallback(pipeline, *args, **kwargs)
 
         monkeypatch.setattr(many, "read_many", read_many)
-        monkeypatch.setattr(api.Array, "read", read)
-        monkeypatch.setattr(api.Array, "write", write)
+        monkeypatch.setattr(Array, "read", read)
+        monkeypatch.setattr(Array, "write", write)
         monkeypatch.setattr(BatchedCodecPipeline, "read", fallback)
 
 

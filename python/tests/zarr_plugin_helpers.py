@@ -13,6 +13,7 @@ import zarr.storage
 from zarr.core.sync import sync
 
 import zarr_device
+from zarr_device.transfers import host_values
 from zarr_device.zarr_plugin.pipeline import DevicePipeline
 
 STORE_KINDS = ["local", "memory", "fsspec-memory", "fsspec-local"]
@@ -72,8 +73,4 @@ def chunk_keys(store: Any, prefix: str = "") -> set[str]:
 
 def as_numpy(value: Any) -> np.ndarray:
     """A read's result (NumPy array or scalar, torch tensor) as a NumPy array."""
-    if type(value).__module__.startswith("torch"):
-        from zarr_device.adapters import torch as torch_adapter
-
-        return np.asarray(torch_adapter.to_numpy(value))
-    return np.asarray(value)
+    return host_values(value)

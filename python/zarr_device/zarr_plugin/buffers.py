@@ -25,8 +25,10 @@ from zarr.core.buffer import core as buffer_core
 from zarr.core.buffer import cpu as cpu_buffer
 from zarr.registry import register_ndbuffer
 
-from zarr_device.adapters import torch as torch_adapter
+from zarr_device.adapters import adapter
+from zarr_device.adapters.torch import torch_dtype
 from zarr_device.dtypes import to_numpy_dtype, to_zarr_name
+from zarr_device.transfers import host_values
 
 __all__ = [
     "TorchNDBuffer",
@@ -80,6 +82,10 @@ def _torch() -> Any:
     return torch
 
 
+#: torch's adapter: which objects are tensors.
+_tensors = adapter("torch")
+
+
 def _zarr_name(tensor: Any) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
@@ -99,7 +105,7 @@ def _to_tensor(values: Any, device: str | None = None) -> Any:
         name = to_zarr_name(array.dtype)
         native = np.ascontiguousarray(array, dtype=to_numpy_dtype(name))
         raw = torch.from_numpy(native.reshape(-1).view(np.uint8))
-        tensor = raw.view(torch_adapter.torch_dtype(name)).reshape(native.shape)
+        tensor = raw.view(torch_dtype(name)).reshape(native.shape)
     else:
         tensor = torch.from_numpy(array if array.flags.writeable else array.copy())
     return tensor.to(device or _torch_device)
@@ -136,13 +142,13 @@ class TorchNDBuffer(buffer_core.NDBuffer):
     ) -> TorchNDBuffer:
         torch = _torch()
         shape_t = tuple(int(s) for s in shape)
-        torch_dtype = torch_adapter.torch_dtype(to_zarr_name(dtype))
+        dtype_t = torch_dtype(to_zarr_name(dtype))
         if order == "F" and len(shape_t) > 1:
             # Column-major: a C-ordered tensor of the reversed shape, seen transposed.
-            tensor = torch.empty(shape_t[::-1], dtype=torch_dtype, device=_torch_device)
+            tensor = torch.empty(shape_t[::-1], dtype=dtype_t, device=_torch_device)
             tensor = tensor.permute(*reversed(range(len(shape_t))))
         else:
-            tensor = torch.empty(shape_t, dtype=torch_dtype, device=_torch_device)
+            tensor = torch.empty(shape_t, dtype=dtype_t, device=_torch_device)
         buffer = cls(tensor)
         if fill_value is not None:
             buffer.fill(fill_value)
@@ -159,8 +165,7 @@ class TorchNDBuffer(buffer_core.NDBuffer):
         return cls(np.asanyarray(array_like))
 
     def as_numpy_array(self) -> npt.NDArray[Any]:
-        host: npt.NDArray[Any] = torch_adapter.to_numpy(self._data)
-        return host
+        return host_values(self._data)
 
     @property
     def dtype(self) -> np.dtype[Any]:
@@ -171,7 +176,7 @@ class TorchNDBuffer(buffer_core.NDBuffer):
         return tuple(self._data.shape)
 
     def astype(self, dtype: npt.DTypeLike, order: Literal["K", "A", "C", "F"] = "K") -> TorchNDBuffer:
-        return self.__class__(self._data.to(torch_adapter.torch_dtype(to_zarr_name(dtype))))
+        return self.__class__(self._data.to(torch_dtype(to_zarr_name(dtype))))
 
     def __getitem__(self, key: Any) -> TorchNDBuffer:
         return self.__class__(select(self._data, key))
@@ -241,9 +246,9 @@ def host_view(buffer: buffer_core.NDBuffer) -> tuple[cpu_buffer.NDBuffer, bool]:
     data = working_array(buffer)
     if isinstance(data, np.ndarray):
         return _host_buffer(data), False
-    if torch_adapter.is_tensor(data) and data.device.type == "cpu":
+    if _tensors.owns(data) and data.device.type == "cpu":
         if data.is_contiguous():
-            return _host_buffer(torch_adapter.to_numpy(data)), False
+            return _host_buffer(host_values(data)), False  # NumPy's view of the tensor's memory
         try:
             return _host_buffer(data.numpy()), False
         except TypeError:  # a strided bfloat16 or float8 tensor: NumPy cannot see it
@@ -272,10 +277,10 @@ def _is_advanced(selection: Any) -> bool:
 def select(values: Any, selection: Any) -> Any:
     """``values[selection]`` for NumPy arrays, torch tensors and CuPy arrays, ``selection``'s
     integer arrays (NumPy) moved to where ``values`` live."""
-    if torch_adapter.is_tensor(values):
+    if _tensors.owns(values):
         if values.device.type == "cpu" and _is_advanced(selection):
             # Through NumPy: torch cannot gather every type (uint64).
-            return _to_tensor(torch_adapter.to_numpy(values)[selection], "cpu")
+            return _to_tensor(host_values(values)[selection], "cpu")
         return values[_index(selection, values.device)]
     if isinstance(values, np.ndarray):
         return values[selection]
@@ -286,16 +291,12 @@ def assign(target: Any, selection: Any, values: Any) -> None:
     """``target[selection] = values`` for NumPy arrays, torch tensors and CuPy arrays, with
     ``values`` and the integer arrays of ``selection`` moved to where ``target`` lives."""
     if isinstance(target, np.ndarray):
-        if torch_adapter.is_tensor(values):
-            values = torch_adapter.to_numpy(values)
-        elif not isinstance(values, np.ndarray):
-            values = np.asarray(values.get() if hasattr(values, "get") else values)
-        target[selection] = values
+        target[selection] = host_values(values)
         return
-    if torch_adapter.is_tensor(target):
+    if _tensors.owns(target):
         if target.device.type == "cpu" and target.is_contiguous():
             # Through NumPy's view of the memory: torch cannot scatter every type (uint64).
-            assign(torch_adapter.to_numpy(target), selection, values)
+            assign(host_values(target), selection, values)
             return
         target[_index(selection, target.device)] = _to_tensor(values, target.device).to(target.dtype)
         return

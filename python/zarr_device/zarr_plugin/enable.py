@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from zarr_device.adapters.base import import_framework
 from zarr_device.devices import DeviceLike, DeviceSpec, parse_device
 from zarr_device.errors import UsageError
 
@@ -64,26 +65,25 @@ def _like_for(spec: DeviceSpec, like: str | None) -> str:
     return like
 
 
-def _buffer_classes(spec: DeviceSpec, like: str) -> tuple[str, str]:
-    if like == "numpy":
-        return _CPU_BUFFER, "zarr.buffer.cpu.NDBuffer"
-    if like == "cupy":
-        try:
-            import cupy  # noqa: F401 - zarr-python's GPU buffers need it
-        except ImportError:
-            raise UsageError("like='cupy' needs CuPy: pip install cupy-cuda12x (or cupy-cuda13x)") from None
-        return "zarr.buffer.gpu.Buffer", "zarr.buffer.gpu.NDBuffer"
-    if like == "torch":
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            raise UsageError("like='torch' needs PyTorch: pip install torch") from None
-        return _CPU_BUFFER, "zarr_device.zarr_plugin.buffers.TorchNDBuffer"
-    try:
-        import jax  # noqa: F401
-    except ImportError:
-        raise UsageError("like='jax' needs JAX: pip install jax") from None
-    return _CPU_BUFFER, "zarr_device.zarr_plugin.buffers.JaxNDBuffer"
+#: The buffer and NDBuffer classes zarr-python makes for each ``like=``.
+_BUFFERS: dict[str, tuple[str, str]] = {
+    "numpy": (_CPU_BUFFER, "zarr.buffer.cpu.NDBuffer"),
+    "cupy": ("zarr.buffer.gpu.Buffer", "zarr.buffer.gpu.NDBuffer"),  # zarr-python's GPU buffers
+    "torch": (_CPU_BUFFER, "zarr_device.zarr_plugin.buffers.TorchNDBuffer"),
+    "jax": (_CPU_BUFFER, "zarr_device.zarr_plugin.buffers.JaxNDBuffer"),
+}
+#: The frameworks ``like=`` names beyond NumPy, and what to install when one is missing.
+_INSTALL = {
+    "cupy": "like='cupy' needs CuPy: pip install cupy-cuda12x (or cupy-cuda13x)",
+    "torch": "like='torch' needs PyTorch: pip install torch",
+    "jax": "like='jax' needs JAX: pip install jax",
+}
+
+
+def _buffer_classes(like: str) -> tuple[str, str]:
+    if like in _INSTALL:
+        import_framework(like, _INSTALL[like])
+    return _BUFFERS[like]
 
 
 def enable(device: DeviceLike = "cpu", like: str | None = None, *, strict: bool = False) -> Enabled:
@@ -108,7 +108,7 @@ def enable(device: DeviceLike = "cpu", like: str | None = None, *, strict: bool 
 
     spec = parse_device(device)
     chosen = _like_for(spec, like)
-    buffer, ndbuffer = _buffer_classes(spec, chosen)
+    buffer, ndbuffer = _buffer_classes(chosen)
     torch_device = spec.name if chosen == "torch" else buffers.torch_device()
     jax_device = spec.index if chosen == "jax" and spec.kind == "cuda" else None
     saved = _Saved(

@@ -14,7 +14,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from zarr_device.api import Array, open_array
+from zarr_device.array import Array
+from zarr_device.group import open_array
 
 if TYPE_CHECKING:
     from zarr.core.metadata import ArrayMetadata

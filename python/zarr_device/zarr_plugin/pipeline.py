@@ -22,7 +22,7 @@ import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from zarr.abc.codec import Codec, CodecPipeline
 from zarr.codecs._v2 import V2Codec
@@ -33,12 +33,10 @@ from zarr.registry import register_pipeline
 from zarr.storage import StorePath
 
 from zarr_device import many
-from zarr_device.adapters import cupy as cupy_adapter
-from zarr_device.adapters import torch as torch_adapter
-from zarr_device.api import Array
-from zarr_device.devices import device_of
-from zarr_device.dtypes import to_zarr_name
-from zarr_device.errors import FormatError, ZarrDeviceError
+from zarr_device.adapters import Like, adapter_of
+from zarr_device.array import Array
+from zarr_device.devices import DeviceSpec
+from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
 from zarr_device.zarr_plugin.buffers import assign, copy_from_host, host_view, select, working_array
 from zarr_device.zarr_plugin.locate import EngineArrays, key_layout, split_chunk_key
 from zarr_device.zarr_plugin.regions import ChunkPart, as_slices, chunk_part, single_box
@@ -258,9 +256,9 @@ class DevicePipeline(CodecPipeline):
         where, like = _target_of(target)
         box = single_box(parts, tuple(out.shape)) if not drop_axes else None
         if box is not None:
-            if _fills(target, array):
+            try:
                 array.read(box, out=target)
-            else:
+            except UsageError:  # memory the engine cannot fill in place (its layout or type): a copy
                 assign(target, Ellipsis, array.read(box, device=where, like=like))
             return True
         results = many.read_many(
@@ -343,30 +341,15 @@ def _serves(array: Array, grid: tuple[int, ...], parts: Sequence[ChunkPart]) -> 
     )
 
 
-def _target_of(array: Any) -> tuple[Any, Any]:
-    """The device an array lives on and the kind of array (``like=``) reads for it should make."""
-    spec = device_of(array)
-    if torch_adapter.is_tensor(array):
-        return spec, ("torch" if spec is not None and spec.kind != "cpu" else None)
-    if cupy_adapter.is_array(array):
-        return spec, "cupy"
-    return None, None
-
-
-def _fills(target: Any, array: Array) -> bool:
-    """Whether the engine can read straight into ``target`` (contiguous, of the array's type)."""
-    if torch_adapter.is_tensor(target):
-        return bool(target.is_contiguous()) and target.dtype == torch_adapter.torch_dtype(to_zarr_name(array.dtype))
-    if cupy_adapter.is_array(target):
-        return bool(target.flags.c_contiguous) and target.dtype == array.dtype
-    flags = getattr(target, "flags", None)
-    return (
-        type(target).__module__ == "numpy"
-        and target.dtype == array.dtype
-        and flags is not None
-        and bool(flags.c_contiguous)
-        and bool(flags.writeable)
-    )
+def _target_of(array: Any) -> tuple[DeviceSpec | None, Like | None]:
+    """The device and the kind of array (``like=``) reads for ``array`` should make: NumPy for
+    arrays in host memory (which every framework there shares), the array's own framework on a
+    device."""
+    owner = adapter_of(array)
+    where = None if owner is None else owner.device_of(array)
+    if owner is None or where is None or where.kind == "cpu":
+        return None, None
+    return where, cast("Like | None", owner.like)
 
 
 register_pipeline(DevicePipeline)

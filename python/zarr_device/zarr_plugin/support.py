@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from zarr.core.buffer import cpu as cpu_buffer
 
-from zarr_device.api import open_array
+from zarr_device.group import open_array
 from zarr_device.errors import ZarrDeviceError
 from zarr_device.stores import MemoryStore
 from zarr_device.zarr_plugin.locate import key_layout
