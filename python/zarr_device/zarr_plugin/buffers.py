@@ -101,13 +101,15 @@ def _to_tensor(values: Any, device: str | None = None) -> Any:
         return values if device is None else values.to(device)
     array = np.asarray(values)
     if array.dtype.kind == "V" or not array.dtype.isnative:
-        # ml_dtypes types travel as bytes; non-native byte orders are made native first.
-        name = to_zarr_name(array.dtype)
-        native = np.ascontiguousarray(array, dtype=to_numpy_dtype(name))
-        raw = torch.from_numpy(native.reshape(-1).view(np.uint8))
-        tensor = raw.view(torch_dtype(name)).reshape(native.shape)
+        # ml_dtypes types travel as bytes (below); non-native byte orders are made native first.
+        array = np.ascontiguousarray(array, dtype=to_numpy_dtype(to_zarr_name(array.dtype)))
+    if not array.flags.writeable:
+        array = array.copy()  # torch may write to the memory it shares
+    if array.dtype.kind == "V":
+        tensor = torch.from_numpy(array.reshape(-1).view(np.uint8))
+        tensor = tensor.view(torch_dtype(to_zarr_name(array.dtype))).reshape(array.shape)
     else:
-        tensor = torch.from_numpy(array if array.flags.writeable else array.copy())
+        tensor = torch.from_numpy(array)
     return tensor.to(device or _torch_device)
 
 

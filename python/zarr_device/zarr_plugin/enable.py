@@ -104,7 +104,10 @@ def enable(device: DeviceLike = "cpu", like: str | None = None, *, strict: bool 
     """
     import zarr
 
+    from zarr_device.dtypes import register_with_zarr
     from zarr_device.zarr_plugin import buffers, pipeline  # registers the classes named below
+
+    register_with_zarr()  # bfloat16 and float8, which the engine reads, for zarr-python too
 
     spec = parse_device(device)
     chosen = _like_for(spec, like)
