@@ -15,7 +15,7 @@ Conventions for README.md:
   tests' S3 server (s3_server.py; skipped without it), with the endpoint, region and credentials
   in the environment as S3 clients read them (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...).
   The server's bucket is named ``data``.
-- A block that imports torch, cupy or jax, or reads with ``like="torch"``, ``"cupy"`` or
+- A block that imports torch, cupy, jax, xarray or dask, or reads with ``like="torch"``, ``"cupy"`` or
   ``"jax"``, is skipped with a reason where that package cannot be imported.
 
 A skipped block skips the rest of its section too (later blocks may build on it); the blocks
@@ -41,7 +41,7 @@ import zarr_device as zd
 README = Path(__file__).resolve().parents[2] / "README.md"
 GPU_MARKER = "<!-- gpu -->"
 S3_MARKER = "<!-- s3 -->"
-OPTIONAL_PACKAGES = ("torch", "cupy", "jax")
+OPTIONAL_PACKAGES = ("torch", "cupy", "jax", "xarray", "dask")
 _IMPORT = re.compile(r"^\s*(?:import|from)\s+(" + "|".join(OPTIONAL_PACKAGES) + r")\b", re.M)
 _LIKE = re.compile(r"""\blike\s*=\s*["'](""" + "|".join(OPTIONAL_PACKAGES) + r""")["']""")
 

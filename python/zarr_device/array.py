@@ -123,6 +123,12 @@ class Array:
             f"chunks={self.chunks}{f' shards={self.shards}' if self.shards else ''}>"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as its store and path, opened again where unpickled (a dask worker, a
+        multiprocessing pool): a LocalStore by its directory, a zarr-python store as that store
+        pickles; a MemoryStore cannot leave its process (UsageError)."""
+        return (_reopened, (self._store, self.path, self._read_only))
+
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d array")
@@ -213,3 +219,8 @@ class Array:
     def update_attributes(self, attributes: Mapping[str, Any]) -> None:
         """Merges ``attributes`` into the stored ones in one atomic rewrite (``attrs.update``)."""
         self.attrs.update(attributes)
+
+
+def _reopened(store: EngineStore, path: str, read_only: bool) -> Array:
+    """An array unpickled: opened again in its store."""
+    return Array(_core.Array.open(store.handle, path), store, read_only=read_only)

@@ -62,6 +62,15 @@ class LocalStore:
         extra = ", read_only=True" if self.read_only else ""
         return f"LocalStore({str(self.root)!r}, io={self.io!r}{extra})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as its directory, opened again where it is unpickled (another process: a
+        # dask worker, a multiprocessing pool).
+        return (_local_store, (str(self.root), self.io, self.read_only))
+
+
+def _local_store(root: str, io: Literal["buffered", "direct", "gds"], read_only: bool) -> LocalStore:
+    return LocalStore(root, io=io, read_only=read_only)
+
 
 class MemoryStore:
     """Keys and values held in this process."""
@@ -79,6 +88,13 @@ class MemoryStore:
 
     def __repr__(self) -> str:
         return "MemoryStore()"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        raise UsageError(
+            "a zarr_device MemoryStore cannot be pickled: its keys live in this process's memory, "
+            "which other processes (dask workers, multiprocessing pools) cannot reach; keep arrays "
+            "to share in a LocalStore (a directory) or a zarr-python store that pickles"
+        )
 
 
 class _ZarrStoreCallbacks:
@@ -160,6 +176,11 @@ class ZarrStoreAdapter:
 
     def __repr__(self) -> str:
         return f"ZarrStoreAdapter({self.store!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as the zarr-python store (which pickles itself, if it can) and fed to the
+        # engine again where it is unpickled.
+        return (ZarrStoreAdapter, (self.store,))
 
 
 def _is_zarr_local_store(store: Any) -> bool:

@@ -104,6 +104,15 @@ class DevicePipeline(CodecPipeline):
         if self.reason is not None and strict:
             raise FormatError(f"zarr_device cannot serve the array {self._describe()}: {self.reason}")
 
+    def __getstate__(self) -> dict[str, Any]:
+        # zarr-python pickles an array with its pipeline (dask sends arrays to its workers so):
+        # what it was built from travels, and it is built again there, with engine handles of
+        # its own.
+        return {"metadata": self.metadata, "store": self.store, "strict": self.strict}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["metadata"], state["store"], strict=state["strict"])  # type: ignore[misc]
+
     def _describe(self, path: str | None = None) -> str:
         where = f"'{path or '/'}' in {self.store}" if path is not None else f"in {self.store}"
         return f"{where} (shape {tuple(self.metadata.shape)}, zarr_format {self.metadata.zarr_format})"
