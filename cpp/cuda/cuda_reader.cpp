@@ -244,7 +244,8 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
           stderr,
           "zarr-device read: %zu targets %zu leaves %zu batches (copies %zu B), %zu slots, "
           "lookahead %zu, %zu decode regions of %zu B, %zu decode calls of %zu chunks, %zu shared "
-          "with the CPU (zstd temp %zu + %zu per chunk); plan %.2f ms, fetch waits %.2f ms, drain %.2f ms, "
+          "with the CPU (zstd temp %zu + %zu per chunk); plan %.2f ms, fetch waits %.2f ms, drain "
+          "%.2f ms, "
           "total %.2f ms\n",
           targets.size(), leaves.size(), batches.size(), target, slots, lookahead,
           ctx.decode_regions(), ctx.decode_budget, decode_calls_, decoded_chunks_, shared,

@@ -326,3 +326,28 @@ def test_cuda_save_and_load(tmp_path: Path) -> None:
     zt.load_into(fresh, tmp_path / "m.zarr", device="cuda")
     tokens = torch.randint(0, 50, (2, 9), device="cuda")
     assert torch.equal(fresh(tokens), model(tokens))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compressors", [None, "zstd"])
+def test_saved_from_the_gpu_equals_saved_from_the_host(tmp_path: Path, compressors: Any) -> None:
+    if not torch.cuda.is_available() or zd.cuda_device_count() == 0:
+        pytest.skip("no CUDA device")
+    g = torch.Generator().manual_seed(3)
+    state = {
+        "w": torch.randn(300, 257, generator=g).to(torch.bfloat16),
+        "big": torch.randn(1500, 1024, generator=g),  # several chunks and shards
+        "f8": torch.randn(64, 33, generator=g).to(torch.float8_e4m3fn),
+        "mask": torch.rand(17, 5, generator=g) > 0.5,
+        "ids": torch.arange(-50, 50, dtype=torch.int64),
+        "t": torch.randn(40, 30, generator=g).t(),  # not contiguous
+        "empty": torch.zeros(0, 4),
+    }
+    zt.save({k: v.to("cuda") for k, v in state.items()}, tmp_path / "gpu.zarr", compressors=compressors,
+            progress=False)
+    zt.save(state, tmp_path / "host.zarr", compressors=compressors, progress=False)
+    from_gpu, from_host = zt.load(tmp_path / "gpu.zarr"), zt.load(tmp_path / "host.zarr")
+    for name, tensor in state.items():
+        for got in (from_gpu[name], from_host[name]):
+            assert got.dtype == tensor.dtype and got.shape == tensor.shape, name
+            assert torch.equal(got.contiguous().view(torch.uint8), tensor.contiguous().view(torch.uint8)), name

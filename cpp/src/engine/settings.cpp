@@ -97,10 +97,10 @@ const std::array<SettingInfo, 7> kTable = {{
      [](Settings& s, std::uint64_t v) { s.gpu_encode = static_cast<GpuEncode>(v); }},
     {"decode_sharing", "ZARR_DEVICE_DECODE_SHARING", SettingKind::kChoice, "auto", 0, 0,
      kDecodeSharingChoices,
-     "Reads onto a GPU: 'auto' decodes a share of the chunks the GPU could decode on CPU threads "
-     "where that ends the read sooner (a GPU decodes each chunk slowly and is fast only with many "
-     "at once: reads of few chunks, or of chunks of many MiB, gain most); 'off' leaves them all "
-     "to the GPU.",
+     "Reads onto a GPU: 'auto' decodes the chunks of a read on CPU threads instead of the GPU "
+     "where that ends it sooner (a GPU decodes each chunk slowly and is fast only with many at "
+     "once, so reads of few chunks, such as one tensor at a time, are faster on the CPU); 'off' "
+     "leaves every chunk the GPU can decode to it.",
      [](const Settings& s) { return static_cast<std::uint64_t>(s.decode_sharing); },
      [](Settings& s, std::uint64_t v) { s.decode_sharing = static_cast<DecodeSharing>(v); }},
 }};

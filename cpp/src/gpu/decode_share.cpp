@@ -1,7 +1,6 @@
 #include "gpu/decode_share.hpp"
 
 #include <algorithm>
-#include <vector>
 
 namespace zarr_device::gpu {
 
@@ -42,32 +41,15 @@ std::size_t share_decodes(std::span<Leaf> leaves, DecodeKind kind, const DecodeR
     largest = std::max(largest, decoded);
   }
   if (total == 0) return 0;
-  // The CPU's share of the bytes, on a grid fine enough for the estimate's accuracy.
-  constexpr int kSteps = 64;
-  std::vector<double> seconds(kSteps + 1);
-  double best = 0;
-  for (int s = 0; s <= kSteps; ++s) {
-    const double share = static_cast<double>(s) / kSteps;
-    seconds[s] = decode_seconds(total * (1 - share), total * share, largest, fetched, rates);
-    best = s == 0 ? seconds[0] : std::min(best, seconds[s]);
+  if (decode_seconds(0, total, largest, fetched, rates) >=
+      decode_seconds(total, 0, largest, fetched, rates)) {
+    return 0;
   }
-  int chosen = 0;
-  while (seconds[chosen] > best * 1.02) ++chosen;  // within 2% of the best, the device's
-  if (chosen == 0) return 0;
-  const double share = static_cast<double>(chosen) / kSteps;
-  // In order, each leaf to the CPU while the CPU's bytes lag the share of the bytes seen so far.
   std::size_t moved = 0;
-  double seen = 0;
-  double on_cpu = 0;
   for (auto& leaf : leaves) {
     if (leaf.route != Route::kDeviceDecode || leaf.codec != kind) continue;
-    const auto decoded = static_cast<double>(leaf.spec->nbytes());
-    seen += decoded;
-    if (on_cpu + decoded / 2 <= share * seen) {
-      leaf.route = Route::kCpuDecode;
-      on_cpu += decoded;
-      ++moved;
-    }
+    leaf.route = Route::kCpuDecode;
+    ++moved;
   }
   return moved;
 }

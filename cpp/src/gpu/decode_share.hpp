@@ -1,10 +1,11 @@
-// Sharing a read's decoding between the GPU and the CPU threads. A batched GPU decoder decodes
-// each chunk on one thread block, slowly (measured on an H200 with nvCOMP 6, zstd of bf16
-// weights: about 0.25 GB/s per chunk), and fast only with many chunks at once; a CPU thread
-// decodes a chunk about four times faster. So a read of few chunks (a single tensor read after
-// another) or of large ones (16-64 MiB) finishes sooner with some or all of its chunks decoded on
-// the CPU, while a read of many chunks gains from a share of them there as long as CPU threads are
-// left over from fetching. Pure host logic: every rate it needs is given.
+// Choosing between the GPU and the CPU threads for a read's decoding. A batched GPU decoder
+// decodes each chunk on one thread block, slowly, and is fast only with many chunks at once; a CPU
+// thread decodes a chunk faster. So a read of few chunks (a single tensor read after another)
+// finishes sooner decoded on the CPU, a read of many on the GPU. (Measured on an H200 with
+// nvCOMP 6, zstd + crc32c of bf16 weights in 2 MiB chunks: a chunk decodes at about 0.2 GB/s on
+// the GPU and 0.45 GB/s on a CPU thread of the pipeline; a 16 MiB tensor read in 10 ms on the
+// GPU, 4.5 on the CPU. A read split between the two was slower than either: the batches holding
+// CPU decodes held up the GPU's.) Pure host logic: every rate it needs is given.
 #pragma once
 
 #include <cstddef>
@@ -17,9 +18,9 @@ namespace zarr_device::gpu {
 // What the machine decodes and moves, per second (decoded bytes for decoding, stored bytes for
 // fetching), and the resources a read has.
 struct DecodeRates {
-  double device_chunk = 0.25e9;   // one chunk on the device (one thread block)
+  double device_chunk = 0.2e9;    // one chunk on the device (one thread block)
   std::size_t device_lanes = 0;   // chunks the device decodes at once at that rate (its SMs)
-  double cpu_thread = 0.9e9;      // one CPU thread decoding (and checking a crc32c)
+  double cpu_thread = 0.45e9;     // one CPU thread decoding (and checking a crc32c)
   double cpu_fetch = 8e9;         // one CPU thread moving stored bytes into pinned staging
   std::size_t cpu_threads = 1;    // the read's threads
   std::size_t staging_bytes = 0;  // the pinned staging: CPU-decoded chunks wait there decoded
@@ -32,9 +33,8 @@ struct DecodeRates {
 double decode_seconds(double device_bytes, double cpu_bytes, double largest, double fetched,
                       const DecodeRates& rates);
 
-// Moves device decodes of `kind` to the CPU where the estimate says the read then ends sooner:
-// the share of their bytes that minimises it (ties to the device, which leaves the CPU threads to
-// fetching), spread evenly over the read so that every batch has its part. Returns how many moved.
+// Moves every device decode of `kind` to the CPU where the estimate says the read then ends
+// sooner; returns how many moved.
 std::size_t share_decodes(std::span<Leaf> leaves, DecodeKind kind, const DecodeRates& rates);
 
 }  // namespace zarr_device::gpu

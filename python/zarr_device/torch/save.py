@@ -155,20 +155,25 @@ def _progress(total: int, progress: bool | Callable[[int], object], desc: str) -
 
 
 def _write(store: LocalStore, item: _Stored, codecs: list[dict[str, Any]] | None) -> int:
-    # GPU (and other device) tensors cross to the host one at a time, so host memory holds one
-    # tensor's copy at most; a non-contiguous tensor is stored as its contiguous values.
-    host = item.entry.get().detach().to("cpu").contiguous()
-    shape = tuple(host.shape)
-    if host.dtype != item.entry.dtype or shape != item.entry.shape:  # a source that changed under us
-        raise FormatError(f"holds {host.dtype} {list(shape)}, not the {item.entry.dtype} "
+    # A CUDA tensor is written from the device: the engine lays its chunks out (and compresses
+    # zstd chunks) on the GPU and they cross to the host once, through its bounded staging. Other
+    # devices' tensors cross to the host one at a time, so host memory holds one tensor's copy at
+    # most. A non-contiguous tensor is stored as its contiguous values.
+    tensor = item.entry.get().detach()
+    if tensor.device.type != "cuda":
+        tensor = tensor.to("cpu")
+    tensor = tensor.contiguous()
+    shape = tuple(tensor.shape)
+    if tensor.dtype != item.entry.dtype or shape != item.entry.shape:  # a source that changed under us
+        raise FormatError(f"holds {tensor.dtype} {list(shape)}, not the {item.entry.dtype} "
                           f"{list(item.entry.shape)} it was listed as")
-    chunks, shards = layout(shape, host.element_size())
+    chunks, shards = layout(shape, tensor.element_size())
     info = {"name": item.name, "dtype": item.dtype, "shape": list(shape)}
     array = create(store, path=item.path, shape=shape, dtype=item.dtype, chunks=chunks, shards=shards,
                    compressors=codecs, attributes={TENSOR_ATTRIBUTE: info})
-    if host.numel():
-        array.write(Ellipsis, host)
-    return math.prod(shape) * host.element_size()
+    if tensor.numel():
+        array.write(Ellipsis, tensor)
+    return math.prod(shape) * tensor.element_size()
 
 
 def save(
@@ -183,8 +188,9 @@ def save(
     """Saves a module's state dict (or a mapping of names to tensors) as a checkpoint: a Zarr v3
     group at ``path`` (a local directory), one array per tensor (docs/checkpoint-format.md).
 
-    Tensors may live on any device (each is copied to the host in turn) and have any layout
-    (their values are stored contiguous). Tied tensors (views of the same elements, such as a
+    Tensors may live on any device and have any layout (their values are stored contiguous):
+    CUDA tensors are encoded on the GPU and cross to the host once, encoded; other devices'
+    tensors are copied to the host in turn. Tied tensors (views of the same elements, such as a
     shared embedding and output layer) are stored once. ``compressors``: None stores the bytes as
     they are (the fastest to read); "zstd" stores zstd level 1 chunks with a crc32c each (which
     GPU reads decode on the GPU). ``metadata``: JSON the checkpoint carries (read it with
