@@ -2,7 +2,8 @@
 Face model folder (sharded safetensors and its other files) or a ``torch.save`` state dict into a
 checkpoint; a checkpoint into one safetensors file.
 
-Tensors move one at a time (memory holds one tensor, not the model) and every value is copied
+Tensors move a few at a time (memory holds those being written, within ``max_inflight_bytes``,
+not the model) and every value is copied
 bit for bit. Checkpoints are written by the writer behind :func:`zarr_device.torch.save`, and
 both kinds of output are placed atomically (zarr_device.placement).
 """

@@ -10,6 +10,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -17,6 +18,7 @@ from typing import Any, Literal, Union
 import torch
 
 from zarr_device import placement
+from zarr_device.config import get_config
 from zarr_device.create import create, create_group
 from zarr_device.dtypes import ZARR_DTYPE_NAMES
 from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
@@ -48,7 +50,8 @@ def zarr_dtype(dtype: torch.dtype) -> str:
 class TensorEntry:
     """One tensor to store: its name, dtype and shape, known before any values are, and a
     function giving its values, called once while it is written. A converter hands its tensors
-    over this way so that memory holds one tensor at a time, not the whole state dict."""
+    over this way so that memory holds the tensors being written (a few, within
+    ``max_inflight_bytes``), not the whole state dict."""
 
     name: str
     dtype: torch.dtype
@@ -157,8 +160,8 @@ def _progress(total: int, progress: bool | Callable[[int], object], desc: str) -
 def _write(store: LocalStore, item: _Stored, codecs: list[dict[str, Any]] | None) -> int:
     # A CUDA tensor is written from the device: the engine lays its chunks out (and compresses
     # zstd chunks) on the GPU and they cross to the host once, through its bounded staging. Other
-    # devices' tensors cross to the host one at a time, so host memory holds one tensor's copy at
-    # most. A non-contiguous tensor is stored as its contiguous values.
+    # devices' tensors cross to the host as they are written (_write_all bounds how many at once).
+    # A non-contiguous tensor is stored as its contiguous values.
     tensor = item.entry.get().detach()
     if tensor.device.type != "cuda":
         tensor = tensor.to("cpu")
@@ -174,6 +177,47 @@ def _write(store: LocalStore, item: _Stored, codecs: list[dict[str, Any]] | None
     if tensor.numel():
         array.write(Ellipsis, tensor)
     return math.prod(shape) * tensor.element_size()
+
+
+#: Tensors written at once. A tensor is one or a few shard files, each written and fsynced by one
+#: thread: one tensor at a time leaves the disk idle while each file is flushed.
+_WRITERS = 4
+
+
+def _write_all(store: LocalStore, stored: Sequence[_Stored], codecs: list[dict[str, Any]] | None,
+               advance: Callable[[int], object]) -> None:
+    """Writes the tensors, up to _WRITERS at once while the tensors in flight hold at most
+    ``max_inflight_bytes`` (a larger tensor is written alone): host memory stays bounded by the
+    setting whatever the checkpoint's size. The first error is raised, naming its tensor, once
+    the writes under way have ended."""
+    budget = get_config().max_inflight_bytes
+    running: dict[Future[int], _Stored] = {}
+    held = 0
+
+    def settle() -> None:
+        nonlocal held
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        for future in done:
+            item = running.pop(future)
+            held -= item.entry.nbytes
+            try:
+                advance(future.result())
+            except ZarrDeviceError as e:
+                raise type(e)(f"saving tensor '{item.name}': {e}") from e
+
+    with ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="zarr-device-save") as pool:
+        try:
+            for item in stored:
+                while running and (len(running) >= _WRITERS or held + item.entry.nbytes > budget):
+                    settle()
+                running[pool.submit(_write, store, item, codecs)] = item
+                held += item.entry.nbytes
+            while running:
+                settle()
+        except BaseException:
+            for future in running:
+                future.cancel()
+            raise
 
 
 def save(
@@ -229,7 +273,7 @@ def write_checkpoint(
     add_files: Callable[[Path], None] | None = None,
 ) -> None:
     """Writes a checkpoint at ``dest`` (checked by :func:`placement.check_replaceable`) from
-    tensors handed over one at a time: the writer behind :func:`save` and the converters
+    tensors handed over a few at a time: the writer behind :func:`save` and the converters
     (zarr_device.torch.interop). ``metadata``: JSON, already checked. ``extra``: more keys for
     the root attribute (``files``). ``add_files``: called with the partial directory once the
     tensors are written, to put other files in it before it is placed."""
@@ -240,10 +284,6 @@ def write_checkpoint(
         store = LocalStore(partial)
         create_group(store, attributes={ROOT_ATTRIBUTE: {**manifest.to_json(), **(extra or {})}})
         with _progress(total, progress, desc) as advance:
-            for item in stored:
-                try:
-                    advance(_write(store, item, codecs))
-                except ZarrDeviceError as e:
-                    raise type(e)(f"saving tensor '{item.name}': {e}") from e
+            _write_all(store, stored, codecs, advance)
         if add_files is not None:
             add_files(partial)
