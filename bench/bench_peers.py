@@ -31,7 +31,7 @@ or the loader is reported FAILED, not timed.
     torch.load-mmap         torch.load(f, mmap=True, weights_only=True), then .to(d) for each tensor
 
 Reported: GB/s (10^9 bytes of tensor data per second), each loader's speed over zarr-device's (on
-uncompressed arrays), and the peak RSS of each loader's process (ru_maxrss, measured in it).
+uncompressed arrays), and the peak RSS of each loader's process (VmHWM, measured in it).
 
     python bench/bench_peers.py --size 6GiB --out /tmp/bp [--codecs none,zstd] [--json peers.json]
     python bench/bench_peers.py --device cpu --size 256MiB --no-cold     # a smoke run without a GPU
@@ -188,9 +188,9 @@ def make_loader(name: str, data: str, codec: str, device: str,
 
 
 def max_rss() -> int:
-    import resource
+    from bench_read import peak_rss
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return peak_rss()
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
@@ -423,7 +423,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nGB/s: 10^9 bytes of tensor data ({nbytes / 1e9:.3f} GB per load) per second, from the call to the "
               f"tensors on {args.device}, synchronised; warm: best and median of {args.repeats} after an untimed load; "
               "cold: one load by a fresh process after the page cache was dropped. vs zd: the loader's GB/s over "
-              "zarr-device's (uncompressed arrays). Peak RSS: ru_maxrss of the loader's process (torch and its "
+              "zarr-device's (uncompressed arrays). Peak RSS: VmHWM of the loader's process (torch and its "
               "CUDA context included). Every load with figures returned the generated values, bit for bit "
               "(FAILED: other values).")
         if args.device == "cpu":
