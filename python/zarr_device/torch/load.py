@@ -21,6 +21,7 @@ from zarr_device.array import Array
 from zarr_device.group import Group, open_array, open_group
 from zarr_device.errors import FormatError, NodeNotFoundError, UsageError, ZarrDeviceError
 from zarr_device.many import iter_many, read_many
+from zarr_device.sizes import parse_size
 from zarr_device.torch.auto_map import AUTO_STRATEGIES, MaxMemory, memory_budgets, plan_auto_device_map
 from zarr_device.torch.device_map import DeviceMap, plan_device_map
 from zarr_device.torch.distributed import Part, ShardPlan, part_selection, resolve_rank, tensor_parallel_parts
@@ -197,6 +198,18 @@ def read_tensors(
     return {name: out[name] for name in names}
 
 
+def _parts(
+    checkpoint: Checkpoint, names: list[str], shard_plan: ShardPlan | None, rank: int | None, world_size: int | None
+) -> dict[str, Part] | None:
+    """This rank's part of each name under ``shard_plan`` (None without a plan)."""
+    if shard_plan is None:
+        if rank is not None or world_size is not None:
+            raise UsageError("rank= and world_size= go with a shard_plan= (for a plain load, pass neither)")
+        return None
+    rank, world_size = resolve_rank(rank, world_size)
+    return tensor_parallel_parts(checkpoint, names, shard_plan, rank, world_size)
+
+
 def planned_bytes(tensor_bytes: int, itemsize: int, stored_floating: bool, dtype: torch.dtype | None) -> int:
     """The device memory a tensor of ``tensor_bytes`` takes while it loads: cast to ``dtype``
     (floating tensors), it is read as stored and then cast, so the larger of the two counts."""
@@ -338,17 +351,12 @@ def load(
     along a dimension it lacks, or a rank outside ``[0, world_size)``; NodeNotFoundError when
     there is no checkpoint at ``path``.
     """
-    if shard_plan is None and (rank is not None or world_size is not None):
-        raise UsageError("rank= and world_size= go with a shard_plan= (for a plain load, pass neither)")
     if device is not None and device_map is not None:
         raise UsageError("pass device= or device_map=, not both")
     strategy = check_auto_options(device_map, max_memory, modules)
     checkpoint = open_checkpoint(path)
     names = _select(checkpoint.manifest, keys)
-    parts = None
-    if shard_plan is not None:
-        rank, world_size = resolve_rank(rank, world_size)
-        parts = tensor_parallel_parts(checkpoint, names, shard_plan, rank, world_size)
+    parts = _parts(checkpoint, names, shard_plan, rank, world_size)
     if strategy is not None:
         device_map = _auto_map(checkpoint, names, strategy, max_memory, modules, dtype, parts)
     # Planned before anything is read, so that a map missing a tensor costs no reads.
@@ -368,17 +376,61 @@ def iter_load(
     device: DeviceArg = "cpu",
     dtype: torch.dtype | None = None,
     keys: Keys = None,
+    shard_plan: ShardPlan | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    window_bytes: int | str | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Loads a checkpoint as :func:`load` does, yielding ``(name, tensor)`` as each tensor is
     complete (:func:`zarr_device.iter_many`), in the checkpoint's order; a tied name comes right
-    after the tensor it shares, as the same object."""
+    after the tensor it shares, as the same object. ``shard_plan``, ``rank``, ``world_size``: as
+    for :func:`load`, each rank's part of the tensors a plan names.
+
+    ``window_bytes`` (a byte count or a size such as "1GiB"): onto a GPU, the tensors are read in
+    consecutive windows of about that many bytes (a larger tensor is a window of its own), each
+    allocated when its read starts, so that a consumer that copies each tensor away and drops it
+    holds at most about one window beyond what it keeps; None reads them all in one pipeline,
+    allocating every tensor up front. On the host tensors are read one after another anyway.
+
+    The checkpoint is opened and the arguments checked when this is called, before the first
+    tensor is asked for."""
     checkpoint = open_checkpoint(path)
     cast = _caster(dtype)
-    reads, serves = _plan(checkpoint, _select(checkpoint.manifest, keys))
-    for key, tensor in iter_many(reads, device=device, like="torch"):
-        tensor = cast(tensor)
-        for name in serves[key]:
-            yield name, tensor
+    names = _select(checkpoint.manifest, keys)
+    parts = _parts(checkpoint, names, shard_plan, rank, world_size)
+    reads, serves = _plan(checkpoint, names, parts)
+    limit = None if window_bytes is None else parse_size(window_bytes, what="window_bytes")
+    return _landing(reads, serves, device, cast, limit)
+
+
+def _windows(reads: dict[str, tuple[Array, Any]], limit: int) -> Iterator[dict[str, tuple[Array, Any]]]:
+    """``reads`` in order, cut into runs of at most ``limit`` bytes (or one larger read)."""
+    window: dict[str, tuple[Array, Any]] = {}
+    size = 0
+    for key, read in reads.items():
+        nbytes = _nbytes(read)
+        if window and size + nbytes > limit:
+            yield window
+            window, size = {}, 0
+        window[key] = read
+        size += nbytes
+    if window:
+        yield window
+
+
+def _landing(
+    reads: dict[str, tuple[Array, Any]],
+    serves: dict[str, list[str]],
+    device: DeviceArg,
+    cast: Callable[[torch.Tensor], torch.Tensor],
+    limit: int | None,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    for window in [reads] if limit is None else _windows(reads, limit):
+        for key, tensor in iter_many(window, device=device, like="torch"):
+            tensor = cast(tensor)
+            for name in serves[key]:
+                yield name, tensor
+            del tensor  # so that the next window is allocated without this one's last tensor
 
 
 def metadata(path: PathLike) -> Any:
