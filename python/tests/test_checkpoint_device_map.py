@@ -65,8 +65,9 @@ def test_meta_and_disk_are_refused(device: object) -> None:
 
 
 @pytest.mark.parametrize("bad, match", [
-    ("auto", "not implemented yet"),
-    ("balanced", "must be a dict"),
+    ("auto", "planned from the tensors' sizes"),
+    ("sequential", "planned from the tensors' sizes"),
+    ("balanced_low_0", "must be a dict"),
     ([("", "cpu")], "must be a dict"),
     ({"": "no-such-device"}, "is not a device"),
     ({"": ""}, "is not a device"),
@@ -127,8 +128,8 @@ def test_load_refuses_before_reading(checkpoint: Path) -> None:
         zt.load(checkpoint, device="cpu", device_map={"": "cpu"})
     with pytest.raises(UsageError, match="'lm_head.weight'"):
         zt.load(checkpoint, device_map={"model": "cpu"})
-    with pytest.raises(UsageError, match="not implemented yet"):
-        zt.load(checkpoint, device_map="auto")
+    with pytest.raises(UsageError, match="go with device_map='auto'"):
+        zt.load(checkpoint, device_map={"": "cpu"}, max_memory={"cpu": "1GiB"})
     with pytest.raises(UsageError, match="'meta'"):
         zt.load(checkpoint, device_map={"": "cpu", "lm_head": "meta"})
 

@@ -29,18 +29,21 @@ from zarr_device import placement
 from zarr_device.torch.device_map import plan_device_map
 from zarr_device.torch.distributed import load_distributed
 from zarr_device.torch.format import FORMAT_VERSION, decode_name, encode_name
-from zarr_device.torch.load import iter_load, load, metadata
+from zarr_device.torch.load import auto_device_map, iter_load, load, metadata
 from zarr_device.torch.load_into import CheckpointMismatchError, LoadResult, load_into
 from zarr_device.torch.save import save
+from zarr_device.torch.weights import iter_weights
 
 __all__ = [
     "save",
     "load",
     "iter_load",
+    "iter_weights",
     "load_distributed",
     "load_into",
     "metadata",
     "plan_device_map",
+    "auto_device_map",
     "partials",
     "remove_partials",
     "LoadResult",

@@ -14,7 +14,8 @@ from zarr_device.errors import UsageError
 __all__ = ["DeviceMap", "plan_device_map", "device_name"]
 
 DeviceMapValue = Union[str, int, torch.device]
-#: ``{prefix: device}``; "auto" is reserved (not implemented).
+#: ``{prefix: device}``, or "auto" (also "balanced", "sequential"): planned by size by
+#: zarr_device.torch.auto_map when a checkpoint is loaded.
 DeviceMap = Union[Mapping[str, DeviceMapValue], str]
 
 # accelerate's placements that hold no values in memory: a loader that returns tensors has
@@ -24,27 +25,28 @@ _REFUSED = {"meta": "holds no values", "disk": "means offloading, which load doe
 _LISTED = 10
 
 
-def device_name(device: DeviceMapValue, key: str = "") -> str:
-    """A device_map value as a device string: an int is a CUDA device index (as accelerate
-    reads it), a torch.device its string; "meta" and "disk" are refused."""
+def device_name(device: DeviceMapValue, key: str = "", *, what: str = "device_map") -> str:
+    """A device_map value (or a ``max_memory`` key: ``what``) as a device string: an int is a
+    CUDA device index (as accelerate reads it), a torch.device its string; "meta" and "disk" are
+    refused."""
     if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
-        raise UsageError(f"device_map[{key!r}]: a device is a string, an int or a torch.device, not {device!r}")
+        raise UsageError(f"{what}[{key!r}]: a device is a string, an int or a torch.device, not {device!r}")
     if isinstance(device, int):
         if device < 0:
-            raise UsageError(f"device_map[{key!r}]: a device index is not negative, not {device}")
+            raise UsageError(f"{what}[{key!r}]: a device index is not negative, not {device}")
         return f"cuda:{device}"
     name = str(device)
     kind = name.split(":", 1)[0]
     if kind in _REFUSED:
         raise UsageError(
-            f"device_map[{key!r}] is {name!r}, which {_REFUSED[kind]}: load returns tensors, so map "
+            f"{what}[{key!r}] is {name!r}, which {_REFUSED[kind]}: load returns tensors, so map "
             f"every tensor to 'cpu' or a GPU (build the module on the meta device and use load_into for "
             f"tensors that should stay unloaded)"
         )
     try:
         torch.device(name)  # the spelling only: no device is touched, so "cuda:7" passes anywhere
     except RuntimeError as e:
-        raise UsageError(f"device_map[{key!r}]: {name!r} is not a device: {e}") from None
+        raise UsageError(f"{what}[{key!r}]: {name!r} is not a device: {e}") from None
     return name
 
 
@@ -68,14 +70,17 @@ def plan_device_map(names: Iterable[str], device_map: DeviceMap) -> dict[str, li
     below it on a dot boundary ("" covers every name); the longest covering key wins. Keys that
     cover no name are ignored (a model's map names modules whose tensors a checkpoint may not
     hold, or that ``keys=`` left out). UsageError for a name no key covers (listing them), for
-    "meta", "disk" or "auto", or for a map that is not a mapping of strings to devices."""
+    "meta", "disk" or a planned map ("auto"), or for a map that is not a mapping of strings to
+    devices."""
     if isinstance(device_map, str):
-        if device_map == "auto":
+        if device_map in ("auto", "balanced", "sequential"):
             raise UsageError(
-                "device_map='auto' needs the GPUs' free memory and module sizes to spread a model "
-                "over them, and is not implemented yet: pass a dict {prefix: device}"
+                f"device_map={device_map!r} is planned from the tensors' sizes: pass it to load or "
+                f"load_into, or make the map with zarr_device.torch.auto_device_map"
             )
-        raise UsageError(f"device_map must be a dict {{prefix: device}} (or 'auto'), not {device_map!r}")
+        raise UsageError(
+            f"device_map must be a dict {{prefix: device}} (or 'auto', 'balanced', 'sequential'), not {device_map!r}"
+        )
     if not isinstance(device_map, Mapping):
         raise UsageError(f"device_map must be a dict {{prefix: device}}, not {type(device_map).__name__}")
     devices: dict[str, str] = {}

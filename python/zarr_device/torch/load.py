@@ -10,7 +10,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -21,11 +21,13 @@ from zarr_device.array import Array
 from zarr_device.group import Group, open_array, open_group
 from zarr_device.errors import FormatError, NodeNotFoundError, UsageError, ZarrDeviceError
 from zarr_device.many import iter_many, read_many
+from zarr_device.sizes import parse_size
+from zarr_device.torch.auto_map import AUTO_STRATEGIES, MaxMemory, memory_budgets, plan_auto_device_map
 from zarr_device.torch.device_map import DeviceMap, plan_device_map
 from zarr_device.torch.distributed import Part, ShardPlan, part_selection, resolve_rank, tensor_parallel_parts
 from zarr_device.torch.format import TENSOR_ATTRIBUTE, Manifest, parse_manifest
 
-__all__ = ["Checkpoint", "open_checkpoint", "load", "iter_load", "metadata", "Keys", "DeviceArg"]
+__all__ = ["Checkpoint", "open_checkpoint", "load", "iter_load", "auto_device_map", "metadata", "Keys", "DeviceArg"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: The tensors to load: every one (None), these names, or those a function accepts.
@@ -196,6 +198,92 @@ def read_tensors(
     return {name: out[name] for name in names}
 
 
+def _parts(
+    checkpoint: Checkpoint, names: list[str], shard_plan: ShardPlan | None, rank: int | None, world_size: int | None
+) -> dict[str, Part] | None:
+    """This rank's part of each name under ``shard_plan`` (None without a plan)."""
+    if shard_plan is None:
+        if rank is not None or world_size is not None:
+            raise UsageError("rank= and world_size= go with a shard_plan= (for a plain load, pass neither)")
+        return None
+    rank, world_size = resolve_rank(rank, world_size)
+    return tensor_parallel_parts(checkpoint, names, shard_plan, rank, world_size)
+
+
+def planned_bytes(tensor_bytes: int, itemsize: int, stored_floating: bool, dtype: torch.dtype | None) -> int:
+    """The device memory a tensor of ``tensor_bytes`` takes while it loads: cast to ``dtype``
+    (floating tensors), it is read as stored and then cast, so the larger of the two counts."""
+    if dtype is None or not stored_floating or not itemsize:
+        return tensor_bytes
+    return max(tensor_bytes, tensor_bytes // itemsize * dtype.itemsize)
+
+
+def place_auto(
+    sizes: Mapping[str, int],
+    storage: Mapping[str, str],
+    strategy: str,
+    max_memory: MaxMemory | None,
+    modules: Sequence[str] | None,
+) -> dict[str, str]:
+    """The device map ``device_map=strategy`` ("auto", "balanced", "sequential") makes of these
+    sizes (:func:`zarr_device.torch.auto_map.plan_auto_device_map`)."""
+    return plan_auto_device_map(sizes, memory_budgets(max_memory), storage=storage, modules=modules,
+                                strategy=AUTO_STRATEGIES[strategy])
+
+
+def _auto_map(
+    checkpoint: Checkpoint,
+    names: list[str],
+    strategy: str,
+    max_memory: MaxMemory | None,
+    modules: Sequence[str] | None,
+    dtype: torch.dtype | None,
+    parts: Mapping[str, Part] | None = None,
+) -> dict[str, str]:
+    """The device map for loading ``names`` (or their ``parts``), cast to ``dtype``: each read's
+    bytes count once, for all the names it serves."""
+    _caster(dtype)  # a bad dtype is refused before the machine's memory is looked at
+    reads, serves = _plan(checkpoint, names, parts)
+    sizes: dict[str, int] = {}
+    storage: dict[str, str] = {}
+    for key, served in serves.items():
+        array = reads[key][0]
+        floating = checkpoint.dtype(served[0]).is_floating_point
+        size = planned_bytes(_nbytes(reads[key]), int(array.dtype.itemsize), floating, dtype)
+        for name in served:
+            sizes[name], storage[name] = size, key
+    return place_auto({name: sizes[name] for name in names}, storage, strategy, max_memory, modules)
+
+
+def check_auto_options(device_map: object, max_memory: object, modules: object) -> str | None:
+    """The strategy when ``device_map`` is one planned by size ("auto", ...), else None; refuses
+    ``max_memory``/``modules`` without one."""
+    if isinstance(device_map, str) and device_map in AUTO_STRATEGIES:
+        return device_map
+    if max_memory is not None or modules is not None:
+        raise UsageError(f"max_memory= and modules= go with device_map='auto' (or 'balanced', 'sequential'), "
+                         f"not with device_map={device_map!r}")
+    return None
+
+
+def auto_device_map(
+    path: PathLike,
+    *,
+    strategy: str = "auto",
+    max_memory: MaxMemory | None = None,
+    modules: Sequence[str] | None = None,
+    dtype: torch.dtype | None = None,
+    keys: Keys = None,
+) -> dict[str, str]:
+    """The device map ``load(path, device_map=strategy, ...)`` uses: ``{module prefix: device}``,
+    for inspection or to pass on. Reads metadata only (and, without ``max_memory``, the GPUs'
+    free memory). See :func:`load` for the arguments."""
+    if strategy not in AUTO_STRATEGIES:
+        raise UsageError(f"strategy must be one of {', '.join(map(repr, AUTO_STRATEGIES))}, not {strategy!r}")
+    checkpoint = open_checkpoint(path)
+    return _auto_map(checkpoint, _select(checkpoint.manifest, keys), strategy, max_memory, modules, dtype)
+
+
 def load(
     path: PathLike,
     *,
@@ -207,6 +295,8 @@ def load(
     shard_plan: ShardPlan | None = None,
     rank: int | None = None,
     world_size: int | None = None,
+    max_memory: MaxMemory | None = None,
+    modules: Sequence[str] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Loads a checkpoint's tensors as ``{name: tensor}`` on ``device`` ("cpu", the default,
     "cuda", "cuda:N", or any torch device).
@@ -215,12 +305,26 @@ def load(
     transformers place a model: ``{prefix: device}`` where a prefix is a module path
     ("model.layers.0"), a tensor name, or "" for everything; the longest prefix that matches
     on a dot boundary wins ("model.layers.1" does not match "model.layers.10.w"). A device is
-    "cpu", "cuda:N", an int N (a CUDA index) or a torch.device; "meta" and "disk" are refused, and
-    "auto" is not implemented yet. Every tensor must be matched (UsageError listing those that
-    are not); keys that match nothing are ignored. Each device's tensors are read in one
+    "cpu", "cuda:N", an int N (a CUDA index) or a torch.device; "meta" and "disk" are refused.
+    Every tensor must be matched (UsageError listing those that are not); keys that match
+    nothing are ignored. Each device's tensors are read in one
     pipeline of their own. A tied name is loaded where its own name maps: tied names on one device
     are one tensor object, on different devices separate copies. The result is in the
     checkpoint's order, as without a map.
+
+    ``device_map="auto"`` plans the map by size, as accelerate and transformers do
+    (:func:`auto_device_map` returns it): modules are kept whole (by default each layer, the
+    shortest prefix ending in a number such as "model.layers.7", and otherwise each tensor's own
+    module; ``modules=``: glob patterns of the modules kept whole instead), placed in order on
+    the GPUs and then, for what does not fit, the CPU; tied tensors count once and go with their
+    first user. "auto" (also "balanced") shares the model among the GPUs in proportion to their
+    memory when it fits on them; "sequential" fills each GPU before the next. ``max_memory``:
+    ``{device: bytes or "10GiB"}``, the devices to use (only those named) and what each offers;
+    by default every GPU's free memory less a reserve (a tenth of its memory, and at least twice
+    the ``staging_bytes`` setting, for activations, buffers and the read's own working memory)
+    and the host's available memory. A module larger than any device, or a model larger than
+    them all, is a UsageError naming the module and the sizes. Sizes count ``dtype`` (the larger
+    of the stored and the cast size, since a tensor is read and then cast) and ``shard_plan``.
 
     Every tensor is read in one pipeline (:func:`zarr_device.read_many`): on the host, all chunks
     of all tensors by one pool of threads; onto a CUDA device, straight into the tensors through
@@ -247,21 +351,19 @@ def load(
     along a dimension it lacks, or a rank outside ``[0, world_size)``; NodeNotFoundError when
     there is no checkpoint at ``path``.
     """
-    if shard_plan is None and (rank is not None or world_size is not None):
-        raise UsageError("rank= and world_size= go with a shard_plan= (for a plain load, pass neither)")
     if device is not None and device_map is not None:
         raise UsageError("pass device= or device_map=, not both")
+    strategy = check_auto_options(device_map, max_memory, modules)
     checkpoint = open_checkpoint(path)
     names = _select(checkpoint.manifest, keys)
+    parts = _parts(checkpoint, names, shard_plan, rank, world_size)
+    if strategy is not None:
+        device_map = _auto_map(checkpoint, names, strategy, max_memory, modules, dtype, parts)
     # Planned before anything is read, so that a map missing a tensor costs no reads.
     placed: list[tuple[DeviceArg, list[str]]] = (
         [("cpu" if device is None else device, names)] if device_map is None
         else list(plan_device_map(names, device_map).items())
     )
-    parts = None
-    if shard_plan is not None:
-        rank, world_size = resolve_rank(rank, world_size)
-        parts = tensor_parallel_parts(checkpoint, names, shard_plan, rank, world_size)
     loaded: dict[str, torch.Tensor] = {}
     for where, on_it in placed:
         loaded.update(read_tensors(checkpoint, on_it, where, dtype, progress, parts))
@@ -274,17 +376,61 @@ def iter_load(
     device: DeviceArg = "cpu",
     dtype: torch.dtype | None = None,
     keys: Keys = None,
+    shard_plan: ShardPlan | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    window_bytes: int | str | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Loads a checkpoint as :func:`load` does, yielding ``(name, tensor)`` as each tensor is
     complete (:func:`zarr_device.iter_many`), in the checkpoint's order; a tied name comes right
-    after the tensor it shares, as the same object."""
+    after the tensor it shares, as the same object. ``shard_plan``, ``rank``, ``world_size``: as
+    for :func:`load`, each rank's part of the tensors a plan names.
+
+    ``window_bytes`` (a byte count or a size such as "1GiB"): onto a GPU, the tensors are read in
+    consecutive windows of about that many bytes (a larger tensor is a window of its own), each
+    allocated when its read starts, so that a consumer that copies each tensor away and drops it
+    holds at most about one window beyond what it keeps; None reads them all in one pipeline,
+    allocating every tensor up front. On the host tensors are read one after another anyway.
+
+    The checkpoint is opened and the arguments checked when this is called, before the first
+    tensor is asked for."""
     checkpoint = open_checkpoint(path)
     cast = _caster(dtype)
-    reads, serves = _plan(checkpoint, _select(checkpoint.manifest, keys))
-    for key, tensor in iter_many(reads, device=device, like="torch"):
-        tensor = cast(tensor)
-        for name in serves[key]:
-            yield name, tensor
+    names = _select(checkpoint.manifest, keys)
+    parts = _parts(checkpoint, names, shard_plan, rank, world_size)
+    reads, serves = _plan(checkpoint, names, parts)
+    limit = None if window_bytes is None else parse_size(window_bytes, what="window_bytes")
+    return _landing(reads, serves, device, cast, limit)
+
+
+def _windows(reads: dict[str, tuple[Array, Any]], limit: int) -> Iterator[dict[str, tuple[Array, Any]]]:
+    """``reads`` in order, cut into runs of at most ``limit`` bytes (or one larger read)."""
+    window: dict[str, tuple[Array, Any]] = {}
+    size = 0
+    for key, read in reads.items():
+        nbytes = _nbytes(read)
+        if window and size + nbytes > limit:
+            yield window
+            window, size = {}, 0
+        window[key] = read
+        size += nbytes
+    if window:
+        yield window
+
+
+def _landing(
+    reads: dict[str, tuple[Array, Any]],
+    serves: dict[str, list[str]],
+    device: DeviceArg,
+    cast: Callable[[torch.Tensor], torch.Tensor],
+    limit: int | None,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    for window in [reads] if limit is None else _windows(reads, limit):
+        for key, tensor in iter_many(window, device=device, like="torch"):
+            tensor = cast(tensor)
+            for name in serves[key]:
+                yield name, tensor
+            del tensor  # so that the next window is allocated without this one's last tensor
 
 
 def metadata(path: PathLike) -> Any:

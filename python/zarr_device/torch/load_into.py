@@ -4,12 +4,23 @@ built on the meta device is never materialised on the CPU first."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from zarr_device.errors import UsageError
-from zarr_device.torch.load import DeviceArg, PathLike, open_checkpoint, read_tensors
+from zarr_device.torch.auto_map import MaxMemory
+from zarr_device.torch.device_map import DeviceMap, plan_device_map
+from zarr_device.torch.load import (
+    Checkpoint,
+    DeviceArg,
+    PathLike,
+    check_auto_options,
+    open_checkpoint,
+    place_auto,
+    read_tensors,
+)
 
 __all__ = ["LoadResult", "CheckpointMismatchError", "load_into"]
 
@@ -84,12 +95,45 @@ def _retie(module: torch.nn.Module, groups: list[list[str]], loaded: set[str]) -
                 owner._buffers[attr] = first._buffers[first_attr]  # noqa: SLF001
 
 
+def _kept_whole(module: torch.nn.Module) -> list[str] | None:
+    """The modules a transformers model keeps whole on one device (its ``_no_split_modules``
+    classes, by name, as accelerate reads them), or None to go by names."""
+    classes = getattr(module, "_no_split_modules", None)
+    if not classes or not all(isinstance(c, str) for c in classes):
+        return None
+    return [name for name, sub in module.named_modules() if name and type(sub).__name__ in set(classes)]
+
+
+def _auto_map(
+    module: torch.nn.Module,
+    checkpoint: Checkpoint,
+    wanted: list[str],
+    expected: dict[str, torch.Tensor],
+    groups: list[list[str]],
+    strategy: str,
+    max_memory: MaxMemory | None,
+    modules: Sequence[str] | None,
+) -> dict[str, str]:
+    """The device map for the module's tensors: their sizes are the module's (meta tensors have
+    them), and names that are one tensor in the module or in the checkpoint count once."""
+    storage = {name: checkpoint.manifest.stored(name) for name in wanted}
+    for names in groups:
+        for name in names[1:]:
+            if name in storage and names[0] in storage:
+                storage[name] = storage[names[0]]
+    sizes = {name: expected[name].numel() * expected[name].element_size() for name in wanted}
+    return place_auto(sizes, storage, strategy, max_memory, _kept_whole(module) if modules is None else modules)
+
+
 def load_into(
     module: torch.nn.Module,
     path: PathLike,
     *,
     strict: bool = True,
     device: DeviceArg | None = None,
+    device_map: DeviceMap | None = None,
+    max_memory: MaxMemory | None = None,
+    modules: Sequence[str] | None = None,
 ) -> LoadResult:
     """Fills ``module``'s parameters and buffers from the checkpoint at ``path``, with
     ``module.load_state_dict(..., assign=True)`` semantics: the loaded tensors become the
@@ -102,9 +146,18 @@ def load_into(
     dtypes must match the checkpoint's exactly; a difference raises CheckpointMismatchError (a
     UsageError) listing it, before the module is touched. Without ``strict`` the names in both
     of one shape and dtype are loaded, and the result lists the rest.
+
+    ``device_map`` (instead of ``device``): each tensor on its own device, as for
+    :func:`zarr_device.torch.load`: ``{prefix: device}``, or "auto" ("balanced", "sequential")
+    with ``max_memory=`` and ``modules=``, planned from the module's tensors. A transformers model
+    keeps whole the modules its ``_no_split_modules`` names (unless ``modules=`` is given).
+    Parameters tied in the module stay one parameter, on the device of the first.
     """
     if not isinstance(module, torch.nn.Module):
         raise UsageError(f"load_into fills an nn.Module, not {type(module).__name__}")
+    if device is not None and device_map is not None:
+        raise UsageError("pass device= or device_map=, not both")
+    strategy = check_auto_options(device_map, max_memory, modules)
     checkpoint = open_checkpoint(path)
     expected = module.state_dict(keep_vars=True)
     names = set(checkpoint.manifest.names())
@@ -124,9 +177,17 @@ def load_into(
     if strict and not result:
         raise CheckpointMismatchError(f"{checkpoint.where} does not fit the module: {result.describe()}", result)
     wanted = [name for name in expected if name in names and name not in mismatched]
-    target = torch.device(device) if isinstance(device, (str, int)) else device or _device_of(module)
     groups = _shared_names(module)
-    tensors = read_tensors(checkpoint, wanted, target, None, progress=False)
+    if strategy is not None:
+        device_map = _auto_map(module, checkpoint, wanted, expected, groups, strategy, max_memory, modules)
+    if device_map is None:
+        target = torch.device(device) if isinstance(device, (str, int)) else device or _device_of(module)
+        placed: list[tuple[DeviceArg, list[str]]] = [(target, wanted)]
+    else:
+        placed = list(plan_device_map(wanted, device_map).items())
+    tensors: dict[str, torch.Tensor] = {}
+    for where, on_it in placed:
+        tensors.update(read_tensors(checkpoint, on_it, where, None, progress=False))
     module.load_state_dict(tensors, strict=False, assign=True)
     _retie(module, groups, set(tensors))
     return result
