@@ -329,6 +329,33 @@ def test_leftover_temporaries_are_ignored_and_fsck_removes_them(tmp_path: Path, 
     assert cli.main(["fsck", str(store), "--quiet"]) == 0
 
 
+def test_fsck_reports_partials_left_beside_the_store_and_removes_stale_ones(tmp_path: Path, capsys: Any) -> None:
+    store = tmp_path / "m.zarr"
+    zd.create(store, shape=(4,), dtype="uint8", chunks=(2,))[:] = 1
+    stale = tmp_path / "m.zarr.partial-0123abcd"
+    (stale / "c").mkdir(parents=True)
+    (stale / "c" / "0").write_bytes(b"half")
+    old = time.time() - 2 * 3600
+    os.utime(stale, (old, old))
+    fresh = tmp_path / "m.zarr.replaced-89abcdef"  # may be a running writer's: kept
+    fresh.mkdir()
+    unrelated = tmp_path / "m.zarr.partial-notes"  # not a name a writer gives
+    unrelated.mkdir()
+    assert cli.main(["fsck", str(store), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "../m.zarr.partial-0123abcd" in out and "../m.zarr.replaced-89abcdef" in out
+    assert "partial-notes" not in out
+    assert cli.main(["fsck", str(store), "--fix", "--quiet"]) == 1  # the fresh one is left
+    out = capsys.readouterr().out
+    assert not stale.exists() and fresh.exists() and unrelated.exists()
+    assert "(removed)" in out and "a writer may be running" in out
+    # A store whose first save was killed: nothing at the path, its partial beside it.
+    assert cli.main(["fsck", str(tmp_path / "gone.zarr"), "--quiet"]) == 1
+    (tmp_path / "gone.zarr.partial-00000000").mkdir()
+    assert cli.main(["fsck", str(tmp_path / "gone.zarr"), "--quiet"]) == 1
+    assert "../gone.zarr.partial-00000000" in capsys.readouterr().out
+
+
 def test_fsck_reads_every_chunk(tmp_path: Path, capsys: Any) -> None:
     store = tmp_path / "a.zarr"
     zd.create(store, shape=(6,), dtype="uint8", chunks=(2,),

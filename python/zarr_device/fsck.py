@@ -1,5 +1,5 @@
 """Checking a local store for what damage or killed writers leave behind (``zarr-device fsck``):
-leftover temporary files, links that lead out of the store, files that cannot be values,
+leftover temporary files (inside it, and partial trees of atomic saves beside it), links that lead out of the store, files that cannot be values,
 metadata that does not parse and, with ``data=True``, chunks that do not decode."""
 
 from __future__ import annotations
@@ -136,6 +136,21 @@ def _check_chunks(array: Any, progress: Callable[[int], None], report: FsckRepor
         progress(1)
 
 
+def _check_siblings(path: Path, fix: bool, report: FsckReport) -> None:
+    """What atomic saves, converts and copies into ``path`` left beside it when killed (their
+    ``.partial-*`` and ``.replaced-*`` trees): never read in place of the store, only taking space.
+    ``fix`` removes those older than STALE_AFTER_S; a younger one may be a running writer's."""
+    from zarr_device.placement import leftovers, remove_leftovers
+
+    removed = set(remove_leftovers(path, older_than_s=STALE_AFTER_S)) if fix else set()
+    for sibling in leftovers(path) + sorted(removed):
+        fixed = sibling in removed
+        detail = ("left beside the store by a save, convert or copy that did not finish; never read "
+                  "as the store" + ("" if fixed or not fix else
+                                    f"; kept: changed less than {STALE_AFTER_S:.0f} s ago (a writer may be running)"))
+        report.problems.append(Problem("leftover", f"../{sibling.name}", detail, fixed=fixed))
+
+
 def check_store(
     root: str | os.PathLike[str],
     *,
@@ -150,6 +165,7 @@ def check_store(
 
     path = Path(root)
     report = FsckReport(str(path))
+    _check_siblings(path, fix, report)
     if not path.is_dir():
         report.problems.append(Problem("metadata", "", "not a directory"))
         return report

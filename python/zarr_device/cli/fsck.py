@@ -32,13 +32,15 @@ def add_command(commands: Any) -> None:
         "fsck",
         help="check a local store for leftovers and damage",
         description="Check the local store at PATH: temporary files left by writes that did not "
-        "finish, links out of the store, files that cannot be values, metadata that does not "
+        "finish (inside it, and the partial trees of killed saves, converts and copies beside "
+        "it), links out of the store, files that cannot be values, metadata that does not "
         "parse and, with --data, chunks that do not decode. Exit status 1 when a problem is left.",
     )
     fsck.add_argument("store", metavar="PATH", help="a local directory holding a Zarr store")
     fsck.add_argument(
         "--fix", action="store_true",
-        help="remove temporary files whose writers are gone (nothing else is changed)",
+        help="remove temporary files whose writers are gone, and partial trees beside the store "
+        "older than an hour (nothing else is changed)",
     )
     fsck.add_argument("--data", action="store_true", help="also read every chunk of every array")
     fsck.add_argument("--quiet", action="store_true", help="no progress bar")
