@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -351,3 +352,27 @@ def test_saved_from_the_gpu_equals_saved_from_the_host(tmp_path: Path, compresso
         for got in (from_gpu[name], from_host[name]):
             assert got.dtype == tensor.dtype and got.shape == tensor.shape, name
             assert torch.equal(got.contiguous().view(torch.uint8), tensor.contiguous().view(torch.uint8)), name
+
+
+@pytest.mark.parametrize(("shape", "dtype"), [((50000, 257), torch.bfloat16), ((3000, 1000), torch.float32),
+                                               ((90000, 33), torch.float16), ((3_000_000,), torch.int8)])
+def test_uncompressed_chunks_start_at_4_kib_multiples(tmp_path: Path, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """O_DIRECT and GPUDirect Storage read 4 KiB-aligned ranges: every chunk of a split tensor is
+    a whole number of 4 KiB, so each starts at a multiple of it in its shard file."""
+    import struct
+
+    from zarr_device.torch.format import layout
+
+    tensor = torch.ones(shape, dtype=dtype)
+    zt.save({"t": tensor}, tmp_path / "c.zarr", progress=False)
+    chunks, shards = layout(shape, tensor.element_size())
+    assert shards is not None and math.prod(chunks) * tensor.element_size() % 4096 == 0
+    shard_files = [p for p in (tmp_path / "c.zarr" / "t" / "c").rglob("*") if p.is_file()]
+    assert shard_files
+    for path in shard_files:
+        data = path.read_bytes()
+        per_shard = math.prod(s // c for s, c in zip(shards, chunks))
+        index = data[len(data) - 16 * per_shard - 4 : -4]  # (offset, nbytes) pairs, then crc32c
+        for offset, nbytes in struct.iter_unpack("<QQ", index):
+            if offset != 2**64 - 1:  # a chunk left out (all fill value)
+                assert offset % 4096 == 0 and nbytes % 4096 == 0

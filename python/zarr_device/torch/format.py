@@ -186,11 +186,34 @@ def parse_manifest(attributes: Mapping[str, Any], where: str) -> Manifest:
     return Manifest(tensors, tied, root.get("metadata"))
 
 
+#: Chunks split into more than one are made a whole number of these bytes where that keeps them
+#: near CHUNK_BYTES: uncompressed chunks then start at multiples of it in their shard files, so
+#: O_DIRECT and GPUDirect Storage reads (which need 4 KiB-aligned offsets and lengths) take them
+#: as they are stored.
+DIRECT_IO_ALIGNMENT = 4096
+
+
+def _aligned(shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """``chunks`` with its split dimension rounded up so that a chunk holds a whole number of
+    DIRECT_IO_ALIGNMENT bytes, where the result stays within four times CHUNK_BYTES and the
+    tensor's extent; else ``chunks``."""
+    split = next((d for d, (c, s) in enumerate(zip(chunks, shape)) if c < s), None)
+    if split is None:
+        return chunks
+    row = math.prod(chunks[split + 1 :]) * itemsize  # bytes per step along the split dimension
+    step = DIRECT_IO_ALIGNMENT // math.gcd(row, DIRECT_IO_ALIGNMENT)
+    rounded = -(-chunks[split] // step) * step
+    if rounded >= shape[split] or rounded * row > 4 * CHUNK_BYTES:
+        return chunks
+    return (*chunks[:split], rounded, *chunks[split + 1 :])
+
+
 def layout(shape: tuple[int, ...], itemsize: int) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """(chunk shape, shard shape or None) for a tensor: chunks of about 1 MiB that split the
-    leading dimensions only (each chunk one contiguous run of rows), in shards of about 64 MiB of
-    whole chunks; unsharded when one chunk holds the whole tensor."""
-    chunks = chunks_for_bytes(shape, itemsize, CHUNK_BYTES)
+    leading dimensions only (each chunk one contiguous run of rows, a whole number of 4 KiB where
+    that keeps it near 1 MiB), in shards of about 64 MiB of whole chunks; unsharded when one chunk
+    holds the whole tensor."""
+    chunks = _aligned(shape, chunks_for_bytes(shape, itemsize, CHUNK_BYTES), itemsize)
     grid = [-(-max(1, s) // c) for s, c in zip(shape, chunks)]
     if math.prod(grid) <= 1:
         return chunks, None
