@@ -376,3 +376,15 @@ def test_uncompressed_chunks_start_at_4_kib_multiples(tmp_path: Path, shape: tup
         for offset, nbytes in struct.iter_unpack("<QQ", index):
             if offset != 2**64 - 1:  # a chunk left out (all fill value)
                 assert offset % 4096 == 0 and nbytes % 4096 == 0
+
+
+def test_load_reports_progress_to_a_function_and_hides_the_bar_off_a_terminal(tmp_path: Path, capsys: Any) -> None:
+    state = {"a": torch.randn(300, 40), "b": torch.arange(1000), "tied": None}
+    state["tied"] = state["a"]
+    zt.save(state, tmp_path / "c.zarr")  # the default: no bar where stderr is not a terminal
+    steps: list[int] = []
+    loaded = zt.load(tmp_path / "c.zarr", progress=steps.append)
+    assert sum(steps) == 300 * 40 * 4 + 1000 * 8 and len(steps) == 2  # tied tensors read once
+    assert loaded["tied"] is loaded["a"]
+    zt.load(tmp_path / "c.zarr")
+    assert capsys.readouterr().err == ""

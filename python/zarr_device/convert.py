@@ -12,13 +12,11 @@ all of the new one, never a part.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import math
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -27,6 +25,7 @@ from typing import Any, Union
 
 import numpy.typing as npt
 
+from zarr_device.progress import Progress, progress_bar
 from zarr_device import _core, placement
 from zarr_device.array import Array
 from zarr_device.create import create_group
@@ -43,7 +42,6 @@ __all__ = ["convert", "ConvertSummary", "COMPRESSORS", "chunks_for_bytes", "regi
 Layout = Union[None, int, str, Sequence[int]]
 #: Compressors by name (one of COMPRESSORS), or the bytes-to-bytes codecs as Zarr v3 dicts.
 Compressors = Union[None, str, Mapping[str, Any], Sequence[Mapping[str, Any]]]
-Progress = Union[bool, Callable[[int], None]]
 
 #: The compressors written by name; "none" stores the elements as they are.
 COMPRESSORS: tuple[str, ...] = ("zstd", "gzip", "blosc", "none")
@@ -323,23 +321,11 @@ def _check_destination(destination: Any, source: SourceTree, overwrite: bool) ->
     return dest
 
 
-@contextlib.contextmanager
-def _progress(total: int, progress: Progress) -> Iterator[Callable[[int], None]]:
-    if callable(progress) or not progress:
-        yield progress if callable(progress) else (lambda _: None)
-        return
-    from tqdm import tqdm
-
-    with tqdm(total=total, desc="converting", unit="B", unit_scale=True, unit_divisor=1024,
-              disable=None, leave=False, file=sys.stderr, dynamic_ncols=True) as bar:
-        yield bar.update
-
-
 # -- converting ---------------------------------------------------------------------------------
 
 
 def _copy(array: SourceArray, document: str, grid: tuple[int, ...], store: LocalStore,
-          max_bytes: int, advance: Callable[[int], None]) -> None:
+          max_bytes: int, advance: Callable[[int], object]) -> None:
     try:
         target = Array(_core.Array.create(store.handle, array.path, document, False), store, read_only=False)
         if 0 in array.shape:
@@ -424,7 +410,7 @@ def convert(
     partial = placement.make_partial(dest)
     try:
         store = LocalStore(partial)
-        with _progress(total, progress) as advance:
+        with progress_bar(total, progress, "converting") as advance:
             for plan in plans:
                 if isinstance(plan, SourceGroup):
                     create_group(store, path=plan.path, attributes=plan.attributes)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from zarr_device import sizes
 from zarr_device.errors import UsageError
+from zarr_device.progress import bar
 
 PROG = "zarr-device"
 
@@ -44,16 +44,4 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
 def progress(total: int, desc: str, *, quiet: bool, unit: str = "B") -> Any:
     """A tqdm bar on stderr (hidden with --quiet, and when stderr is not a terminal)."""
-    from tqdm import tqdm
-
-    return tqdm(
-        total=total,
-        desc=desc,
-        unit=unit,
-        unit_scale=unit == "B",
-        unit_divisor=1024,
-        disable=True if quiet else None,
-        leave=False,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
+    return bar(total, desc, quiet=quiet, unit=unit)

@@ -31,7 +31,8 @@ from zarr_device.convert import ConvertSummary, SourceTree, _check_destination, 
 from zarr_device.errors import FormatError, UsageError
 from zarr_device.torch.format import FILES_KEY, ZSTD_CODECS, encode_name
 from zarr_device.torch.load import iter_load, open_checkpoint
-from zarr_device.torch.save import TensorEntry, _plan, _progress, write_checkpoint
+from zarr_device.progress import Progress, progress_bar
+from zarr_device.torch.save import TensorEntry, _plan, write_checkpoint
 
 __all__ = [
     "ST_DTYPES", "TIED_KEY", "METADATA_KEY", "INDEX_NAME", "NotAStateDictError",
@@ -231,7 +232,7 @@ def _tree_size(root: Path) -> int:
 
 def convert_to_checkpoint(
     source: Path, kind: str, dest: Path, *, compressors: str | None, overwrite: bool,
-    progress: bool | Callable[[int], object],
+    progress: Progress,
 ) -> ConvertSummary:
     """Writes the safetensors file, model folder or torch.save file (``kind``: "safetensors",
     "huggingface", "torch") at ``source`` as a checkpoint at ``dest`` (checked replaceable by
@@ -283,7 +284,7 @@ def _st_metadata(metadata: Any, tied: Mapping[str, str]) -> dict[str, str]:
 
 
 def convert_to_safetensors(
-    source: Path, dest: Path, *, overwrite: bool, progress: bool | Callable[[int], object]
+    source: Path, dest: Path, *, overwrite: bool, progress: Progress
 ) -> ConvertSummary:
     """Writes the checkpoint at ``source`` as one safetensors file at ``dest`` (checked
     replaceable by the caller). Tied names are written as copies of the tensor they share, since
@@ -308,7 +309,7 @@ def convert_to_safetensors(
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors writes it
     base = 8 + len(text)
     with placement.atomic_file(dest, overwrite, "safetensors file") as partial:
-        with open(partial, "r+b") as out, _progress(offset, progress, "converting") as advance:
+        with open(partial, "r+b") as out, progress_bar(offset, progress, "converting") as advance:
             out.write(struct.pack("<Q", len(text)) + text)
             for name, tensor in iter_load(source, device="cpu"):
                 start, end = header[name]["data_offsets"]
@@ -324,7 +325,7 @@ def convert_to_safetensors(
 
 
 def convert(kind: str, source: Any, destination: Any, options: Mapping[str, Any],
-            compressors: Any, overwrite: bool, progress: bool | Callable[[int], object]) -> ConvertSummary:
+            compressors: Any, overwrite: bool, progress: Progress) -> ConvertSummary:
     """``zarr_device.convert.convert`` for a checkpoint conversion (``kind``, from
     :func:`zarr_device.convert.checkpoint_kind`): ``options`` are convert's options that do not
     apply here, refused when given."""

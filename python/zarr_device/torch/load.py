@@ -5,11 +5,9 @@ code."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
@@ -20,6 +18,7 @@ from zarr_device.adapters import torch as torch_adapter
 from zarr_device.array import Array
 from zarr_device.group import Group, open_array, open_group
 from zarr_device.errors import FormatError, NodeNotFoundError, UsageError, ZarrDeviceError
+from zarr_device.progress import Progress, progress_bar, wanted
 from zarr_device.many import iter_many, read_many
 from zarr_device.sizes import parse_size
 from zarr_device.torch.auto_map import AUTO_STRATEGIES, MaxMemory, memory_budgets, plan_auto_device_map
@@ -159,32 +158,20 @@ def _nbytes(read: tuple[Array, Any]) -> int:
     return int(math.prod(counts)) * int(array.dtype.itemsize)
 
 
-@contextlib.contextmanager
-def _progress(total: int, progress: bool) -> Iterator[Callable[[int], object]]:
-    if not progress:
-        yield lambda _: None
-        return
-    from tqdm import tqdm
-
-    with tqdm(total=total, desc="loading", unit="B", unit_scale=True, unit_divisor=1024,
-              disable=None, leave=False, file=sys.stderr, dynamic_ncols=True) as bar:
-        yield bar.update
-
-
 def read_tensors(
     checkpoint: Checkpoint,
     names: list[str],
     device: DeviceArg,
     dtype: torch.dtype | None,
-    progress: bool,
+    progress: Progress,
     parts: Mapping[str, Part] | None = None,
 ) -> dict[str, torch.Tensor]:
     """``names``' tensors (or their ``parts``) on ``device``; tied names are one tensor object."""
     cast = _caster(dtype)
     reads, serves = _plan(checkpoint, names, parts)
-    if progress:
+    if wanted(progress):  # handed on as they land; one read_many otherwise
         results: dict[str, torch.Tensor] = {}
-        with _progress(sum(_nbytes(r) for r in reads.values()), progress) as advance:
+        with progress_bar(sum(_nbytes(r) for r in reads.values()), progress, "loading") as advance:
             for key, tensor in iter_many(reads, device=device, like="torch"):
                 results[key] = tensor
                 advance(_nbytes(reads[key]))
@@ -291,7 +278,7 @@ def load(
     device_map: DeviceMap | None = None,
     dtype: torch.dtype | None = None,
     keys: Keys = None,
-    progress: bool = False,
+    progress: Progress = None,
     shard_plan: ShardPlan | None = None,
     rank: int | None = None,
     world_size: int | None = None,
@@ -331,8 +318,9 @@ def load(
     the staging ring. ``dtype``: a floating dtype that floating tensors are cast to after
     loading. ``keys``: the names to load (a list), or a function that accepts names. Tied names
     are one tensor object, as they were one tensor when saved. ``progress``: a bar on stderr,
-    advanced as each tensor completes (the tensors are then read one after another, as
-    :func:`iter_load` does).
+    advanced as each tensor completes (None, the default: where stderr is a terminal; False:
+    none; or a function told of each tensor's bytes). With a bar, tensors are handed on as they
+    land (:func:`iter_load`); without, in one read.
 
     ``shard_plan``: tensor-parallel loading. ``{pattern: dim}`` with fnmatch-style patterns of
     tensor names (``"*.q_proj.weight": 0``); for each loaded tensor the first pattern (in the

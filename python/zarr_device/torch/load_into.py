@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from zarr_device.progress import Progress
 from zarr_device.errors import UsageError
 from zarr_device.torch.auto_map import MaxMemory
 from zarr_device.torch.device_map import DeviceMap, plan_device_map
@@ -134,6 +135,7 @@ def load_into(
     device_map: DeviceMap | None = None,
     max_memory: MaxMemory | None = None,
     modules: Sequence[str] | None = None,
+    progress: Progress = None,
 ) -> LoadResult:
     """Fills ``module``'s parameters and buffers from the checkpoint at ``path``, with
     ``module.load_state_dict(..., assign=True)`` semantics: the loaded tensors become the
@@ -152,6 +154,8 @@ def load_into(
     with ``max_memory=`` and ``modules=``, planned from the module's tensors. A transformers model
     keeps whole the modules its ``_no_split_modules`` names (unless ``modules=`` is given).
     Parameters tied in the module stay one parameter, on the device of the first.
+
+    ``progress``: a bar on stderr while reading, as for :func:`zarr_device.torch.load`.
     """
     if not isinstance(module, torch.nn.Module):
         raise UsageError(f"load_into fills an nn.Module, not {type(module).__name__}")
@@ -187,7 +191,7 @@ def load_into(
         placed = list(plan_device_map(wanted, device_map).items())
     tensors: dict[str, torch.Tensor] = {}
     for where, on_it in placed:
-        tensors.update(read_tensors(checkpoint, on_it, where, None, progress=False))
+        tensors.update(read_tensors(checkpoint, on_it, where, None, progress))
     module.load_state_dict(tensors, strict=False, assign=True)
     _retie(module, groups, set(tensors))
     return result

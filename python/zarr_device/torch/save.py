@@ -3,13 +3,11 @@ partial directory and placed atomically (zarr_device.placement)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
 import os
-import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +17,7 @@ import torch
 
 from zarr_device import placement
 from zarr_device.config import get_config
+from zarr_device.progress import Progress, progress_bar
 from zarr_device.create import create, create_group
 from zarr_device.dtypes import ZARR_DTYPE_NAMES
 from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
@@ -145,18 +144,6 @@ def _check_entries(entries: Sequence[TensorEntry], tied: Mapping[str, str]) -> l
     return stored
 
 
-@contextlib.contextmanager
-def _progress(total: int, progress: bool | Callable[[int], object], desc: str) -> Iterator[Callable[[int], object]]:
-    if callable(progress) or not progress:
-        yield progress if callable(progress) else (lambda _: None)
-        return
-    from tqdm import tqdm
-
-    with tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
-              disable=None, leave=False, file=sys.stderr, dynamic_ncols=True) as bar:
-        yield bar.update
-
-
 def _write(store: LocalStore, item: _Stored, codecs: list[dict[str, Any]] | None) -> int:
     # A CUDA tensor is written from the device: the engine lays its chunks out (and compresses
     # zstd chunks) on the GPU and they cross to the host once, through its bounded staging. Other
@@ -227,7 +214,7 @@ def save(
     compressors: Literal["zstd"] | None = None,
     metadata: Any = None,
     overwrite: bool = False,
-    progress: bool = True,
+    progress: Progress = None,
 ) -> None:
     """Saves a module's state dict (or a mapping of names to tensors) as a checkpoint: a Zarr v3
     group at ``path`` (a local directory), one array per tensor (docs/checkpoint-format.md).
@@ -239,7 +226,8 @@ def save(
     they are (the fastest to read); "zstd" stores zstd level 1 chunks with a crc32c each (which
     GPU reads decode on the GPU). ``metadata``: JSON the checkpoint carries (read it with
     :func:`zarr_device.torch.metadata`). ``overwrite``: replace a checkpoint (any Zarr store) at
-    ``path``, once the new one is complete. ``progress``: a bar on stderr while writing.
+    ``path``, once the new one is complete. ``progress``: a bar on stderr while writing (None, the default: where stderr is a
+    terminal; False: none; or a function told of each tensor's bytes).
 
     The checkpoint appears whole or not at all: it is written beside ``path``, flushed to disk
     and renamed into place; a failure leaves ``path`` as it was. Raises UsageError for what
@@ -267,7 +255,7 @@ def write_checkpoint(
     *,
     codecs: list[dict[str, Any]] | None,
     overwrite: bool,
-    progress: bool | Callable[[int], object],
+    progress: Progress,
     desc: str = "saving",
     extra: Mapping[str, Any] | None = None,
     add_files: Callable[[Path], None] | None = None,
@@ -283,7 +271,7 @@ def write_checkpoint(
     with placement.atomic_directory(dest, overwrite, "checkpoint") as partial:
         store = LocalStore(partial)
         create_group(store, attributes={ROOT_ATTRIBUTE: {**manifest.to_json(), **(extra or {})}})
-        with _progress(total, progress, desc) as advance:
+        with progress_bar(total, progress, desc) as advance:
             _write_all(store, stored, codecs, advance)
         if add_files is not None:
             add_files(partial)
