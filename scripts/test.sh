@@ -7,6 +7,7 @@
 #   SKIP_CLEAN_INSTALL=1 scripts/test.sh   # without the clean `pip install` (needs PyPI, ~1-2 min)
 #   SKIP_FUZZ=1 scripts/test.sh            # without the libFuzzer step (FUZZ_SECONDS=N per target)
 #   SKIP_WHEEL=1 scripts/test.sh           # without building and checking this Python's wheel
+#   SKIP_ZARR_SUITE=1 scripts/test.sh      # without zarr-python's own suite run with the plug-in on
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -59,6 +60,14 @@ mypy
 
 step "Python tests"
 python -m pytest -q -p no:cacheprovider
+
+if [ -z "${SKIP_ZARR_SUITE:-}" ]; then
+  # zarr-python's own tests with zarr_device.enable() on for each (its sdist's tests, cached;
+  # PyPI the first time): any failure not in scripts/zarr_python_suite/expected-failures-*.txt
+  # fails this step.
+  step "zarr-python's test suite with the plug-in on"
+  bash scripts/zarr-python-suite.sh
+fi
 
 if [ -z "${SKIP_WHEEL:-}" ]; then
   # This Python's wheel, as users without a compiler install it: built in the build directory the

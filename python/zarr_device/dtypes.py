@@ -20,6 +20,7 @@ __all__ = [
     "to_zarr_name",
     "float_fill_to_json",
     "float_fill_from_json",
+    "round_to_float",
     "register_with_zarr",
 ]
 
@@ -71,10 +72,9 @@ def to_zarr_name(dtype: Any) -> str:
     if isinstance(dtype, str) and dtype in _BY_NAME:
         return dtype
     try:
-        np_dtype = np.dtype(dtype)
+        native = np.dtype(dtype).newbyteorder("=")  # new-style dtypes (StringDType) have no byte order
     except TypeError:
         raise FormatError(f"unsupported data type {dtype!r}") from None
-    native = np_dtype.newbyteorder("=")
     for name, candidate in _BY_NAME.items():
         if candidate == native:
             return name
@@ -86,11 +86,26 @@ def _bits(value: Any, dtype: np.dtype[Any]) -> int:
     return int(np.asarray(value).astype(native).view(f"u{dtype.itemsize}"))
 
 
+def round_to_float(value: Any, dtype: np.dtype[Any]) -> Any:
+    """``value`` (a number or NumPy scalar) as a ``dtype`` scalar, rounded as the engine rounds:
+    as ml_dtypes does, except that float8_e8m0fnu, which has no zero, takes 0 and what lies below
+    its smallest value (2^-127) to that smallest value, as the engine and tensorstore do (ml_dtypes
+    makes them NaN). A scalar of ``dtype`` itself keeps its bits (a NaN its payload)."""
+    scalar = np.asarray(value)
+    if (
+        dtype == _BY_NAME["float8_e8m0fnu"]
+        and scalar.dtype.kind in "iuf"
+        and 0 <= float(scalar) < 2.0**-127
+    ):
+        return np.zeros((), np.uint8).view(dtype)[()]
+    return scalar.astype(dtype)[()]
+
+
 def float_fill_to_json(value: Any, dtype: np.dtype[Any]) -> float | str:
     """A floating point fill value (of ``dtype``, a NumPy or ml_dtypes float) as tensorstore
     writes it: a number, "Infinity", "-Infinity", "NaN" for the type's own quiet NaN, and any
     other NaN as its bit pattern in hex ("0x7fe0"), so that no payload is lost."""
-    scalar = np.asarray(value).astype(dtype)
+    scalar = np.asarray(round_to_float(value, dtype))
     number = float(scalar)
     if math.isnan(number):
         bits = _bits(scalar, dtype)
@@ -115,7 +130,7 @@ def float_fill_from_json(data: Any, dtype: np.dtype[Any]) -> Any:
             bits = np.asarray(int(digits, 16), dtype=f"u{dtype.itemsize}")
             return bits.view(dtype.newbyteorder("=")).astype(dtype)[()]
     elif isinstance(data, (int, float)) and not isinstance(data, bool):
-        return np.asarray(float(data)).astype(dtype)[()]
+        return round_to_float(float(data), dtype)
     raise FormatError(f"fill value {data!r} is not valid for data type {to_zarr_name(dtype)}")
 
 

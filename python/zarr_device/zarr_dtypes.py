@@ -21,7 +21,7 @@ from zarr.core.dtype import data_type_registry
 from zarr.core.dtype.common import DataTypeValidationError, HasEndianness, HasItemSize
 from zarr.core.dtype.wrapper import ZDType
 
-from zarr_device.dtypes import ML_DTYPES_NAMES, float_fill_from_json, float_fill_to_json, to_numpy_dtype
+from zarr_device.dtypes import ML_DTYPES_NAMES, float_fill_from_json, float_fill_to_json, round_to_float, to_numpy_dtype
 from zarr_device.errors import FormatError
 
 __all__ = [
@@ -59,8 +59,14 @@ class MLFloat(ZDType[Any, Any], HasItemSize):
         return int(self._native().itemsize)
 
     @classmethod
+    def _matches(cls, dtype: Any) -> bool:
+        # The dtype's class first: NumPy's new-style dtypes (StringDType, ...), which zarr-python
+        # offers every registered type, have no byte order to change.
+        return isinstance(dtype, cls.dtype_cls) and dtype.newbyteorder("=") == cls._native()
+
+    @classmethod
     def from_native_dtype(cls, dtype: Any) -> MLFloat:
-        if isinstance(dtype, np.dtype) and dtype.newbyteorder("=") == cls._native():
+        if cls._matches(dtype):
             return cls()
         raise DataTypeValidationError(f"Invalid data type: {dtype}. Expected {cls._native()}")
 
@@ -99,8 +105,7 @@ class MLFloat(ZDType[Any, Any], HasItemSize):
             raise TypeError(f"Cannot convert object {data!r} with type {type(data)} to a {self._zarr_v3_name} scalar.")
         if isinstance(data, str):
             return float_fill_from_json(data, self.to_native_dtype())
-        # A scalar of this very type keeps its bits (a NaN its payload); others are rounded.
-        return np.asarray(data).astype(self.to_native_dtype())[()]
+        return round_to_float(data, self.to_native_dtype())
 
     def default_scalar(self) -> Any:
         return self.cast_scalar(0)
@@ -121,7 +126,7 @@ class BFloat16(MLFloat, HasEndianness):
 
     @classmethod
     def from_native_dtype(cls, dtype: Any) -> BFloat16:
-        if isinstance(dtype, np.dtype) and dtype.newbyteorder("=") == cls._native():
+        if cls._matches(dtype):
             return cls(endianness="big" if dtype.byteorder == ">" else "little")
         raise DataTypeValidationError(f"Invalid data type: {dtype}. Expected {cls._native()}")
 

@@ -14,8 +14,10 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from zarr_device import _core
 from zarr_device.array import Array
-from zarr_device.group import open_array
+from zarr_device.nodes import node_path
+from zarr_device.stores import as_store
 
 if TYPE_CHECKING:
     from zarr.core.metadata import ArrayMetadata
@@ -85,19 +87,24 @@ class EngineArrays:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # Keyed by the store's identity; the store is kept with its array, so the key stays its.
-        self._arrays: dict[tuple[int, str], tuple[Any, Array]] = {}
+        # Keyed by the store's identity and, for a local store, its directory (which
+        # ``LocalStore.move`` changes); the store is kept with its array, so the key stays its.
+        self._arrays: dict[tuple[int, str, str], tuple[Any, Array]] = {}
 
     def get(self, store: Any, path: str, *, reopen: bool = False) -> Array:
         """The engine array at ``path`` in ``store`` (a zarr-python store: local directories are
         read by the engine itself, other stores through :class:`zarr_device.ZarrStoreAdapter`).
         ``reopen``: read its metadata again."""
-        key = (id(store), path)
+        key = (id(store), str(getattr(store, "root", "")), path)
         with self._lock:
             found = self._arrays.get(key)
             if found is not None and not reopen:
                 return found[1]
-        array = open_array(store, path=path, mode="r" if getattr(store, "read_only", False) else "r+")
+        # zarr-python has the array's metadata in hand: the engine opens it as an array straight
+        # away, without first asking the store what kind of node is there (a round trip saved).
+        engine_store = as_store(store)
+        read_only = bool(getattr(store, "read_only", False))
+        array = Array(_core.Array.open(engine_store.handle, node_path(path)), engine_store, read_only=read_only)
         with self._lock:
             self._arrays[key] = (store, array)
         return array

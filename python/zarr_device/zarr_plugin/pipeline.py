@@ -113,6 +113,17 @@ class DevicePipeline(CodecPipeline):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["metadata"], state["store"], strict=state["strict"])  # type: ignore[misc]
 
+    # zarr-python's arrays compare (and so do a group's members, and an array with its pickled
+    # copy) by their fields, the pipeline among them: pipelines built from the same things are
+    # equal, as zarr-python's own (a dataclass) are. The engine handles are caches, not identity.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DevicePipeline):
+            return NotImplemented
+        return (self.metadata, self.store, self.strict) == (other.metadata, other.store, other.strict)
+
+    def __hash__(self) -> int:
+        return hash((tuple(self.metadata.shape), self.strict))
+
     def _describe(self, path: str | None = None) -> str:
         where = f"'{path or '/'}' in {self.store}" if path is not None else f"in {self.store}"
         return f"{where} (shape {tuple(self.metadata.shape)}, zarr_format {self.metadata.zarr_format})"

@@ -1,14 +1,17 @@
 """Whether the engine serves an array, decided from zarr-python's metadata before any chunk is
 read: the engine parses the array's own metadata documents (in a memory store) and so says, in
 its own words, which data type, codec or setting it lacks; the data type it reads must also be
-the one zarr-python hands out. Arrays it does not serve go to zarr-python's codecs."""
+the one zarr-python hands out; a codec zarr.config points at an implementation of its own keeps
+it. Arrays it does not serve go to zarr-python's codecs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from zarr.core.buffer import cpu as cpu_buffer
+from zarr.core.config import config
 
 from zarr_device.group import open_array
 from zarr_device.errors import ZarrDeviceError
@@ -27,8 +30,34 @@ def native_dtype(metadata: ArrayMetadata) -> np.dtype[Any]:
     return np.dtype(zdtype.to_native_dtype())
 
 
+def _codec_names(codecs: Any) -> Iterator[str]:
+    """The names of the codecs in a Zarr v3 ``codecs`` list, sharding's inner ones included."""
+    for codec in codecs or ():
+        if isinstance(codec, dict):
+            yield str(codec.get("name"))
+            configuration = codec.get("configuration") or {}
+            yield from _codec_names(configuration.get("codecs"))
+            yield from _codec_names(configuration.get("index_codecs"))
+
+
+def _reconfigured_codec(metadata: ArrayMetadata) -> str | None:
+    """A codec of the array that zarr.config points at another implementation than zarr-python's
+    own (``codecs.<name>``): the engine's codec would silently take its place."""
+    if metadata.zarr_format != 3:
+        return None
+    chosen = config.get("codecs", {})  # names hold dots ("numcodecs.delta"): not config keys
+    for name in _codec_names(metadata.to_dict().get("codecs")):
+        default = next((d["codecs"][name] for d in config.defaults if name in d.get("codecs", {})), None)
+        if chosen.get(name) != default:
+            return f"zarr.config sets codecs.{name} to {chosen.get(name)!r} (not zarr-python's {default!r})"
+    return None
+
+
 def unsupported_reason(metadata: ArrayMetadata) -> str | None:
     """Why the engine cannot read this array as zarr-python would (None: it can)."""
+    reconfigured = _reconfigured_codec(metadata)
+    if reconfigured is not None:
+        return reconfigured
     try:
         dtype = native_dtype(metadata)
     except (TypeError, ValueError) as e:
