@@ -10,7 +10,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import pytest
@@ -45,6 +45,17 @@ EXTENSION_DTYPES: dict[str, np.dtype[Any]] = {
 }
 
 CORE_DTYPES: list[str] = [name for name in ZARR_DTYPE_NAMES if name not in EXTENSION_DTYPES]
+
+
+@pytest.fixture(autouse=True)
+def _zarr_plugin_left_off() -> Iterator[None]:
+    """No test leaves zarr-python switched to the plug-in for the tests after it."""
+    yield
+    import zarr_device
+    from zarr_device.zarr_plugin import is_enabled
+
+    while is_enabled():
+        zarr_device.disable()
 
 
 def numpy_dtype(name: str) -> np.dtype[Any]:

@@ -19,7 +19,6 @@ from conftest import assert_bits_equal, random_values
 from zarr.codecs import ZstdCodec
 
 import zarr_device
-from zarr_device.zarr_plugin import is_enabled
 from zarr_device.zarr_plugin.pipeline import DevicePipeline
 
 da = pytest.importorskip("dask.array")
@@ -30,13 +29,6 @@ from zarr_device.dask import EnableOnWorkers  # noqa: E402
 TIMEOUT_S = 60
 
 SHAPE, CHUNKS = (40, 30), (8, 7)
-
-
-@pytest.fixture(autouse=True)
-def _plugin_off() -> Any:
-    yield
-    while is_enabled():
-        zarr_device.disable()
 
 
 def _zarr_python_array(path: Path, dtype: str = "float32") -> np.ndarray:

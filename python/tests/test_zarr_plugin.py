@@ -27,7 +27,6 @@ from zarr_plugin_helpers import (
 )
 
 import zarr_device
-from zarr_device.zarr_plugin import is_enabled
 
 DTYPES = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -52,13 +51,6 @@ CODECS: dict[str, dict[str, Any]] = {
 
 # Every array here is one the engine serves: falling back would be a failure.
 pytestmark = pytest.mark.filterwarnings("error::zarr_device.zarr_plugin.pipeline.FallbackWarning")
-
-
-@pytest.fixture(autouse=True)
-def _plugin_off() -> Any:
-    yield
-    while is_enabled():
-        zarr_device.disable()
 
 
 def _create(store: Any, shape: tuple[int, ...], dtype: str, *, path: str = "a", **kwargs: Any) -> zarr.Array:

@@ -18,19 +18,10 @@ from hypothesis import strategies as st
 from zarr.codecs import ZstdCodec
 from zarr_plugin_helpers import chunk_keys, open_off, open_on
 
-import zarr_device
-from zarr_device.zarr_plugin import is_enabled
 
 pytestmark = pytest.mark.filterwarnings("error::zarr_device.zarr_plugin.pipeline.FallbackWarning")
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@pytest.fixture(autouse=True)
-def _plugin_off() -> Any:
-    yield
-    while is_enabled():
-        zarr_device.disable()
 
 
 @st.composite

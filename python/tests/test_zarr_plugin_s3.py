@@ -17,7 +17,6 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 from zarr_plugin_helpers import as_numpy, chunk_keys, open_off, open_on
 
 import zarr_device
-from zarr_device.zarr_plugin import is_enabled
 
 # Every array here is one the engine serves: falling back would be a failure.
 pytestmark = pytest.mark.filterwarnings("error::zarr_device.zarr_plugin.pipeline.FallbackWarning")
@@ -48,13 +47,6 @@ READS: dict[str, Callable[[zarr.Array], Any]] = {
 
 def _store(server: S3Server, kind: str, prefix: str) -> Any:
     return server.object_store(prefix) if kind == "obstore" else server.fsspec_store(prefix)
-
-
-@pytest.fixture(autouse=True)
-def _plugin_off() -> Any:
-    yield
-    while is_enabled():
-        zarr_device.disable()
 
 
 @pytest.mark.parametrize("like", ["numpy", "torch"])

@@ -29,13 +29,6 @@ from zarr_device.zarr_plugin import DevicePipeline, FallbackWarning, is_enabled
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def _plugin_off() -> Any:
-    yield
-    while is_enabled():
-        zarr_device.disable()
-
-
 def _array(store: Any, shape: tuple[int, ...] = (12, 10), chunks: tuple[int, ...] = (3, 4), **kwargs: Any) -> np.ndarray:
     data = random_values(kwargs.pop("dtype", "float32"), shape, np.random.default_rng(0))
     zarr.create_array(store, name="a", shape=shape, chunks=chunks, dtype=data.dtype, fill_value=0, **kwargs)[:] = data

@@ -14,20 +14,12 @@ from conftest import assert_bits_equal
 from zarr.codecs import ZstdCodec
 
 import zarr_device
-from zarr_device.zarr_plugin import is_enabled
 from zarr_device.zarr_plugin.pipeline import DevicePipeline
 
 xr = pytest.importorskip("xarray")
 
 # Every array here is one the engine serves: falling back would be a failure.
 pytestmark = pytest.mark.filterwarnings("error::zarr_device.zarr_plugin.pipeline.FallbackWarning")
-
-
-@pytest.fixture(autouse=True)
-def _plugin_off() -> Any:
-    yield
-    while is_enabled():
-        zarr_device.disable()
 
 
 def _dataset(*, index_coords: bool = True) -> Any:

@@ -27,14 +27,7 @@ from zarr_plugin_helpers import as_numpy, open_off, pipeline_of
 
 import zarr_device
 from zarr_device.dtypes import float_fill_from_json, float_fill_to_json
-from zarr_device.zarr_plugin import DevicePipeline, FallbackWarning, is_enabled
-
-
-@pytest.fixture(autouse=True)
-def _plugin_off() -> Any:
-    yield
-    while is_enabled():
-        zarr_device.disable()
+from zarr_device.zarr_plugin import DevicePipeline, FallbackWarning
 
 
 def test_arrays_equal_their_pickled_copies_and_group_members(tmp_path: Path) -> None:
