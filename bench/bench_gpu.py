@@ -198,10 +198,12 @@ def layout_of(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _marker(layout: dict[str, Any], codec: str, level: int, data: str) -> dict[str, Any]:
+def _marker(layout: dict[str, Any], codec: str, level: int, data: str, checksum: bool = True) -> dict[str, Any]:
     marker = {"version": SAMPLE_VERSION, "layout": layout, "codec": codec, "level": level}
     if data != "weights":  # arrays written before --data existed hold weights
         marker["data"] = data
+    if not checksum:  # nor did they leave the crc32c out
+        marker["checksum"] = False
     return marker
 
 
@@ -217,13 +219,14 @@ def sample_block(rng: Any, size: int, data: str) -> Any:
     return np.round(field, 2).astype(np.float32)
 
 
-def compressor_codecs(codec: str, level: int) -> list[dict[str, Any]]:
+def compressor_codecs(codec: str, level: int, checksum: bool = True) -> list[dict[str, Any]]:
     """The bytes-to-bytes codecs of ``codec``: the crc32c after zstd lets a reader reject a
     damaged chunk before a GPU decoder, which trusts its input, sees it; every peer reads and
-    writes the same chain."""
+    writes the same chain. ``checksum=False``: zstd alone."""
     if codec == "none":
         return []
-    return [{"name": "zstd", "configuration": {"level": level, "checksum": False}}, {"name": "crc32c"}]
+    zstd = {"name": "zstd", "configuration": {"level": level, "checksum": False}}
+    return [zstd, {"name": "crc32c"}] if checksum else [zstd]
 
 
 def print_header(machine: dict[str, Any], versions: dict[str, str | None], engine: dict[str, Any],
@@ -242,13 +245,15 @@ def print_header(machine: dict[str, Any], versions: dict[str, str | None], engin
           f"(zstd level {level}), {source}", flush=True)
 
 
-def write_array(path: str, layout: dict[str, Any], codec: str, level: int, data: str = "weights") -> float:
-    """Writes the sample array (skipped when an earlier run left it complete). Returns seconds."""
+def write_array(path: str, layout: dict[str, Any], codec: str, level: int, data: str = "weights", *,
+                checksum: bool = True, dimension_names: Sequence[str] | None = None) -> float:
+    """Writes the sample array (skipped when an earlier run left it complete). Returns seconds.
+    ``checksum``: crc32c after zstd; ``dimension_names``: for readers that need them (xarray)."""
     import numpy as np
 
     import zarr_device as zd
 
-    marker = _marker(layout, codec, level, data)
+    marker = _marker(layout, codec, level, data, checksum)
     try:
         with open(os.path.join(path, "zarr.json")) as f:
             if json.load(f).get("attributes", {}).get("bench_gpu") == marker:
@@ -257,11 +262,11 @@ def write_array(path: str, layout: dict[str, Any], codec: str, level: int, data:
     except (OSError, ValueError):
         pass
     start = time.perf_counter()
-    compressors: Any = compressor_codecs(codec, level) or None
+    compressors: Any = compressor_codecs(codec, level, checksum) or None
     rows, cols = layout["shape"]
     grid_rows = (layout["shards"] or layout["chunks"])[0]
     arr = zd.create(path, shape=layout["shape"], dtype=layout["dtype"], chunks=layout["chunks"],
-                    shards=layout["shards"], compressors=compressors, mode="w")
+                    shards=layout["shards"], compressors=compressors, dimension_names=dimension_names, mode="w")
     # One 256 MiB block of weights-like values, rotated differently for every slab: no two
     # chunks hold the same bytes, and generating gigabytes of normal deviates takes no time.
     slab_rows = max(grid_rows, (256 * MIB // (cols * layout["itemsize"])) // grid_rows * grid_rows)

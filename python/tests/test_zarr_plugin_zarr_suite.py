@@ -116,6 +116,18 @@ def test_engine_opens_an_array_with_one_metadata_read() -> None:
     assert (gets, exists) == (1, 1), dict(store.counter)
 
 
+def test_batches_written_at_once_open_the_array_once() -> None:
+    """zarr-python writes its batches (here one per shard) from several threads at once: the
+    engine still opens the array, reading its metadata, once."""
+    for attempt in range(5):  # the race this guards against came and went
+        store = zarr.storage.LoggingStore(zarr.storage.MemoryStore(), log_level="DEBUG")
+        logging.getLogger(f"LoggingStore({store._store})").setLevel(logging.WARNING)  # noqa: SLF001
+        with zarr_device.enable():
+            zarr.create_array(store, data=np.arange(300, dtype="int64"), chunks=(1,), shards=(100,), fill_value=-1)
+        metadata_gets = store.counter["get"]  # no shard is read: each is written whole
+        assert metadata_gets == 2, f"attempt {attempt}: zarr-python's read and the engine's, not {metadata_gets}"
+
+
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_new_style_numpy_dtypes_with_zarr_device_types_registered(tmp_path: Path, zarr_format: int) -> None:
     values = np.array(["a", "bb", "", "dddd", "e"], dtype=np.dtypes.StringDType())

@@ -96,15 +96,17 @@ class EngineArrays:
         read by the engine itself, other stores through :class:`zarr_device.ZarrStoreAdapter`).
         ``reopen``: read its metadata again."""
         key = (id(store), str(getattr(store, "root", "")), path)
+        # Held while opening: zarr-python writes and reads batches from several threads at once,
+        # and the array is opened (its metadata read) once, not once per thread. One pipeline
+        # serves one array, so nothing else waits on this lock.
         with self._lock:
             found = self._arrays.get(key)
             if found is not None and not reopen:
                 return found[1]
-        # zarr-python has the array's metadata in hand: the engine opens it as an array straight
-        # away, without first asking the store what kind of node is there (a round trip saved).
-        engine_store = as_store(store)
-        read_only = bool(getattr(store, "read_only", False))
-        array = Array(_core.Array.open(engine_store.handle, node_path(path)), engine_store, read_only=read_only)
-        with self._lock:
+            # zarr-python has the array's metadata in hand: the engine opens it as an array
+            # straight away, without first asking the store what kind of node is there.
+            engine_store = as_store(store)
+            read_only = bool(getattr(store, "read_only", False))
+            array = Array(_core.Array.open(engine_store.handle, node_path(path)), engine_store, read_only=read_only)
             self._arrays[key] = (store, array)
-        return array
+            return array
