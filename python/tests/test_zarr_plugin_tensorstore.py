@@ -25,19 +25,12 @@ from conftest import (
 from zarr_plugin_helpers import as_numpy, open_off
 
 import zarr_device
-from zarr_device.zarr_plugin import DevicePipeline, is_enabled
+from zarr_device.zarr_plugin import DevicePipeline
 
 ts = pytest.importorskip("tensorstore")
 
 # Every array here is one the engine serves (strict: a fall back would be an error).
 pytestmark = pytest.mark.filterwarnings("error::zarr_device.zarr_plugin.pipeline.FallbackWarning")
-
-
-@pytest.fixture(autouse=True)
-def _plugin_off() -> Any:
-    yield
-    while is_enabled():
-        zarr_device.disable()
 
 
 def _selections(shape: tuple[int, int]) -> list[tuple[str, Any]]:
