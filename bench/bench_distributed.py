@@ -67,6 +67,38 @@ def sums(torch: Any, tensors: dict[str, Any]) -> Any:
     return torch.stack([t.reshape(-1).view(torch.int16).to(torch.int64).sum() for _, t in sorted(tensors.items())])
 
 
+def gpu_local_cpus(index: int) -> set[int] | None:
+    """The cores of the NUMA node CUDA device ``index`` hangs off (from sysfs), or None when the
+    machine does not say or has one node."""
+    import subprocess
+
+    try:
+        bus = subprocess.run(["nvidia-smi", "-i", str(index), "--query-gpu=pci.bus_id", "--format=csv,noheader"],
+                             capture_output=True, text=True, check=True).stdout.strip().lower()
+        domain, rest = bus.split(":", 1)
+        with open(f"/sys/bus/pci/devices/{domain[-4:]}:{rest}/numa_node") as f:
+            node = int(f.read())
+        if node < 0 or len([d for d in os.listdir("/sys/devices/system/node") if d.startswith("node")]) < 2:
+            return None
+        with open(f"/sys/devices/system/node/node{node}/cpulist") as f:
+            cpus: set[int] = set()
+            for part in f.read().strip().split(","):
+                lo, _, hi = part.partition("-")
+                cpus.update(range(int(lo), int(hi or lo) + 1))
+        return cpus
+    except (OSError, ValueError, subprocess.CalledProcessError):
+        return None
+
+
+def bind_threads(cpus: set[int]) -> None:
+    """Every thread of this process (and those it starts later) onto ``cpus``."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass
+
+
 def worker(rank: int, args: argparse.Namespace, port: int, results: Any) -> None:
     import torch
     import torch.distributed as dist
@@ -127,6 +159,30 @@ def worker(rank: int, args: argparse.Namespace, port: int, results: Any) -> None
                 del result
             entry[name] = {"seconds": best, "gbps": nbytes * copies / best / 1e9}
         entry["bytes"] = nbytes
+        if codec == args.codecs[0]:
+            # Tensor-parallel again with each rank's threads limited to its share of the cores, then
+            # also bound to its GPU's NUMA node (the first variants of a later default).
+            import zarr_device as zd
+
+            cores = os.cpu_count() or 1
+            local = gpu_local_cpus(rank)
+            variants: dict[str, Any] = {}
+            for label, threads, bind in (("threads=cores/world", cores // world, False),
+                                         ("threads=cores/world, NUMA-bound", cores // world, True)):
+                if bind and local is None:
+                    variants[label] = {"skipped": "one NUMA node, or the GPU's node unknown"}
+                    continue
+                previous = zd.set_config(threads=threads)
+                if bind and local is not None:
+                    bind_threads(local)
+                run = ways["tensor-parallel"][0]
+                timed_round(run)
+                best = min(timed_round(run)[0] for _ in range(args.repeats))
+                variants[label] = {"seconds": best, "gbps": nbytes / best / 1e9, "threads": threads,
+                                   "cpus": None if not bind or local is None else len(local)}
+                zd.set_config(threads=previous.threads)
+            bind_threads(set(range(cores)))
+            entry["tensor-parallel variants"] = variants
         del full, parts
         out[codec] = entry
     if rank == 0:
@@ -162,8 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for codec in args.codecs:
         save_checkpoint(os.path.join(args.out, f"ck-{codec}.zarr"), rows, codec)
     cores = os.cpu_count() or 1
-    limits = concurrent_limits(os.path.join(args.out, f"ck-{args.codecs[0]}.zarr"), "cuda:0", cores)
-    log(f"page cache, {cores} threads: {limits['read_alone']:.1f} GB/s")
+    limits = concurrent_limits(os.path.join(args.out, f"ck-{args.codecs[0]}.zarr"),
+                               [f"cuda:{i}" for i in range(args.world)], cores)
+    log(f"page cache, {cores} threads: {limits['read_alone']:.1f} GB/s alone, {limits['read_while_copying']:.1f} while "
+        f"pinned -> GPU copies to all {args.world} GPUs run (at {limits['copy_while_reading']:.1f} GB/s)")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
@@ -172,9 +230,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     mp.start_processes(worker, args=(args, port, results), nprocs=args.world, join=True, start_method="spawn")
     out = results.get()
     out["page_cache_gbps"] = limits["read_alone"]
+    out["page_cache_while_copying_gbps"] = limits["read_while_copying"]
+    out["copy_while_reading_gbps"] = limits["copy_while_reading"]
     ceiling = min(out["page_cache_gbps"], out["copy_all_gbps"])
+    # A staged read does both at once: the host's memory serves the page cache's copy into pinned
+    # buffers and the GPUs' DMA from them together.
+    together = min(limits["read_while_copying"], limits["copy_while_reading"])
     print(f"\n{args.world} GPUs, {cores} cores. Page cache {out['page_cache_gbps']:.1f} GB/s, pinned copy to all "
-          f"GPUs at once {out['copy_all_gbps']:.1f} GB/s; ceiling {ceiling:.1f}")
+          f"GPUs at once {out['copy_all_gbps']:.1f} GB/s; ceiling {ceiling:.1f}. Both at once: page cache "
+          f"{limits['read_while_copying']:.1f} while the copies run at {limits['copy_while_reading']:.1f}: "
+          f"{together:.1f}")
     for codec in args.codecs:
         entry = out[codec]
         print(f"\n{codec}: {fmt_bytes(entry['bytes'])} checkpoint")
@@ -182,7 +247,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             e = entry[name]
             print(f"  {name:18s} {e['seconds'] * 1e3:8.1f} ms  {e['gbps']:6.2f} GB/s landed")
         tp = entry["tensor-parallel"]["gbps"]
-        print(f"  tensor-parallel aggregate / ceiling: {tp / ceiling:.2f}")
+        print(f"  tensor-parallel aggregate / ceiling: {tp / ceiling:.2f}; / both at once: {tp / together:.2f}")
+        for label, v in entry.get("tensor-parallel variants", {}).items():
+            if "gbps" in v:
+                print(f"  tensor-parallel, {label}: {v['gbps']:6.2f} GB/s landed, {v['gbps'] / ceiling:.2f} of the ceiling")
+            else:
+                print(f"  tensor-parallel, {label}: skipped ({v['skipped']})")
         print(f"  {args.world} full loads at once / fan-out (time): "
               f"{entry[f'{args.world} full loads']['seconds'] / entry['fan-out']['seconds']:.2f}x")
     if args.json:

@@ -67,16 +67,19 @@ def check(result: Any, expected: np.ndarray, what: str) -> None:
         raise AssertionError(f"{what}: the read returned other values")
 
 
-def concurrent_limits(path: str, device: str, threads: int, seconds: float = 2.0) -> dict[str, float]:
-    """Page cache -> pinned with `threads` threads, alone and while a pinned -> GPU copy runs."""
+def concurrent_limits(path: str, device: str | Sequence[str], threads: int, seconds: float = 2.0) -> dict[str, float]:
+    """Page cache -> pinned with `threads` threads, alone and while pinned -> GPU copies run (to
+    each device of `device` at once, each on a stream of its own: what a staged read onto
+    several GPUs of one host does to its memory). copy_while_reading is the copies' sum."""
     import torch
 
+    devices = [device] if isinstance(device, str) else list(device)
     files = [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
     slot = 16 * MIB
     pinned = torch.empty(threads * slot, dtype=torch.uint8, pin_memory=True)
     view = memoryview(pinned.numpy())
-    copy_src = torch.empty(1 * GIB, dtype=torch.uint8, pin_memory=True)
-    copy_dst = torch.empty(1 * GIB, dtype=torch.uint8, device=device)
+    copies = [(torch.empty(1 * GIB, dtype=torch.uint8, pin_memory=True),
+               torch.empty(1 * GIB, dtype=torch.uint8, device=d), torch.cuda.Stream(device=d)) for d in devices]
     stop = threading.Event()
 
     def reader(i: int, counter: list[int]) -> None:
@@ -103,9 +106,12 @@ def concurrent_limits(path: str, device: str, threads: int, seconds: float = 2.0
         copied = 0
         while time.perf_counter() - start < seconds:
             if copying:
-                copy_dst.copy_(copy_src, non_blocking=True)
-                torch.cuda.synchronize()
-                copied += copy_src.numel()
+                for src, dst, stream in copies:
+                    with torch.cuda.stream(stream):
+                        dst.copy_(src, non_blocking=True)
+                for src, _, stream in copies:
+                    stream.synchronize()
+                    copied += src.numel()
             else:
                 time.sleep(0.01)
         elapsed = time.perf_counter() - start
@@ -206,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "foreign" in parts:
         import zarr
 
-        for chunk in (MIB, 4 * MIB):
+        for chunk in (MIB, 4 * MIB, 16 * MIB):
             path = os.path.join(out_dir, f"zarr-python-{chunk}.zarr")
             # zarr-python 3.1 has no bfloat16: the same bytes as uint16
             z = zarr.create_array(path, shape=(rows, COLS), chunks=(rows_of(chunk), COLS), dtype="uint16",

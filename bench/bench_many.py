@@ -98,6 +98,16 @@ def timed(read: Any) -> tuple[float, dict[str, Any]]:
     return time.perf_counter() - start, result
 
 
+def one_by_one_non_blocking(arrays: dict[str, Any], device: str) -> dict[str, Any]:
+    """A loop of single reads that do not wait for the GPU's decoders, then one synchronisation
+    that reports any chunk the GPU failed to decode."""
+    import zarr_device as zd
+
+    result = {n: a.read(device=device, like="torch", non_blocking=True) for n, a in arrays.items()}
+    zd.synchronize(device)
+    return result
+
+
 def in_threads(arrays: dict[str, Any], device: str, threads: int) -> dict[str, Any]:
     """The arrays shared round-robin among `threads` threads, each reading its own one by one."""
     from concurrent.futures import ThreadPoolExecutor
@@ -158,6 +168,7 @@ def measure(path: str, device: str, repeat: int, cold: bool, ways_wanted: Sequen
         "one call": lambda: zd.read_many(arrays, device=device, like="torch"),
         "iter_many": lambda: dict(zd.iter_many(arrays, device=device, like="torch")),
         "one by one": lambda: {n: a.read(device=device, like="torch") for n, a in arrays.items()},
+        "one by one non_blocking": lambda: one_by_one_non_blocking(arrays, device),
         "4 threads": lambda: in_threads(arrays, device, 4),
     }
     ways = {name: all_ways[name] for name in ways_wanted}
@@ -203,8 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cold", action="store_true", help="also one cold read each (drops the page cache)")
     parser.add_argument("--out", default=None, help="where to write the data (default: a temp dir)")
     parser.add_argument("--json", default=None, help="also write the results here")
-    parser.add_argument("--ways", default="one call,iter_many,one by one,4 threads",
-                        help="comma-separated: one call, iter_many, one by one, 4 threads")
+    parser.add_argument("--ways", default="one call,iter_many,one by one,one by one non_blocking,4 threads",
+                        help="comma-separated: one call, iter_many, one by one, one by one non_blocking, 4 threads")
     parser.add_argument("--reuse", action="store_true", help="read the data already in --out instead of writing it")
     args = parser.parse_args(argv)
 

@@ -8,10 +8,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <future>
 #include <numeric>
@@ -55,6 +57,7 @@ void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
     ZD_CUDA_CHECK(
         cudaMemcpyAsync(dev, d.bytes.data(), nbytes, cudaMemcpyHostToDevice, slot.stream));
     const auto [counts, strides] = gpu::staged_layout(leaf);
+    wait_for_consumers(ctx, slot.stream);  // (when the read defers that wait to its writes)
     launch_strided_copy(
         plan_strided_copy(dev, strides, leaf.decoded_destination, leaf.spec->dtype->size, false, 1),
         slot.stream);
@@ -94,9 +97,15 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     leaves = std::move(staged);
   }
 
-  // Reads of few or large zstd chunks end sooner with a share of them decoded on the CPU.
+  // A read that may complete in stream order: it returns once queued, even with device decodes
+  // when the caller does not wait for them (non_blocking); see the end of the pipeline below.
+  const bool may_stream_order = !completed && !complete_on_host && !streams.empty();
+  // Reads of few or large zstd chunks end sooner with a share of them decoded on the CPU. A read
+  // that does not wait for its decodes is not held up by their latency, and the next read overlaps
+  // them: the GPU is then the faster way however few the chunks.
   std::size_t shared = 0;
-  if (options_.decode_sharing == DecodeSharing::kAuto) {
+  if (options_.decode_sharing == DecodeSharing::kAuto &&
+      !(options_.non_blocking && may_stream_order)) {
     gpu::DecodeRates rates;
     int sms = 0;
     ZD_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
@@ -109,15 +118,29 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   // The ring's slots hold the largest chunk: fewer, larger slots in the same staging.
   const auto context = context_for(device_, options_, gpu::largest_staged(leaves));
   auto& ctx = *context;
+  const std::size_t base = ctx.next_batch;  // batch b takes slot (base + b) % slots
+  const bool decodes = std::any_of(leaves.begin(), leaves.end(), [](const Leaf& leaf) {
+    return leaf.route == Route::kDeviceDecode;
+  });
+  // The outputs may have been freed and reallocated on the consumers' streams, so the read's
+  // writes wait for the work queued there. A read that does not wait for its decodes must not
+  // make them wait too: the consumers' streams then wait for the previous such read, and its
+  // decodes would queue behind that read's instead of overlapping them. Its chunks are decoded
+  // into scratch, and only the writes into the outputs wait.
+  const bool defer_consumers = options_.non_blocking && may_stream_order && decodes;
   // Pack the leaves into batches: as many as fit a slot, and whose GPU decodes fit a region.
-  prepare_decodes(ctx, leaves);
+  prepare_decodes(ctx, leaves, !defer_consumers);
   const std::size_t capacity = ctx.slots_.front().capacity;
   const std::size_t target = gpu::batch_target(leaves, capacity, ctx.slots_.size());
   const auto batches = gpu::pack_batches(leaves, capacity, target, costs_, ctx.decode_budget);
   // The outputs may have been freed and reallocated on the consumers' streams: the ring's streams
   // wait for the work queued there (the device waits; the host goes on planning and reading).
-  for (const std::uintptr_t stream : streams) {
-    ctx.wait_for(reinterpret_cast<StreamHandle>(stream), batches.size());
+  if (defer_consumers) {
+    deferred_consumers_ = ctx.record_consumers(streams);
+  } else {
+    for (const std::uintptr_t stream : streams) {
+      ctx.wait_for(reinterpret_cast<StreamHandle>(stream), base, batches.size());
+    }
   }
   const auto t1 = std::chrono::steady_clock::now();
 
@@ -175,9 +198,6 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   // copies stay queued while the host is busy (measured on an H200, a warm 6 GiB read of 8 MiB
   // copy batches: 46 GB/s with 6 of 12 slots ahead, 44 with 10; 16 MiB batches, 37 with 3).
   const std::size_t slots = ctx.slots_.size();
-  const bool decodes = std::any_of(leaves.begin(), leaves.end(), [](const Leaf& leaf) {
-    return leaf.route == Route::kDeviceDecode;
-  });
   const std::size_t lookahead = slots < 2 ? 0 : std::max<std::size_t>(slots / 2, 1);
   auto batch_of = [&](std::size_t b) {
     return std::span<Leaf>{leaves.data() + batches[b].begin, batches[b].end - batches[b].begin};
@@ -186,7 +206,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   std::size_t finished = 0;
   auto finish_through = [&](std::size_t end, bool wait) {
     for (; finished < end; ++finished) {
-      Slot& slot = ctx.slot(finished);
+      Slot& slot = ctx.slot(base + finished);
       if (!wait && slot.busy && cudaEventQuery(slot.done) == cudaErrorNotReady) break;
       finish(slot);
       hand_on(finished + 1);
@@ -202,9 +222,9 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
         if (started >= slots) {
           finish_through(started - slots + 1, true);  // the slot's last batch
         } else {
-          finish(ctx.slot(started));  // an earlier read's last batch, left on the device
+          finish(ctx.slot(base + started));  // an earlier read's last batch, left on the device
         }
-        Slot& slot = ctx.slot(started);
+        Slot& slot = ctx.slot(base + started);
         fetching.push_back(
             pool_.submit([this, &ctx, &slot, &announce, b = started, batch = batch_of(started)] {
               announce(b);
@@ -217,7 +237,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
       const auto w0 = std::chrono::steady_clock::now();
       fetched.get();
       waited_fetch += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
-      submit(ctx, ctx.slot(b), batch_of(b), b);
+      submit(ctx, ctx.slot(base + b), batch_of(b), base + b);
       finish_through(b + 1, false);  // hands on what is already complete
     }
     const auto w0 = std::chrono::steady_clock::now();
@@ -226,18 +246,22 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     // for the last batch of each slot, and the host goes on to the next read while the copy engine
     // finishes this one (its slots stay busy until then). Device decodes report their statuses to
     // the host, and a read that hands outputs on as they complete needs to know when they are:
-    // those wait here.
-    const bool stream_ordered = !decodes && !completed && !complete_on_host && !streams.empty();
+    // those wait here, unless the caller asked not to (non_blocking), taking a late report of a
+    // chunk the GPU failed to decode (raise_deferred_failures) for the overlap of its reads.
+    const bool stream_ordered = (!decodes || options_.non_blocking) && may_stream_order;
     if (stream_ordered) {
       for (std::size_t i = 0; i < std::min(batches.size(), slots); ++i) {
         for (const std::uintptr_t stream : streams) {
-          ZD_CUDA_CHECK(
-              cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(stream), ctx.slot(i).done, 0));
+          ZD_CUDA_CHECK(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(stream),
+                                            ctx.slot(base + i).done, 0));
         }
       }
     } else {
       finish_through(batches.size(), true);
     }
+    // Slots left busy: the next read starts past them. Otherwise from the first slot again, so
+    // that reads of few batches keep to the first slots and pin no more of the ring.
+    ctx.next_batch = stream_ordered ? base + batches.size() : 0;
     if (std::getenv("ZARR_DEVICE_TRACE")) {
       const auto t2 = std::chrono::steady_clock::now();
       std::fprintf(
@@ -265,6 +289,14 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
       }
     }
     for (auto& slot : ctx.slots_) {
+      if (slot.busy && slot.owner != id_) {  // an earlier read's, which did not wait
+        try {
+          if (auto failure = settle(slot); !failure.empty()) {
+            defer_failure(device_, std::move(failure));
+          }
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one reported
+        }
+      }
       if (slot.stream) cudaStreamSynchronize(slot.stream);
       slot.busy = false;
       slot.checks.clear();
@@ -273,7 +305,37 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   }
 }
 
+std::uint64_t Reader::next_id() {
+  static std::atomic<std::uint64_t> last{0};
+  return ++last;
+}
+
+void synchronize_reads(int device) {
+  if (device < 0) {  // every device read onto so far
+    std::exception_ptr first;
+    for (const int d : read_contexts().devices()) {
+      try {
+        synchronize_reads(d);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
+    return;
+  }
+  check_device(device);
+  ZD_CUDA_CHECK(cudaSetDevice(device));
+  read_contexts().for_each_idle(device, [&](DeviceContext& ctx) {
+    for (auto& slot : ctx.slots_) {
+      if (auto failure = settle(slot); !failure.empty()) defer_failure(device, std::move(failure));
+    }
+  });
+  raise_deferred_failures(device);
+}
+
 }  // namespace cuda
+
+void synchronize_cuda_reads(int device) { cuda::synchronize_reads(device); }
 
 int cuda_device_count() {
   int count = 0;
@@ -305,6 +367,8 @@ nlohmann::json cuda_info() {
 void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
                        const CudaReadOptions& options,
                        const std::function<void(std::size_t)>& completed) {
+  // A read that did not wait may have failed since: the caller hears of it before reading on.
+  cuda::raise_deferred_failures(device);
   std::vector<gpu::ReadTarget> planned;
   planned.reserve(requests.size());
   std::vector<std::uintptr_t> streams;

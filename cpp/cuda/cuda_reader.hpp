@@ -42,7 +42,8 @@ class Reader {
         options_(options),
         nvcomp_(Nvcomp::instance()),
         workers_(worker_count(options.io)),
-        pool_(engine::ThreadPool::shared(workers_)) {}
+        pool_(engine::ThreadPool::shared(workers_)),
+        id_(next_id()) {}
 
   // `streams`: the consumer streams whose earlier work must finish before the outputs are written.
   // `completed(t)` is called (on this thread) as each target's output becomes complete.
@@ -56,7 +57,10 @@ class Reader {
   // contiguous straight from their files into place; returns those it could not (for the ring).
   std::vector<Leaf> read_from_files(std::vector<Leaf> leaves);
   // Sizes what device decodes cost and splits the decode memory into regions for them.
-  void prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves);
+  void prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in_place);
+  // Orders `stream`'s later work after the consumers' work recorded at the read's start, where a
+  // read defers that wait to its first write into an output (see read()).
+  void wait_for_consumers(DeviceContext& ctx, cudaStream_t stream) const;
   // A batch's CPU stage (gpu::fetch_batch), then the chunks it decoded on the CPU placed.
   void fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch);
   // Its device stage: one transfer, decoding, placing. The next batch's CPU stage runs meanwhile.
@@ -71,6 +75,14 @@ class Reader {
   std::size_t decoded_chunks_ = 0;
   std::size_t workers_;
   engine::ThreadPool& pool_;
+  std::uint64_t id_;  // tells this read's batches on the ring from earlier reads' (Slot::owner)
+  std::size_t deferred_consumers_ = 0;  // events in ctx.consumer_events to wait on before writing
+  static std::uint64_t next_id();
 };
+
+// Finishes the batches that reads onto `device` left on the GPU without waiting (non_blocking)
+// in the rings no read holds now, then raises what any of them found (raise_deferred_failures).
+// A negative `device`: every device read onto so far.
+void synchronize_reads(int device);
 
 }  // namespace zarr_device::cuda

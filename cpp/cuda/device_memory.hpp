@@ -131,6 +131,23 @@ class ContextPool {
     std::unique_ptr<Context> context_;
   };
 
+  // The devices that have had contexts.
+  std::vector<int> devices() {
+    std::lock_guard lock(mutex_);
+    std::vector<int> out;
+    for (const auto& entry : entries_) out.push_back(entry.first);
+    return out;
+  }
+
+  // Calls `visit(context)` on each idle context of `device`, none lent meanwhile.
+  template <typename Visit>
+  void for_each_idle(int device, Visit visit) {
+    std::lock_guard lock(mutex_);
+    const auto it = entries_.find(device);
+    if (it == entries_.end()) return;
+    for (auto& context : it->second.idle) visit(*context);
+  }
+
   template <typename Make>
   Lease acquire(int device, const Settings& settings, Make make) {
     std::unique_lock lock(mutex_);

@@ -6,8 +6,11 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "device_memory.hpp"
@@ -23,9 +26,11 @@ using gpu::kMaxBatch;
 using gpu::kStagingAlignment;
 using gpu::Leaf;
 
-// A device decode whose status and size are checked when its batch is off the slot.
+// A device decode whose status and size are checked when its batch is off the slot. It names its
+// chunk itself: a read that does not wait (CudaReadOptions::non_blocking) leaves its checks to a
+// later call, after its leaves are gone.
 struct PendingCheck {
-  const Leaf* leaf;
+  std::string where;     // the array and chunk, for the error
   std::size_t index;     // in the batch's status arrays
   std::size_t expected;  // decoded bytes
 };
@@ -58,17 +63,29 @@ struct Slot {
   cudaStream_t stream = nullptr;
   cudaEvent_t done = nullptr;
   std::vector<PendingCheck> checks;
+  std::uint64_t owner = 0;  // the read whose batch is on the slot (Reader::id)
   bool busy = false;
 };
 
+// Waits for a slot's batch and checks its device decodes (their statuses and sizes): the first
+// failure's message, or empty. The slot is free afterwards.
+std::string settle(Slot& slot);
+
+// Failures of device decodes found after the read that queued them had returned (it did not
+// wait: CudaReadOptions::non_blocking): kept per device until raise_deferred_failures reports
+// them. Safe from any thread.
+void defer_failure(int device, std::string message);
+// CodecError with the failures deferred on `device` (which are then forgotten), if any.
+void raise_deferred_failures(int device);
+
 // A slot's allocation (data, then the batch arrays) is a whole number of the driver's 2 MiB pages,
-// so the ring and the decode regions hold exactly twice the staging.
+// so the ring holds exactly the staging.
 inline constexpr std::size_t kSlotPage = std::size_t{2} << 20;
 
 // A device's staging ring, made once and kept: pinned allocations are slow and synchronise.
 class DeviceContext {
  public:
-  DeviceContext(int device, std::size_t staging_bytes, int slots)
+  DeviceContext(int device, std::size_t staging_bytes, int slots, std::size_t decode_bytes)
       : device_(device), gpu_(get_device("cuda:" + std::to_string(device))) {
     const std::size_t per_slot = std::max<std::size_t>(
         staging_bytes / static_cast<std::size_t>(std::max(slots, 1)) / kSlotPage * kSlotPage,
@@ -77,14 +94,24 @@ class DeviceContext {
     for (auto& s : slots_) s.capacity = per_slot - BatchArrays::bytes();
     // The driver's own device memory for the ring's streams and the decoders' kernels (measured
     // on an H200: 4 MiB for 12 streams, 6-10 MiB in all) comes out of the decode memory, so that
-    // a read's device memory stays within its output plus twice the staging.
+    // a read's device memory stays within its output, the staging and decode_bytes.
     constexpr std::size_t kDriverShare = std::size_t{16} << 20;
-    const std::size_t staged = per_slot * slots_.size();
-    decode_memory_ = staged >= 8 * kDriverShare ? staged - kDriverShare : staged;
+    decode_memory_ = decode_bytes >= 8 * kDriverShare ? decode_bytes - kDriverShare : decode_bytes;
   }
   ~DeviceContext() {
-    for (auto& s : slots_) release(s);
+    for (auto& s : slots_) {
+      // A read that did not wait may have left its checks here: they are reported later, not lost.
+      if (s.busy) {
+        try {
+          if (auto failure = settle(s); !failure.empty())
+            defer_failure(device_, std::move(failure));
+        } catch (...) {  // NOLINT(bugprone-empty-catch): a failed device is being let go of
+        }
+      }
+      release(s);
+    }
     gpu_->destroy_event(consumer_ready_);
+    for (auto* e : consumer_events) gpu_->destroy_event(e);
   }
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;
@@ -128,21 +155,39 @@ class DeviceContext {
   std::shared_ptr<Device> gpu_;
   std::vector<StreamHandle> streams;  // of the slots allocated
 
-  // Orders the work of slots [0, used) after the work queued so far on `consumer` (a stream
-  // whose memory a read writes): the device waits, not the host.
-  void wait_for(StreamHandle consumer, std::size_t used) {
+  // Orders the work of the slots of batches [first, first + used) after the work queued so far
+  // on `consumer` (a stream whose memory a read writes): the device waits, not the host.
+  void wait_for(StreamHandle consumer, std::size_t first, std::size_t used) {
     if (!consumer_ready_) consumer_ready_ = gpu_->create_event();
     gpu_->record(consumer_ready_, consumer);
     for (std::size_t i = 0; i < std::min(used, slots_.size()); ++i) {
-      gpu_->wait(slot(i).stream, consumer_ready_);
+      gpu_->wait(slot(first + i).stream, consumer_ready_);
     }
   }
+
+  // Records, on each of `consumers`, an event marking the work queued there so far (kept in
+  // consumer_events; the count used is returned), for batches to wait on later.
+  std::size_t record_consumers(std::span<const std::uintptr_t> consumers) {
+    while (consumer_events.size() < consumers.size()) {
+      consumer_events.push_back(gpu_->create_event());
+    }
+    for (std::size_t i = 0; i < consumers.size(); ++i) {
+      gpu_->record(consumer_events[i], reinterpret_cast<StreamHandle>(consumers[i]));
+    }
+    return consumers.size();
+  }
+  std::vector<EventHandle> consumer_events;
+
+  // Reads number their batches on from where the previous read on this ring stopped, so that a
+  // read's first batch takes the slot used longest ago: one that did not wait for its device
+  // decodes then overlaps the next read instead of holding up its first slot.
+  std::size_t next_batch = 0;
   // Decode memory (nvCOMP's temporary memory, then decoded chunks on their way to a strided
-  // place): the staging's size in all, which keeps a read's device memory within the output plus
-  // twice the staging, split into regions that batches use in turn; batches in different regions
-  // decode at once. See Reader::prepare_decodes for how many.
-  // The count only grows: reads of other data then reuse the regions (and their memory) instead
-  // of reallocating them, which would synchronise the device on every read.
+  // place): decode_bytes in all, split into regions that batches use in turn; batches in
+  // different regions decode at once. A region takes memory as its calls need it. See
+  // Reader::prepare_decodes for how many. The count only grows: reads of other data then reuse the
+  // regions (and their memory) instead of reallocating them, which would synchronise the device on
+  // every read.
   void use_decode_regions(std::size_t count) {
     if (regions_.size() >= count) return;
     for (auto* s : streams) gpu_->synchronize_stream(s);  // their work may use the old regions
@@ -160,7 +205,15 @@ class DeviceContext {
   std::vector<std::unique_ptr<SharedTemp>> regions_;
 };
 
-using ReadContexts = ContextPool<DeviceContext, std::pair<std::size_t, int>>;
+// The settings a ring is made for: one made with others is not reused.
+struct RingShape {
+  std::size_t staging_bytes = 0;
+  int slots = 0;
+  std::size_t decode_bytes = 0;
+  bool operator==(const RingShape&) const = default;
+};
+
+using ReadContexts = ContextPool<DeviceContext, RingShape>;
 
 // A ring of `device` for these settings whose slots hold `largest` (the staging split into fewer
 // slots when the configured ones are too small for it; OutOfMemoryError naming the chunk when the
@@ -168,5 +221,8 @@ using ReadContexts = ContextPool<DeviceContext, std::pair<std::size_t, int>>;
 // them.
 ReadContexts::Lease context_for(int device, const CudaReadOptions& options,
                                 const gpu::LargestLeaf& largest);
+
+// The rings of every device, lent to one read at a time.
+ReadContexts& read_contexts();
 
 }  // namespace zarr_device::cuda

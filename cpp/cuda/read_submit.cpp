@@ -35,7 +35,13 @@ void place_on_device(const std::byte* src, const ChunkSpec& spec,
   ZD_CUDA_CHECK(cudaGetLastError());
 }
 
-void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves) {
+void Reader::wait_for_consumers(DeviceContext& ctx, cudaStream_t stream) const {
+  for (std::size_t i = 0; i < deferred_consumers_; ++i) {
+    ZD_CUDA_CHECK(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(ctx.consumer_events[i]), 0));
+  }
+}
+
+void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in_place) {
   std::size_t max_chunk = 0;
   std::array<bool, DeviceDecoding::kKinds> present{};
   for (const auto& leaf : leaves) {
@@ -53,24 +59,21 @@ void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves) {
                  std::max<std::size_t>(d->temp_size(2, max_chunk, 2 * max_chunk) - first, 1)};
     alignment[c] = d->output_alignment;
   }
-  ctx.use_decode_regions(gpu::plan_decode_regions(leaves, costs_, alignment, ctx.slots_.size()));
+  ctx.use_decode_regions(
+      gpu::plan_decode_regions(leaves, costs_, alignment, ctx.slots_.size(), in_place));
 }
 
 void Reader::finish(Slot& slot) {
-  if (!slot.busy) return;
-  slot.busy = false;
-  ZD_CUDA_CHECK(cudaEventSynchronize(slot.done));
-  const auto arrays = BatchArrays::at(slot.host + slot.capacity);
-  for (const auto& check : slot.checks) {
-    const int status = arrays.statuses[check.index];
-    const std::size_t size = arrays.sizes[check.index];
-    if (status != 0 || size != check.expected) {
-      throw CodecError(check.leaf->where() + ": the GPU decoder reported status " +
-                       std::to_string(status) + " and " + std::to_string(size) +
-                       " bytes, expected " + std::to_string(check.expected));
-    }
+  const bool own = slot.owner == id_;
+  auto failure = settle(slot);
+  if (failure.empty()) return;
+  // A batch an earlier read left without waiting (non_blocking): its failure is that read's,
+  // reported to whoever synchronises next, not to this read, whose data are unaffected.
+  if (!own) {
+    defer_failure(device_, std::move(failure));
+    return;
   }
-  slot.checks.clear();
+  throw CodecError(failure);
 }
 
 void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
@@ -92,6 +95,14 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
   auto host_arrays = BatchArrays::at(slot.host + slot.capacity);
   auto device_arrays = BatchArrays::at(slot.device + slot.capacity);
   std::size_t next = 0;
+  // A read that defers its wait for the consumers writes its outputs only after it, once its
+  // decoding (into scratch) is queued: the decoding overlaps the consumers' work.
+  bool waited = deferred_consumers_ == 0;
+  auto before_writing = [&] {
+    if (waited) return;
+    wait_for_consumers(ctx, slot.stream);
+    waited = true;
+  };
   for (const auto& group : decodes) {
     const GpuCodec codec = group.first;
     const std::vector<std::size_t>& members = group.second;  // named: the lambda below uses it
@@ -143,7 +154,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
         host_arrays.outputs[next] = leaf.scratch == kInPlace
                                         ? static_cast<void*>(leaf.destination.data)
                                         : scratch + leaf.scratch;
-        slot.checks.push_back({&leaf, next, expected});
+        slot.checks.push_back({leaf.where(), next, expected});
       }
     }
     const std::size_t count = next - first;
@@ -172,6 +183,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
       for (std::size_t m = call.begin; m < call.end; ++m) {
         auto& leaf = batch[members[m]];
         if (leaf.scratch == kInPlace) continue;
+        before_writing();
         place_on_device(scratch + leaf.scratch, *leaf.spec, leaf.selection, leaf.destination,
                         leaf.swap, slot.stream);
         leaf.scratch = kPlaced;
@@ -210,6 +222,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
       n = 0;
     }
   } copies{slot.stream};
+  before_writing();
   for (auto& leaf : batch) {
     if (leaf.scratch == kPlaced) continue;
     const std::byte* staged = slot.device + leaf.staging;
@@ -258,6 +271,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
   }
   copies.flush();
   ZD_CUDA_CHECK(cudaEventRecord(slot.done, slot.stream));
+  slot.owner = id_;
   slot.busy = true;
 }
 

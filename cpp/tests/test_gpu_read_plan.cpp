@@ -231,6 +231,13 @@ TEST(GpuReadBatches, SmallReadsAreCutIntoSmallBatches) {
   std::vector<Leaf> decodes;
   for (int i = 0; i < 32; ++i) decodes.push_back(sized_leaf(Route::kDeviceDecode, 1 << 20, spec));
   EXPECT_EQ(pack_batches(decodes, kSlot, kMinBatchBytes, DecodeCosts{}, SIZE_MAX).size(), 1u);
+  // So do batches of chunks decoded on CPU threads: a batch's chunks are decoded at once.
+  std::vector<Leaf> cpu;
+  for (int i = 0; i < 32; ++i) {
+    cpu.push_back(sized_leaf(Route::kCpuDecode, 1 << 19, spec));
+    cpu.back().selection = test::full_selection(spec.shape);  // 1 MiB decoded each
+  }
+  EXPECT_EQ(pack_batches(cpu, kSlot, kMinBatchBytes, DecodeCosts{}, SIZE_MAX).size(), 1u);
   // A chunk larger than the target still goes alone into a slot that holds it.
   const auto big_spec = test::make_spec({std::size_t{20} << 20}, "uint8");
   std::vector<Leaf> big = {sized_leaf(Route::kCopy, std::size_t{20} << 20, big_spec),
@@ -259,6 +266,27 @@ TEST(GpuReadBatches, DecodeRegionsFollowTheData) {
   EXPECT_EQ(plan_decode_regions(leaves, costs, alignment, 12), 3u);
   EXPECT_EQ(leaves[0].decode_scratch, std::size_t{1} << 18);
   EXPECT_EQ(plan_decode_regions(leaves, costs, alignment, 2), 1u);  // at most the slots
+}
+
+TEST(GpuReadBatches, DecodesCanBeKeptOutOfPlace) {
+  // Chunks that could be decoded straight into their output go through scratch when asked.
+  const auto spec = test::make_spec({1 << 18}, "uint8");
+  alignas(256) static std::byte output[1 << 18];
+  std::vector<Leaf> leaves;
+  for (int i = 0; i < 4; ++i) {
+    Leaf leaf = sized_leaf(Route::kDeviceDecode, 1 << 17, spec);
+    leaf.selection = test::full_selection(spec.shape);
+    leaf.destination = {output, spec.shape, {1}};
+    leaves.push_back(leaf);
+  }
+  DecodeCosts costs{};
+  costs[static_cast<std::size_t>(DecodeKind::kZstd)] = {1 << 20, 1 << 18};
+  PerKind alignment{};
+  alignment.fill(8);
+  plan_decode_regions(leaves, costs, alignment, 12);
+  EXPECT_EQ(leaves[0].decode_scratch, 0u);  // in place
+  plan_decode_regions(leaves, costs, alignment, 12, false);
+  EXPECT_EQ(leaves[0].decode_scratch, std::size_t{1} << 18);
 }
 
 TEST(GpuReadStaging, PiecesHoldWholeAdjacentLeavesOfOneValue) {
@@ -388,6 +416,28 @@ TEST(GpuDecodeShare, NothingMovesWhereTheCpuIsSlower) {
   rates = scaled_rates(16, 132);
   rates.staging_bytes = 2 * 16 * 4096;
   EXPECT_GT(decode_seconds(0, 64 * big, big, 64 * big, rates), 64 * big / rates.cpu_thread / 3);
+}
+
+TEST(GpuDecodeShare, ChunksThatFillASlotDecodeOnFewThreads) {
+  // Chunks as large as a slot: each CPU batch holds one, and only the batches being filled (half
+  // the slots, and one) decode at once, however many threads. Sixteen such chunks, 16 threads,
+  // 12 slots: 7 at a time on the CPU.
+  auto store = make_memory_store();
+  auto array = make_array(store, "large", {16 * 32 * 1024}, {32 * 1024}, kZstdCrc);
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  auto leaves = plan({&target, 1});
+  ASSERT_EQ(leaves.size(), 16U);
+  auto rates = scaled_rates(16, 132);
+  const double chunk = 32.0 * 1024 * 4;
+  rates.staging_bytes = static_cast<std::size_t>(12 * chunk);
+  const double total = 16 * chunk;
+  EXPECT_DOUBLE_EQ(decode_seconds(0, total, chunk, 0, rates), total / (7 * rates.cpu_thread));
+  // The device decodes all 16 at once: it wins at half a thread's rate per chunk, not a quarter.
+  rates.device_chunk = rates.cpu_thread / 2;
+  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 0U);
+  rates.device_chunk = rates.cpu_thread / 4;
+  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 16U);
 }
 
 }  // namespace

@@ -70,9 +70,9 @@ TEST_F(Settings, TheTableGivesEverySettingAVariableADefaultAndDocumentation) {
     EXPECT_EQ(&zd::setting_info(setting.name), &setting);
     EXPECT_NO_THROW(parse(setting.name, setting.default_text)) << setting.name;
   }
-  EXPECT_EQ(names,
-            (std::set<std::string_view>{"threads", "max_inflight_bytes", "gpu_decode", "gpu_encode",
-                                        "staging_bytes", "staging_slots", "decode_sharing"}));
+  EXPECT_EQ(names, (std::set<std::string_view>{"threads", "max_inflight_bytes", "gpu_decode",
+                                               "gpu_encode", "staging_bytes", "decode_bytes",
+                                               "staging_slots", "decode_sharing"}));
   try {
     (void)zd::setting_info("stagingbytes");
     FAIL() << "an unknown setting was found";
@@ -89,6 +89,7 @@ TEST_F(Settings, DefaultsAreTheTables) {
   EXPECT_EQ(defaults.gpu_encode, zd::GpuEncode::kOn);
   EXPECT_EQ(defaults.decode_sharing, zd::DecodeSharing::kAuto);
   EXPECT_EQ(defaults.staging_bytes, 768 * kMiB);
+  EXPECT_EQ(defaults.decode_bytes, 2048 * kMiB);
   EXPECT_EQ(defaults.staging_slots, 12);
   for (const auto& setting : zd::settings_table()) {
     EXPECT_EQ(setting.get(defaults), parse(setting.name, setting.default_text)) << setting.name;

@@ -411,7 +411,7 @@ NB_MODULE(_core, m) {
       "read_many_cuda",
       [](const std::vector<std::tuple<std::shared_ptr<zd::Array>, Selection, std::uintptr_t,
                                       std::size_t, std::uintptr_t>>& requests,
-         int device, nb::object completed) {
+         int device, nb::object completed, bool non_blocking) {
         std::vector<zd::CudaReadRequest> reads;
         reads.reserve(requests.size());
         for (const auto& [array, selection, ptr, nbytes, stream] : requests) {
@@ -425,10 +425,14 @@ NB_MODULE(_core, m) {
             completed(index);
           };
         }
+        zd::CudaReadOptions options;
+        options.non_blocking = non_blocking;
         nb::gil_scoped_release release;
-        zd::read_many_to_cuda(reads, device, {}, report);
+        zd::read_many_to_cuda(reads, device, options, report);
       },
-      "requests"_a, "device"_a, "completed"_a = nb::none());
+      "requests"_a, "device"_a, "completed"_a = nb::none(), "non_blocking"_a = false);
+  m.def("synchronize_cuda", &zd::synchronize_cuda_reads, "device"_a,
+        nb::call_guard<nb::gil_scoped_release>());
 
   m.def("cuda_device_count", &zd::cuda_device_count);
   m.def("cuda_build_info", [] { return json_to_python(zd::cuda_info()); });
@@ -535,14 +539,16 @@ NB_MODULE(_core, m) {
       .def(
           "read_cuda",
           [](const zd::Array& a, const Selection& selection, int device, std::uintptr_t out_ptr,
-             std::size_t out_nbytes, std::uintptr_t stream) {
+             std::size_t out_nbytes, std::uintptr_t stream, bool non_blocking) {
             const auto sel = to_selection(selection);
             zd::CudaReadOptions options;
             options.consumer_stream = stream;
+            options.non_blocking = non_blocking;
             nb::gil_scoped_release release;
             zd::read_to_cuda(a, sel, device, reinterpret_cast<void*>(out_ptr), out_nbytes, options);
           },
-          "selection"_a, "device"_a, "out_ptr"_a, "out_nbytes"_a, "stream"_a = 0)
+          "selection"_a, "device"_a, "out_ptr"_a, "out_nbytes"_a, "stream"_a = 0,
+          "non_blocking"_a = false)
       .def(
           "write_cuda",
           [](const zd::Array& a, const Selection& selection, int device, std::uintptr_t values_ptr,

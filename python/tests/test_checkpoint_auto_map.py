@@ -270,8 +270,8 @@ def test_memory_budgets() -> None:
 
 
 def test_default_budgets_come_from_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert gpu_reserve(100 << 30, 768 * MiB) == 10 << 30
-    assert gpu_reserve(8 << 30, 768 * MiB) == 1536 * MiB  # never below the read's working memory
+    assert gpu_reserve(100 << 30, 2816 * MiB) == 10 << 30
+    assert gpu_reserve(8 << 30, 2816 * MiB) == 2816 * MiB  # never below the read's working memory
     assert auto_map.host_available() > 0
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)

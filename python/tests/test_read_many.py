@@ -278,12 +278,15 @@ def test_chunks_larger_than_a_slot_are_read(tmp_path: Path, compressors: Any) ->
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("compressors", [None, ZSTD_CRC])
-def test_reads_complete_in_the_order_of_the_current_stream(tmp_path: Path, compressors: Any) -> None:
+@pytest.mark.parametrize(("compressors", "non_blocking"), [(None, False), (ZSTD_CRC, False), (ZSTD_CRC, True)])
+def test_reads_complete_in_the_order_of_the_current_stream(tmp_path: Path, compressors: Any,
+                                                           non_blocking: bool) -> None:
     """Reads without device decodes return once their copies are queued: work queued later on the
     current stream sees the data, and the engine's writes wait for work queued before (memory
-    freed there is handed out again at once). Reads with decodes complete on the host; both must
-    give every value, one read after another, with no synchronisation in between."""
+    freed there is handed out again at once). Reads with decodes complete on the host, unless
+    non_blocking, when they too return once queued, their decoding overlapping the stream's work
+    and only their writes into the outputs waiting for it; every way must give every value, one
+    read after another, with no synchronisation in between."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(5)
     arrays = []
@@ -300,9 +303,10 @@ def test_reads_complete_in_the_order_of_the_current_stream(tmp_path: Path, compr
             for _ in range(20):  # long queued work on memory the next allocation may reuse
                 churn.mul_(3)
             del churn
-            tensor = arr.read(device="cuda:0", like="torch")
+            tensor = arr.read(device="cuda:0", like="torch", non_blocking=non_blocking)
             sums.append(tensor.to(torch.int64).sum())
     side.synchronize()
+    zd.synchronize()
     for arr, total in zip(arrays, sums):
         assert int(total.item()) == int(arr[...].astype(np.int64).sum())
 
@@ -334,3 +338,105 @@ def test_failed_reads_leak_nothing(tmp_path: Path) -> None:
     assert torch.cuda.memory_allocated(0) == allocated
     free_after, _ = torch.cuda.mem_get_info(0)
     assert free_before - free_after < 8 << 20, (free_before, free_after)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reads that do not wait for the GPU's decoders (non_blocking=True)
+
+
+def _crc32c(data: bytes) -> bytes:
+    """CRC-32C (Castagnoli), little-endian, as Zarr's crc32c codec stores it."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return (crc ^ 0xFFFFFFFF).to_bytes(4, "little")
+
+
+def _declare_content_size(frame: bytes, size: int) -> bytes:
+    """A zstd frame whose header declares ``size`` decoded bytes, whatever its blocks hold (the
+    Frame_Content_Size field rewritten in place; ``size`` must fit the field the frame has)."""
+    assert frame[:4] == b"\x28\xb5\x2f\xfd", "not a zstd frame"
+    descriptor = frame[4]
+    fcs_flag, single_segment, dict_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
+    at = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    width = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+    assert width >= 2, "the frame's content size field is too small to rewrite"
+    value = size - 256 if width == 2 else size
+    return frame[:at] + value.to_bytes(width, "little") + frame[at + width :]
+
+
+def _lying_chunk_array(root: Path) -> zd.Array:
+    """An int32 array of one 8 KiB chunk, zstd + crc32c, whose frame declares 8 KiB but holds the
+    blocks of 4 KiB, under a valid crc32c: it passes every check on the host (checksum, framing)
+    and only the GPU's decoder finds it short."""
+    rng = np.random.default_rng(11)
+    half = zd.create(root / "half.zarr", shape=(1024,), dtype="int32", chunks=(1024,), compressors="zstd")
+    half[...] = rng.integers(0, 50, size=1024, dtype=np.int32)
+    frame = _declare_content_size((root / "half.zarr" / "c" / "0").read_bytes(), 8192)
+    bad = zd.create(root / "bad.zarr", shape=(2048,), dtype="int32", chunks=(2048,), compressors=ZSTD_CRC)
+    bad[...] = np.zeros(2048, dtype=np.int32) + 1
+    (root / "bad.zarr" / "c" / "0").write_bytes(frame + _crc32c(frame))
+    return zd.open_array(root / "bad.zarr")
+
+
+@pytest.mark.gpu
+@gpu
+def test_non_blocking_reads_equal_the_host_reads(tmp_path: Path) -> None:
+    """A loop of reads that return before the GPU has decoded (every layout of the mixed group),
+    then one synchronisation: every result equals the host's read, on the current stream."""
+    pytest.importorskip("torch")
+    arrays = _mixed_arrays(tmp_path / "g.zarr")
+    previous = zd.set_config(decode_sharing="off")  # small reads' decodes stay on the GPU
+    try:
+        for _ in range(3):
+            got = {n: a.read(device="cuda:0", like="torch", non_blocking=True) for n, a in arrays.items()}
+            zd.synchronize("cuda:0")
+            for name, arr in arrays.items():
+                assert _host_bytes(got[name]) == _expected_bytes(arr), name
+        many = zd.read_many(arrays, device="cuda:0", like="torch", non_blocking=True)
+        zd.synchronize()
+        for name, arr in arrays.items():
+            assert _host_bytes(many[name]) == _expected_bytes(arr), name
+    finally:
+        zd.set_config(decode_sharing=previous.decode_sharing)
+
+
+@pytest.mark.gpu
+@gpu
+def test_a_chunk_the_gpu_fails_on_is_reported(tmp_path: Path) -> None:
+    """A chunk whose frame lies about its size: a read that waits raises CodecError naming it; a
+    non-blocking read returns, and the failure is raised once, by zd.synchronize or by the next
+    read onto the device, naming the chunk; reads after that work."""
+    pytest.importorskip("torch")
+    bad = _lying_chunk_array(tmp_path)
+    good = zd.create(tmp_path / "good.zarr", shape=(4096,), dtype="int32", chunks=(1024,), compressors=ZSTD_CRC)
+    good[...] = np.arange(4096, dtype=np.int32)
+    previous = zd.set_config(decode_sharing="off", gpu_decode="checked")
+    try:
+        with pytest.raises(zd.CodecError, match=r"bad\.zarr.*chunk 'c/0'.*GPU decoder"):
+            bad.read(device="cuda:0", like="torch")
+        zd.synchronize()  # nothing deferred: the read above waited
+
+        bad.read(device="cuda:0", like="torch", non_blocking=True)
+        reported = []
+        for _ in range(30):  # reads that reuse the ring find the failure; a later one raises it
+            try:
+                good.read(device="cuda:0", like="torch", non_blocking=True)
+            except zd.CodecError as e:
+                reported.append(str(e))
+        try:
+            zd.synchronize("cuda:0")
+        except zd.CodecError as e:
+            reported.append(str(e))
+        assert len(reported) == 1, reported
+        assert "did not wait" in reported[0] and "chunk 'c/0'" in reported[0], reported[0]
+        zd.synchronize()  # reported once
+        assert _host_bytes(good.read(device="cuda:0", like="torch")) == _expected_bytes(good)
+    finally:
+        zd.set_config(decode_sharing=previous.decode_sharing, gpu_decode=previous.gpu_decode)
+
+
+def test_synchronize_without_gpu_reads_is_a_no_op() -> None:
+    zd.synchronize()

@@ -70,6 +70,7 @@ from zarr_device.errors import (
     ZarrDeviceError,
 )
 from zarr_device.stores import LocalStore, MemoryStore, ZarrStoreAdapter
+from zarr_device.transfers import synchronize
 from zarr_device.zarr_plugin import disable, enable
 
 register_with_zarr(if_imported=True)
@@ -90,6 +91,7 @@ __all__ = [
     "convert",
     "ConvertSummary",
     "iter_many",
+    "synchronize",
     "IoConfig",
     "get_config",
     "set_config",

@@ -68,6 +68,7 @@ class Array:
         out_ptr: int,
         out_nbytes: int,
         stream: int = 0,
+        non_blocking: bool = False,
     ) -> None: ...
     def write_cuda(
         self,
@@ -121,4 +122,6 @@ def read_many_cuda(
     requests: list[tuple[Array, list[tuple[int, int, int]], int, int, int]],
     device: int,
     completed: Callable[[int], None] | None = None,
+    non_blocking: bool = False,
 ) -> None: ...
+def synchronize_cuda(device: int) -> None: ...

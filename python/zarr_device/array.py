@@ -142,6 +142,7 @@ class Array:
         out: Any = None,
         like: Like | None = None,
         device: DeviceLike = None,
+        non_blocking: bool = False,
     ) -> Any:
         """Reads a basic selection (ints, slices with step >= 1, Ellipsis).
 
@@ -163,12 +164,20 @@ class Array:
         a torch tensor on another torch device, or a ``tf.Variable`` (assigned the result); it
         must have the result's shape and dtype. Returns it.
 
+        ``non_blocking``: on a CUDA device, into torch or CuPy, return once the work is queued
+        instead of waiting for the GPU's decoders: the result is ready in stream order on the
+        framework's current stream, as after ``tensor.to("cuda", non_blocking=True)``, and the host
+        goes on (to the next read, which then overlaps this one). Chunks are still checked on the
+        host first (crc32c, framing); a chunk the GPU then fails to decode is reported late, by
+        :func:`zarr_device.synchronize` or the next read onto the device, as a CodecError naming
+        the array and the chunk. Other reads wait as always.
+
         Chunks are fetched and decoded in parallel straight into the result. Raises UsageError
         for a bad ``like``/``device``/``out`` combination (or a missing framework, naming the
         package to install) and DeviceError when the device does not exist.
         """
         sel = normalize_selection(selection, self.shape)
-        return read(self._core, sel.slices, sel.shape, device, like, out)
+        return read(self._core, sel.slices, sel.shape, device, like, out, non_blocking=non_blocking)
 
     def write(self, selection: Any, values: Any) -> None:
         """Writes values (broadcast to the selection's shape) into a basic selection. Chunks that

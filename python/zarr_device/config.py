@@ -70,6 +70,7 @@ class IoConfig:
     max_inflight_bytes: int = _TABLE["max_inflight_bytes"]["default"]
     gpu_decode: Literal["checked", "trusted", "off"] = _TABLE["gpu_decode"]["default"]
     staging_bytes: int = _TABLE["staging_bytes"]["default"]
+    decode_bytes: int = _TABLE["decode_bytes"]["default"]
     staging_slots: int = _TABLE["staging_slots"]["default"]
     gpu_encode: Literal["on", "off"] = _TABLE["gpu_encode"]["default"]
     decode_sharing: Literal["auto", "off"] = _TABLE["decode_sharing"]["default"]
@@ -99,7 +100,7 @@ def get_config() -> IoConfig:
 
 def set_config(**changes: Any) -> IoConfig:
     """Changes settings (``threads=``, ``max_inflight_bytes=``, ``gpu_decode=``, ``gpu_encode=``,
-    ``staging_bytes=``, ``staging_slots=``, ``decode_sharing=``) for the reads and writes started afterwards, and
+    ``staging_bytes=``, ``decode_bytes=``, ``staging_slots=``, ``decode_sharing=``) for the reads and writes started afterwards, and
     returns the previous ones. Sizes take units (``"256MiB"``). Raises UsageError naming the
     setting when a value is invalid; nothing changes then."""
     for name in changes:

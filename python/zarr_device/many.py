@@ -88,7 +88,10 @@ def _destinations(plan: _Plan) -> dict[str, Destination]:
 
 
 def _read_cuda(
-    plan: _Plan, destinations: dict[str, Destination], completed: Callable[[str], None] | None
+    plan: _Plan,
+    destinations: dict[str, Destination],
+    completed: Callable[[str], None] | None,
+    non_blocking: bool = False,
 ) -> None:
     """One pipeline through the staging ring for every destination; ``completed(name)`` as each
     is complete (those with nothing to read first)."""
@@ -111,7 +114,10 @@ def _read_cuda(
         for n in names
     ]
     _core.read_many_cuda(
-        requests, plan.target.index, None if completed is None else (lambda i: completed(names[i]))
+        requests,
+        plan.target.index,
+        None if completed is None else (lambda i: completed(names[i])),
+        non_blocking,
     )
 
 
@@ -121,6 +127,7 @@ def read_many(
     device: DeviceLike = None,
     like: Like | None = None,
     out: Mapping[str, Any] | None = None,
+    non_blocking: bool = False,
 ) -> dict[str, Any]:
     """Reads many arrays, or selections of them, in one call; returns ``{name: result}``.
 
@@ -132,12 +139,13 @@ def read_many(
     On the host every chunk of every array is work for one pool of threads under one memory budget;
     on a CUDA device every chunk is one stream through the staging ring, decoded on the GPU where
     it can be. An error names the array and the chunk; the results are then not handed out.
-    :func:`iter_many` hands each result on as soon as it is complete.
+    :func:`iter_many` hands each result on as soon as it is complete. ``non_blocking``: as for
+    :meth:`zarr_device.Array.read`.
     """
     plan = _plan(arrays, device, like, out)
     destinations = _destinations(plan)
     if plan.target.kind == "cuda":
-        _read_cuda(plan, destinations, None)
+        _read_cuda(plan, destinations, None, non_blocking)
     else:
         # Host memory (pinned staging, for other torch devices): every chunk in one pass.
         _core.read_many(

@@ -17,7 +17,16 @@ from zarr_device.adapters.base import Adapter, Destination, Target
 from zarr_device.devices import CPU, DeviceLike, DeviceSpec, cuda_device_count, parse_device
 from zarr_device.errors import UsageError
 
-__all__ = ["check_like", "resolve_target", "destination", "fill", "read", "write_from_device", "host_values"]
+__all__ = [
+    "check_like",
+    "resolve_target",
+    "destination",
+    "fill",
+    "read",
+    "synchronize",
+    "write_from_device",
+    "host_values",
+]
 
 _OUT_KINDS = "a NumPy array, a torch tensor, a CuPy array, an MLX array or a tf.Variable"
 
@@ -63,22 +72,45 @@ def destination(core: _core.Array, shape: tuple[int, ...], device: DeviceSpec, l
     return chosen.allocate(target) if out is None else chosen.check_out(out, target)
 
 
-def fill(core: _core.Array, slices: Sequence[tuple[int, int, int]], into: Destination) -> None:
+def fill(
+    core: _core.Array, slices: Sequence[tuple[int, int, int]], into: Destination, non_blocking: bool = False
+) -> None:
     """Reads a resolved selection into a destination (host bytes, or device memory)."""
     if into.host is not None:
         core.read(list(slices), into.host)
     elif into.nbytes:  # an empty selection has nothing to decode (it was validated already)
-        core.read_cuda(list(slices), into.index, into.ptr, into.nbytes, into.stream)
+        core.read_cuda(list(slices), into.index, into.ptr, into.nbytes, into.stream, non_blocking)
 
 
 def read(
-    core: _core.Array, slices: Sequence[tuple[int, int, int]], shape: tuple[int, ...], device: DeviceLike, like: Any, out: Any
+    core: _core.Array,
+    slices: Sequence[tuple[int, int, int]],
+    shape: tuple[int, ...],
+    device: DeviceLike,
+    like: Any,
+    out: Any,
+    non_blocking: bool = False,
 ) -> Any:
     """One read, as :meth:`zarr_device.Array.read` describes."""
     check_like(like)
     into = destination(core, shape, resolve_target(device, out), like, out)
-    fill(core, slices, into)
+    fill(core, slices, into, non_blocking)
     return into.complete()
+
+
+def synchronize(device: DeviceLike = None) -> None:
+    """Waits for the reads onto a CUDA device that returned without waiting (``non_blocking=True``)
+    and raises CodecError, naming the array and the chunk, if the GPU failed to decode any of
+    their chunks (each failure is reported once). ``device``: "cuda:N" (or N, or a torch device);
+    None: every CUDA device read onto so far. A no-op where no read ran on a GPU."""
+    if cuda_device_count() == 0:
+        return
+    if device is None:
+        _core.synchronize_cuda(-1)
+        return
+    spec = parse_device(device)
+    if spec.kind == "cuda" and spec.index is not None:
+        _core.synchronize_cuda(spec.index)
 
 
 def write_from_device(

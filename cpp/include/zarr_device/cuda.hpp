@@ -31,10 +31,12 @@ struct CudaReadOptions {
   // slots (of staging_bytes / slots each; fewer slots when a chunk does not fit one) that are
   // filled, copied and decoded in turn, so reads overlap copies and decoding. A slot is allocated
   // on its first use and kept for later reads to the device (made again when these settings
-  // change). Device memory: the output, a copy of each slot, and as much again for GPU decoding
-  // (nvCOMP's decode speed grows with the memory it is given).
+  // change). Device memory: the output, a copy of each slot, and decode_bytes.
   std::size_t staging_bytes = settings().staging_bytes;
   int slots = settings().staging_slots;
+  // Device memory for GPU decoding (nvCOMP's working memory, chunks on their way to a strided
+  // place): taken as reads need it, up to this, and kept with the ring.
+  std::size_t decode_bytes = settings().decode_bytes;
   // The cudaStream_t the caller uses `out` on (cudaStreamLegacy, 1, for the legacy default
   // stream): the read's writes wait for the work queued on it so far (its memory may have been
   // freed and reallocated there), and the read may complete in stream order (see
@@ -42,6 +44,14 @@ struct CudaReadOptions {
   std::uintptr_t consumer_stream = 0;
   GpuDecode gpu_decode = settings().gpu_decode;
   DecodeSharing decode_sharing = settings().decode_sharing;
+  // Complete in stream order on the consumer streams even when chunks decode on the GPU, instead
+  // of waiting for the decoders' statuses: the host goes on to the next read while this one
+  // decodes, as torch's non-blocking copies do. Every chunk is still checked on the host first
+  // (crc32c, framing; see gpu_decode), but a chunk the GPU then fails to decode is reported late:
+  // by synchronize_cuda_reads, or by the next read onto the device (raised before it reads), as
+  // a CodecError naming the array and the chunk. The output of the failed read holds nothing to
+  // rely on. Needs a consumer stream; reads without one wait as always.
+  bool non_blocking = false;
 };
 
 // Number of CUDA devices; 0 when built without CUDA or when no driver or GPU is present.
@@ -85,6 +95,13 @@ struct CudaReadRequest {
 void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
                        const CudaReadOptions& options = {},
                        const std::function<void(std::size_t)>& completed = {});
+
+// Waits for the reads onto CUDA device `device` that returned without waiting
+// (CudaReadOptions::non_blocking) and raises CodecError, naming the array and the chunk, when the
+// GPU failed to decode a chunk of any of them (each failure is reported once). Reads running on
+// other threads meanwhile are left to finish (their failures are reported by the next call).
+// A negative `device`: every device read onto so far.
+void synchronize_cuda_reads(int device);
 
 // How a write from a GPU runs; each setting starts from the setting of its name (settings.hpp).
 struct CudaWriteOptions {

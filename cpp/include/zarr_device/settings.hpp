@@ -45,6 +45,7 @@ struct Settings {
   std::size_t max_inflight_bytes;
   GpuDecode gpu_decode;
   std::size_t staging_bytes;
+  std::size_t decode_bytes;
   int staging_slots;
   GpuEncode gpu_encode;
   DecodeSharing decode_sharing;

@@ -29,6 +29,8 @@ void read_many_to_cuda(std::span<const CudaReadRequest>, int, const CudaReadOpti
   no_cuda();
 }
 
+void synchronize_cuda_reads(int) { no_cuda(); }
+
 nlohmann::json measure_cuda_decode(const Array&, std::span<const DimSlice>, int, int,
                                    const CudaReadOptions&) {
   no_cuda();

@@ -28,7 +28,7 @@ static_assert(static_cast<std::size_t>(GpuEncode::kOn) == 0 &&
 
 // The one table. A new setting is a member of Settings and a row here (Settings() sets every
 // member from its row, so a member without one is left undefined).
-const std::array<SettingInfo, 7> kTable = {{
+const std::array<SettingInfo, 8> kTable = {{
     {"threads",
      "ZARR_DEVICE_THREADS",
      SettingKind::kCount,
@@ -73,11 +73,24 @@ const std::array<SettingInfo, 7> kTable = {{
      "first use and kept (a change reallocates on the next call). Reads split it into "
      "staging_slots slots, filled, copied and decoded in turn; writes into two halves, one "
      "encoded on the GPU while the other's chunks are stored (a chunk, or a shard, larger than a "
-     "half is written through the CPU). A call's GPU memory beyond its data is at most about "
-     "twice this: a copy of each read slot and as much for nvCOMP's decoding (whose speed grows "
-     "with it), or a write's laid-out and compressed chunks.",
+     "half is written through the CPU). A read's GPU memory beyond its data is a copy of each "
+     "slot plus decode_bytes; a write's, twice this (laid-out and compressed chunks).",
      [](const Settings& s) { return std::uint64_t{s.staging_bytes}; },
      [](Settings& s, std::uint64_t v) { s.staging_bytes = v; }},
+    {"decode_bytes",
+     "ZARR_DEVICE_DECODE_BYTES",
+     SettingKind::kSize,
+     "2GiB",
+     2 * kMiB,
+     kNoLimit,
+     {},
+     "GPU memory that reads onto a GPU decode chunks in: nvCOMP's working memory and decoded "
+     "chunks on their way to a strided place, taken as reads need it (up to this much) and kept "
+     "for later reads. nvCOMP's zstd decoder needs about three times a chunk's decoded size for "
+     "each chunk it decodes at once, and it is fast only with many chunks at once: large chunks "
+     "(16 MiB and more) decode faster with more.",
+     [](const Settings& s) { return std::uint64_t{s.decode_bytes}; },
+     [](Settings& s, std::uint64_t v) { s.decode_bytes = v; }},
     {"staging_slots",
      "ZARR_DEVICE_STAGING_SLOTS",
      SettingKind::kCount,

@@ -14,7 +14,8 @@ double decode_seconds(double device_bytes, double cpu_bytes, double largest, dou
   }
   // The CPU threads fetch every stored byte and decode their share. A CPU-decoded chunk waits
   // decoded in a staging slot until its batch crosses: the ring holds so many at once, and about
-  // half of its slots are being filled while the others cross.
+  // half of its slots are being filled while the others cross, each with a batch of as many
+  // chunks as fit the slot (pack_batches fills the slots of batches that decode).
   double cpu = fetched / rates.cpu_fetch / threads;
   if (cpu_bytes > 0) {
     const double staging = static_cast<double>(std::max<std::size_t>(rates.staging_bytes, 1));

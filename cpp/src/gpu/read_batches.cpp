@@ -6,13 +6,13 @@
 namespace zarr_device::gpu {
 
 std::size_t plan_decode_regions(std::span<Leaf> leaves, const DecodeCosts& costs,
-                                const PerKind& output_alignment, std::size_t slots) {
+                                const PerKind& output_alignment, std::size_t slots, bool in_place) {
   double staged = 0;
   double cost = 0;
   for (auto& leaf : leaves) {
     if (leaf.route != Route::kDeviceDecode) continue;
     const auto kind = static_cast<std::size_t>(leaf.codec);
-    leaf.decode_scratch = decodes_in_place(leaf, output_alignment[kind])
+    leaf.decode_scratch = in_place && decodes_in_place(leaf, output_alignment[kind])
                               ? 0
                               : align_up(leaf.spec->nbytes(), kStagingAlignment);
     staged += static_cast<double>(align_up(leaf.length, kStagingAlignment));
@@ -49,6 +49,7 @@ std::vector<Batch> pack_batches(std::span<Leaf> leaves, std::size_t capacity, st
     std::size_t used = 0;
     std::size_t end = begin;
     std::size_t decodes = 0;
+    std::size_t cpu_decodes = 0;
     std::size_t scratch = 0;
     while (end < leaves.size() && end - begin < kMaxBatch) {
       auto& leaf = leaves[end];
@@ -62,9 +63,13 @@ std::vector<Batch> pack_batches(std::span<Leaf> leaves, std::size_t capacity, st
         }
         break;
       }
-      if (end > begin && decodes == 0 && leaf.route != Route::kDeviceDecode && at + need > target) {
-        break;
-      }
+      // Copies are cut at the target; batches with decodes (on the device or on CPU threads) fill
+      // their slot: decoding is slow per chunk and fast only with many chunks at once, and a CPU
+      // batch's chunks are decoded by as many threads as it holds chunks.
+      const bool decoding = decodes > 0 || cpu_decodes > 0 || leaf.route == Route::kDeviceDecode ||
+                            leaf.route == Route::kCpuDecode;
+      if (end > begin && !decoding && at + need > target) break;
+      if (leaf.route == Route::kCpuDecode) ++cpu_decodes;
       if (leaf.route == Route::kDeviceDecode) {
         const auto& cost = costs[static_cast<std::size_t>(leaf.codec)];
         if (decodes > 0 &&

@@ -19,7 +19,7 @@ inline constexpr std::size_t kMaxDecodeRegions = 8;    // CUDA's hardware queues
 // Batches of copies: small enough that the copy engine starts early and finds the next batch ready
 // (measured on an H200, 6 GiB of 2 MiB chunks: 44 GB/s in 8 or 16 MiB batches, 34 in 32 MiB and
 // 31 in 64 MiB ones); a small read is cut finer, down to kMinBatchBytes, where a batch's fixed
-// costs are still small.
+// costs are still small. Batches with decodes fill their slot instead (pack_batches).
 inline constexpr std::size_t kCopyBatchBytes = std::size_t{8} << 20;
 inline constexpr std::size_t kMinBatchBytes = std::size_t{4} << 20;
 
@@ -47,8 +47,12 @@ using PerKind = std::array<std::size_t, DeviceDecoding::kKinds>;
 // at once: min(R x a slot's chunks, the decode memory's chunks) in flight. The fewest regions
 // that reach the memory's limit make the largest calls; more streams than CUDA's hardware queues
 // would share them.
+// `in_place`: false has every chunk decoded into scratch, even those that could land in place
+// (a read that must not write its outputs before the consumer's earlier work is done, while its
+// decoding need not wait for it).
 std::size_t plan_decode_regions(std::span<Leaf> leaves, const DecodeCosts& costs,
-                                const PerKind& output_alignment, std::size_t slots);
+                                const PerKind& output_alignment, std::size_t slots,
+                                bool in_place = true);
 
 struct Batch {
   std::size_t begin = 0;  // leaves [begin, end)

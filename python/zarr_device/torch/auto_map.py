@@ -52,12 +52,12 @@ MaxMemory = Mapping[DeviceMapValue, Union[int, str]]
 _GPU_RESERVE_FRACTION = 0.10
 
 
-def gpu_reserve(total: int, staging_bytes: int) -> int:
+def gpu_reserve(total: int, working_bytes: int) -> int:
     """The bytes of a GPU of ``total`` bytes that the default budget leaves free: a tenth of it
     (activations, buffers, the allocator's slack), and never less than the read's own working
-    memory on the GPU, about twice ``staging_bytes`` (a copy of each staging slot and nvCOMP's
-    decoding scratch; see the ``staging_bytes`` setting)."""
-    return max(int(total * _GPU_RESERVE_FRACTION), 2 * staging_bytes)
+    memory on the GPU, ``working_bytes`` (a copy of each staging slot and nvCOMP's decoding
+    memory: the ``staging_bytes`` and ``decode_bytes`` settings)."""
+    return max(int(total * _GPU_RESERVE_FRACTION), working_bytes)
 
 
 def host_available() -> int:
@@ -82,12 +82,13 @@ def machine_memory() -> dict[str, int]:
     less the pinned staging that reads onto a GPU allocate."""
     from zarr_device.config import get_config
 
-    staging = get_config().staging_bytes
+    config = get_config()
+    staging = config.staging_bytes
     budgets: dict[str, int] = {}
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             free, total = torch.cuda.mem_get_info(index)
-            budgets[f"cuda:{index}"] = max(0, free - gpu_reserve(total, staging))
+            budgets[f"cuda:{index}"] = max(0, free - gpu_reserve(total, staging + config.decode_bytes))
     budgets["cpu"] = max(0, host_available() - (staging if budgets else 0))
     return budgets
 

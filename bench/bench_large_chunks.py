@@ -1,0 +1,78 @@
+#!/usr/bin/env python
+"""One array of large zstd + crc32c chunks onto a GPU under a few decode settings, with the
+engine's per-read trace: how the decode memory (``decode_bytes``), the staging and decode sharing
+bound what large chunks reach.
+
+One bf16 array (default 1 GiB, weights-like values) is written per chunk size (4, 16, 64 MiB
+unless --chunks says otherwise) and read whole onto the GPU, best of 3, under each variant; the
+third read of each prints its ``ZARR_DEVICE_TRACE`` line on stderr (batches, decode regions,
+chunks per call, nvCOMP's working memory per chunk).
+
+    python bench/bench_large_chunks.py --out /tmp/blc [--size 1GiB] [--chunks 4MiB,16MiB,64MiB]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_gpu import GIB, MIB, parse_size  # noqa: E402
+from bench_layouts import COLS, ZSTD_CRC, weights  # noqa: E402
+
+VARIANTS: list[tuple[str, dict[str, Any]]] = [
+    ("default", {}),
+    ("decode 768MiB", {"decode_bytes": "768MiB"}),
+    ("decode 4GiB", {"decode_bytes": "4GiB"}),
+    ("decode 4GiB, staging 2GiB", {"decode_bytes": "4GiB", "staging_bytes": "2GiB"}),
+    ("decode 4GiB, staging 2GiB, sharing off", {"decode_bytes": "4GiB", "staging_bytes": "2GiB", "decode_sharing": "off"}),
+]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--size", type=parse_size, default=GIB)
+    parser.add_argument("--chunks", default="4MiB,16MiB,64MiB")
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--out", required=True, help="directory for the arrays (reused when present)")
+    args = parser.parse_args(argv)
+    import torch
+
+    import zarr_device as zd
+
+    rows = args.size // (COLS * 2)
+    values = weights(rows)
+    for chunk in (parse_size(c) for c in args.chunks.split(",")):
+        path = os.path.join(args.out, f"chunks-{chunk // MIB}MiB.zarr")
+        if not os.path.isdir(path):
+            array = zd.create(path, shape=(rows, COLS), dtype="bfloat16", chunks=(chunk // (COLS * 2), COLS),
+                              compressors=ZSTD_CRC)
+            array[...] = values
+        array = zd.open_array(path)
+        for label, settings in VARIANTS:
+            previous = zd.set_config(**settings)
+            try:
+                best = float("inf")
+                for attempt in range(3):
+                    if attempt == 2:
+                        os.environ["ZARR_DEVICE_TRACE"] = "1"
+                    torch.cuda.synchronize()
+                    start = time.perf_counter()
+                    out = array.read(device=args.device, like="torch")
+                    torch.cuda.synchronize()
+                    best = min(best, time.perf_counter() - start)
+                    os.environ.pop("ZARR_DEVICE_TRACE", None)
+                    del out
+                print(f"chunks of {chunk // MIB} MiB, {label}: {array.nbytes / best / 1e9:.2f} GB/s", flush=True)
+            finally:
+                zd.set_config(**{name: getattr(previous, name) for name in settings})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
