@@ -368,3 +368,13 @@ def iter_chunk_files(root: Path) -> Iterable[Path]:
     for p in sorted(root.rglob("*")):
         if p.is_file() and p.name not in {"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"}:
             yield p
+
+
+def crc32c(data: bytes) -> bytes:
+    """CRC-32C (Castagnoli), little-endian, as Zarr's crc32c codec stores it."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return (crc ^ 0xFFFFFFFF).to_bytes(4, "little")

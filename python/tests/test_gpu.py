@@ -33,6 +33,7 @@ from conftest import (
     EXTENSION_DTYPES,
     basic_selections,
     bytes_codec,
+    crc32c,
     golden_expected,
     golden_store,
     native,
@@ -139,16 +140,6 @@ def capsule_name(capsule: Any) -> bytes:
     get_name.argtypes = [ctypes.py_object]
     name: bytes = get_name(capsule)
     return name
-
-
-def crc32c(data: bytes) -> bytes:
-    """CRC-32C (Castagnoli), little-endian, as Zarr's crc32c codec stores it."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return (crc ^ 0xFFFFFFFF).to_bytes(4, "little")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import assert_bits_equal
+from conftest import assert_bits_equal, crc32c
 
 import zarr_device as zd
 
@@ -344,16 +344,6 @@ def test_failed_reads_leak_nothing(tmp_path: Path) -> None:
 # Reads that do not wait for the GPU's decoders (non_blocking=True)
 
 
-def _crc32c(data: bytes) -> bytes:
-    """CRC-32C (Castagnoli), little-endian, as Zarr's crc32c codec stores it."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return (crc ^ 0xFFFFFFFF).to_bytes(4, "little")
-
-
 def _declare_content_size(frame: bytes, size: int) -> bytes:
     """A zstd frame whose header declares ``size`` decoded bytes, whatever its blocks hold (the
     Frame_Content_Size field rewritten in place; ``size`` must fit the field the frame has)."""
@@ -377,7 +367,7 @@ def _lying_chunk_array(root: Path) -> zd.Array:
     frame = _declare_content_size((root / "half.zarr" / "c" / "0").read_bytes(), 8192)
     bad = zd.create(root / "bad.zarr", shape=(2048,), dtype="int32", chunks=(2048,), compressors=ZSTD_CRC)
     bad[...] = np.zeros(2048, dtype=np.int32) + 1
-    (root / "bad.zarr" / "c" / "0").write_bytes(frame + _crc32c(frame))
+    (root / "bad.zarr" / "c" / "0").write_bytes(frame + crc32c(frame))
     return zd.open_array(root / "bad.zarr")
 
 
