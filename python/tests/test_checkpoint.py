@@ -388,3 +388,30 @@ def test_load_reports_progress_to_a_function_and_hides_the_bar_off_a_terminal(tm
     assert loaded["tied"] is loaded["a"]
     zt.load(tmp_path / "c.zarr")
     assert capsys.readouterr().err == ""
+
+
+def test_saving_starts_each_tensors_writeback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each tensor's files are handed to the disk as soon as they are written (the disk works
+    while the next tensors are written), every file once; without posix_fadvise the save is the
+    same, flushed at the end."""
+    from zarr_device import placement
+
+    advised: list[int] = []
+    real = os.posix_fadvise
+
+    def record(fd: int, offset: int, length: int, advice: int) -> None:
+        assert advice == os.POSIX_FADV_DONTNEED
+        advised.append(os.fstat(fd).st_size)
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    state = {"a": torch.arange(3000, dtype=torch.float32), "b": torch.ones(7, 5, dtype=torch.bfloat16)}
+    zt.save(state, tmp_path / "ck")
+    # Every file of each tensor's array once (its metadata, its lock file, its one chunk file).
+    assert advised.count(3000 * 4) == 1 and advised.count(7 * 5 * 2) == 1, advised
+    assert len(advised) == 6, advised
+    monkeypatch.delattr(os, "posix_fadvise")
+    placement.start_writeback(tmp_path / "ck")  # a no-op without it
+    zt.save(state, tmp_path / "ck2")
+    back = zt.load(tmp_path / "ck2")
+    assert torch.equal(back["a"], state["a"]) and torch.equal(back["b"], state["b"])

@@ -25,7 +25,7 @@ from zarr_device.stores import LocalStore
 
 __all__ = [
     "MARKERS", "LOCK_FILE", "local_destination", "check_replaceable", "atomic_directory",
-    "check_replaceable_file", "atomic_file", "leftovers", "remove_leftovers",
+    "check_replaceable_file", "atomic_file", "leftovers", "remove_leftovers", "start_writeback",
 ]
 
 MARKERS = ("zarr.json", ".zarray", ".zgroup")
@@ -158,6 +158,29 @@ def place(partial: Path, dest: Path, overwrite: bool, what: str = "store") -> No
         _fsync(dest.parent, directory=True)
     except OSError as e:
         raise StoreError(f"{dest}: cannot move the {what} into place: {e}") from None
+
+
+def start_writeback(root: Path) -> None:
+    """Asks the kernel to start writing the files under ``root`` to disk now, without waiting:
+    a writer that fsyncs only at the end (finish_files) otherwise leaves the disk idle while it
+    fills the page cache, then waits for all of it. POSIX_FADV_DONTNEED starts the writeback of
+    dirty pages and keeps those still dirty or being written (Linux); elsewhere, or where it
+    fails, nothing happens: finish_files flushes everything in any case."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
 
 def finish_files(root: Path) -> int:

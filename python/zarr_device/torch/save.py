@@ -163,6 +163,8 @@ def _write(store: LocalStore, item: _Stored, codecs: list[dict[str, Any]] | None
                    compressors=codecs, attributes={TENSOR_ATTRIBUTE: info})
     if tensor.numel():
         array.write(Ellipsis, tensor)
+        # The disk starts on this tensor's files while the next ones are written.
+        placement.start_writeback(store.root / item.path)
     return math.prod(shape) * tensor.element_size()
 
 
