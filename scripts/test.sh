@@ -7,6 +7,8 @@
 #   SKIP_CLEAN_INSTALL=1 scripts/test.sh   # without the clean `pip install` (needs PyPI, ~1-2 min)
 #   SKIP_FUZZ=1 scripts/test.sh            # without the libFuzzer step (FUZZ_SECONDS=N per target)
 #   SKIP_WHEEL=1 scripts/test.sh           # without building and checking this Python's wheel
+#   WHEEL_PYTHONS="/opt/py310/bin/python3.10 ..." scripts/test.sh   # wheels for those Pythons too
+#                                           # (default: the CPython 3.10-3.13 pyenv has; "" none)
 #   SKIP_ZARR_SUITE=1 scripts/test.sh      # without zarr-python's own suite run with the plug-in on
 set -euo pipefail
 
@@ -79,6 +81,20 @@ if [ -z "${SKIP_WHEEL:-}" ]; then
   tag="$(python -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
   bash scripts/check-wheel.sh "$(ls -t dist/zarr_device-*-"$tag"-"$tag"-*.whl | head -n 1)"
   echo "wheel: built and checked in $((SECONDS - wheel_start)) s"
+  # The other CPython versions the wheels are for, with interpreters this machine has (WHEEL_PYTHONS,
+  # or pyenv's): each wheel built, repaired, installed without a compiler and smoke-tested.
+  others="${WHEEL_PYTHONS-$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[0-3].*/bin/python3.1[0-3] 2>/dev/null || true)}"
+  for other in $others; do
+    other_tag="$("$other" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
+    [ "$other_tag" = "$tag" ] && continue
+    step "wheel for $other_tag ($other)"
+    wheel_start=$SECONDS
+    CMAKE_BUILD_PARALLEL_LEVEL="$jobs" bash scripts/build-wheels.sh "$other"
+    PYTHON="$other" bash scripts/check-wheel.sh \
+      "$(ls -t dist/zarr_device-*-"$other_tag"-"$other_tag"-*.whl | head -n 1)"
+    echo "wheel $other_tag: built and checked in $((SECONDS - wheel_start)) s"
+  done
+  [ -n "$others" ] || echo "wheel: no other CPython 3.10-3.13 on this machine (WHEEL_PYTHONS names some)"
 fi
 
 if [ -z "${SKIP_CLEAN_INSTALL:-}" ]; then
