@@ -57,7 +57,7 @@ void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
     ZD_CUDA_CHECK(
         cudaMemcpyAsync(dev, d.bytes.data(), nbytes, cudaMemcpyHostToDevice, slot.stream));
     const auto [counts, strides] = gpu::staged_layout(leaf);
-    wait_for_consumers(ctx, slot.stream);  // (when the read defers that wait to its writes)
+    if (defer_consumers_) wait_for_consumers(ctx, slot.stream);
     launch_strided_copy(
         plan_strided_copy(dev, strides, leaf.decoded_destination, leaf.spec->dtype->size, false, 1),
         slot.stream);
@@ -127,19 +127,17 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   // make them wait too: the consumers' streams then wait for the previous such read, and its
   // decodes would queue behind that read's instead of overlapping them. Its chunks are decoded
   // into scratch, and only the writes into the outputs wait.
-  const bool defer_consumers = options_.non_blocking && may_stream_order && decodes;
+  defer_consumers_ = options_.non_blocking && may_stream_order && decodes;
   // Pack the leaves into batches: as many as fit a slot, and whose GPU decodes fit a region.
-  prepare_decodes(ctx, leaves, !defer_consumers);
+  prepare_decodes(ctx, leaves, !defer_consumers_);
   const std::size_t capacity = ctx.slots_.front().capacity;
   const std::size_t target = gpu::batch_target(leaves, capacity, ctx.slots_.size());
   const auto batches = gpu::pack_batches(leaves, capacity, target, costs_, ctx.decode_budget);
-  // The outputs may have been freed and reallocated on the consumers' streams: the ring's streams
-  // wait for the work queued there (the device waits; the host goes on planning and reading).
-  if (defer_consumers) {
-    deferred_consumers_ = ctx.record_consumers(streams);
-  } else {
-    for (const std::uintptr_t stream : streams) {
-      ctx.wait_for(reinterpret_cast<StreamHandle>(stream), base, batches.size());
+  // The device waits for the consumers' work, not the host, which goes on planning and reading.
+  consumers_ = ctx.record_consumers(streams);
+  if (!defer_consumers_) {
+    for (std::size_t i = 0; i < std::min(batches.size(), ctx.slots_.size()); ++i) {
+      wait_for_consumers(ctx, ctx.slot(base + i).stream);
     }
   }
   const auto t1 = std::chrono::steady_clock::now();
@@ -291,9 +289,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     for (auto& slot : ctx.slots_) {
       if (slot.busy && slot.owner != id_) {  // an earlier read's, which did not wait
         try {
-          if (auto failure = settle(slot); !failure.empty()) {
-            defer_failure(device_, std::move(failure));
-          }
+          settle_later(device_, slot);
         } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one reported
         }
       }
@@ -327,7 +323,7 @@ void synchronize_reads(int device) {
   ZD_CUDA_CHECK(cudaSetDevice(device));
   read_contexts().for_each_idle(device, [&](DeviceContext& ctx) {
     for (auto& slot : ctx.slots_) {
-      if (auto failure = settle(slot); !failure.empty()) defer_failure(device, std::move(failure));
+      settle_later(device, slot);
     }
   });
   raise_deferred_failures(device);

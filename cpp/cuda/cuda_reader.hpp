@@ -58,8 +58,8 @@ class Reader {
   std::vector<Leaf> read_from_files(std::vector<Leaf> leaves);
   // Sizes what device decodes cost and splits the decode memory into regions for them.
   void prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in_place);
-  // Orders `stream`'s later work after the consumers' work recorded at the read's start, where a
-  // read defers that wait to its first write into an output (see read()).
+  // Orders `stream`'s later work after the consumers' work recorded at the read's start: at once
+  // for every slot, or, where a read defers it, before a batch's first write (see read()).
   void wait_for_consumers(DeviceContext& ctx, cudaStream_t stream) const;
   // A batch's CPU stage (gpu::fetch_batch), then the chunks it decoded on the CPU placed.
   void fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch);
@@ -76,7 +76,8 @@ class Reader {
   std::size_t workers_;
   engine::ThreadPool& pool_;
   std::uint64_t id_;  // tells this read's batches on the ring from earlier reads' (Slot::owner)
-  std::size_t deferred_consumers_ = 0;  // events in ctx.consumer_events to wait on before writing
+  std::size_t consumers_ = 0;     // events in ctx.consumer_events the read's writes wait on
+  bool defer_consumers_ = false;  // waited on before a batch's first write, not before its decodes
   static std::uint64_t next_id();
 };
 

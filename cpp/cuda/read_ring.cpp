@@ -51,6 +51,10 @@ void defer_failure(int device, std::string message) {
   failures.by_device[device].push_back(std::move(message));
 }
 
+void settle_later(int device, Slot& slot) {
+  if (auto failure = settle(slot); !failure.empty()) defer_failure(device, std::move(failure));
+}
+
 void raise_deferred_failures(int device) {
   std::vector<std::string> found;
   {

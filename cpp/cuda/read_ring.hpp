@@ -77,6 +77,9 @@ std::string settle(Slot& slot);
 void defer_failure(int device, std::string message);
 // CodecError with the failures deferred on `device` (which are then forgotten), if any.
 void raise_deferred_failures(int device);
+// Settles a slot of `device` whose batch belongs to a read that has returned: a failure is kept
+// for raise_deferred_failures.
+void settle_later(int device, Slot& slot);
 
 // A slot's allocation (data, then the batch arrays) is a whole number of the driver's 2 MiB pages,
 // so the ring holds exactly the staging.
@@ -101,16 +104,12 @@ class DeviceContext {
   ~DeviceContext() {
     for (auto& s : slots_) {
       // A read that did not wait may have left its checks here: they are reported later, not lost.
-      if (s.busy) {
-        try {
-          if (auto failure = settle(s); !failure.empty())
-            defer_failure(device_, std::move(failure));
-        } catch (...) {  // NOLINT(bugprone-empty-catch): a failed device is being let go of
-        }
+      try {
+        settle_later(device_, s);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a failed device is being let go of
       }
       release(s);
     }
-    gpu_->destroy_event(consumer_ready_);
     for (auto* e : consumer_events) gpu_->destroy_event(e);
   }
   DeviceContext(const DeviceContext&) = delete;
@@ -155,18 +154,9 @@ class DeviceContext {
   std::shared_ptr<Device> gpu_;
   std::vector<StreamHandle> streams;  // of the slots allocated
 
-  // Orders the work of the slots of batches [first, first + used) after the work queued so far
-  // on `consumer` (a stream whose memory a read writes): the device waits, not the host.
-  void wait_for(StreamHandle consumer, std::size_t first, std::size_t used) {
-    if (!consumer_ready_) consumer_ready_ = gpu_->create_event();
-    gpu_->record(consumer_ready_, consumer);
-    for (std::size_t i = 0; i < std::min(used, slots_.size()); ++i) {
-      gpu_->wait(slot(first + i).stream, consumer_ready_);
-    }
-  }
-
-  // Records, on each of `consumers`, an event marking the work queued there so far (kept in
-  // consumer_events; the count used is returned), for batches to wait on later.
+  // Records, on each of `consumers` (streams whose memory a read writes), an event marking the
+  // work queued there so far (kept in consumer_events; the count used is returned), for the
+  // read's slot streams to wait on: the device waits, not the host.
   std::size_t record_consumers(std::span<const std::uintptr_t> consumers) {
     while (consumer_events.size() < consumers.size()) {
       consumer_events.push_back(gpu_->create_event());
@@ -201,7 +191,6 @@ class DeviceContext {
 
  private:
   std::size_t decode_memory_ = 0;
-  EventHandle consumer_ready_ = nullptr;
   std::vector<std::unique_ptr<SharedTemp>> regions_;
 };
 

@@ -36,7 +36,7 @@ void place_on_device(const std::byte* src, const ChunkSpec& spec,
 }
 
 void Reader::wait_for_consumers(DeviceContext& ctx, cudaStream_t stream) const {
-  for (std::size_t i = 0; i < deferred_consumers_; ++i) {
+  for (std::size_t i = 0; i < consumers_; ++i) {
     ZD_CUDA_CHECK(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(ctx.consumer_events[i]), 0));
   }
 }
@@ -64,16 +64,13 @@ void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in
 }
 
 void Reader::finish(Slot& slot) {
-  const bool own = slot.owner == id_;
-  auto failure = settle(slot);
-  if (failure.empty()) return;
   // A batch an earlier read left without waiting (non_blocking): its failure is that read's,
   // reported to whoever synchronises next, not to this read, whose data are unaffected.
-  if (!own) {
-    defer_failure(device_, std::move(failure));
+  if (slot.owner != id_) {
+    settle_later(device_, slot);
     return;
   }
-  throw CodecError(failure);
+  if (auto failure = settle(slot); !failure.empty()) throw CodecError(failure);
 }
 
 void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
@@ -97,7 +94,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
   std::size_t next = 0;
   // A read that defers its wait for the consumers writes its outputs only after it, once its
   // decoding (into scratch) is queued: the decoding overlaps the consumers' work.
-  bool waited = deferred_consumers_ == 0;
+  bool waited = !defer_consumers_;
   auto before_writing = [&] {
     if (waited) return;
     wait_for_consumers(ctx, slot.stream);
