@@ -187,6 +187,7 @@ class DeviceContext {
   }
   SharedTemp& decode_region(std::size_t batch) { return *regions_[batch % regions_.size()]; }
   [[nodiscard]] std::size_t decode_regions() const { return regions_.size(); }
+  [[nodiscard]] std::size_t decode_memory() const { return decode_memory_; }
   std::size_t decode_budget = 0;  // bytes per region
 
  private:

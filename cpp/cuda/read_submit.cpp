@@ -59,8 +59,9 @@ void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in
                  std::max<std::size_t>(d->temp_size(2, max_chunk, 2 * max_chunk) - first, 1)};
     alignment[c] = d->output_alignment;
   }
-  ctx.use_decode_regions(
-      gpu::plan_decode_regions(leaves, costs_, alignment, ctx.slots_.size(), in_place));
+  ctx.use_decode_regions(gpu::plan_decode_regions(leaves, costs_, alignment, ctx.slots_.size(),
+                                                  ctx.slots_.front().capacity, ctx.decode_memory(),
+                                                  in_place));
 }
 
 void Reader::finish(Slot& slot) {

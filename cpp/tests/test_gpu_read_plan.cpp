@@ -261,11 +261,24 @@ TEST(GpuReadBatches, DecodeRegionsFollowTheData) {
   costs[static_cast<std::size_t>(DecodeKind::kZstd)] = {1 << 20, 1 << 18};
   PerKind alignment{};
   alignment.fill(8);
-  // Not in place (no destination): each needs a chunk of scratch. 12 slots x 128 KiB staged per
-  // chunk against 512 KiB of decode memory per chunk: three regions.
-  EXPECT_EQ(plan_decode_regions(leaves, costs, alignment, 12), 3u);
+  // Not in place (no destination): each needs a chunk of scratch, 512 KiB of decode memory per
+  // chunk after the first's 1.25 MiB. Slots of 256 KiB hold two chunks each; 4 MiB of decode
+  // memory holds six chunks in one region, two in each of two, one in each of three: two regions
+  // put four in flight, the most.
+  constexpr std::size_t kSlot = std::size_t{1} << 18;
+  constexpr std::size_t kMemory = std::size_t{4} << 20;
+  EXPECT_EQ(plan_decode_regions(leaves, costs, alignment, 12, kSlot, kMemory), 2u);
   EXPECT_EQ(leaves[0].decode_scratch, std::size_t{1} << 18);
-  EXPECT_EQ(plan_decode_regions(leaves, costs, alignment, 2), 1u);  // at most the slots
+  EXPECT_EQ(plan_decode_regions(leaves, costs, alignment, 1, kSlot, kMemory), 1u);  // the slots
+  // Plenty of memory and slots that hold every chunk: one region, one call for all of them.
+  EXPECT_EQ(plan_decode_regions(leaves, costs, alignment, 12, kSlot * 8, kMemory * 64), 1u);
+  // Large chunks: a slot holds one, so the regions bound what decodes at once, as many as
+  // memory allows (here 8 of 512 KiB, the most streams), not the 3 the staging's size would give.
+  costs[static_cast<std::size_t>(DecodeKind::kZstd)] = {1 << 18, 1 << 18};
+  std::vector<Leaf> large(16, leaves[0]);
+  EXPECT_EQ(plan_decode_regions(large, costs, alignment, 12, std::size_t{1} << 17, kMemory), 8u);
+  // Memory for one chunk only: one region.
+  EXPECT_EQ(plan_decode_regions(large, costs, alignment, 12, std::size_t{1} << 17, 1 << 18), 1u);
 }
 
 TEST(GpuReadBatches, DecodesCanBeKeptOutOfPlace) {
@@ -283,9 +296,11 @@ TEST(GpuReadBatches, DecodesCanBeKeptOutOfPlace) {
   costs[static_cast<std::size_t>(DecodeKind::kZstd)] = {1 << 20, 1 << 18};
   PerKind alignment{};
   alignment.fill(8);
-  plan_decode_regions(leaves, costs, alignment, 12);
+  constexpr std::size_t kSlot = std::size_t{1} << 20;
+  constexpr std::size_t kMemory = std::size_t{4} << 20;
+  plan_decode_regions(leaves, costs, alignment, 12, kSlot, kMemory);
   EXPECT_EQ(leaves[0].decode_scratch, 0u);  // in place
-  plan_decode_regions(leaves, costs, alignment, 12, false);
+  plan_decode_regions(leaves, costs, alignment, 12, kSlot, kMemory, false);
   EXPECT_EQ(leaves[0].decode_scratch, std::size_t{1} << 18);
 }
 
@@ -438,6 +453,22 @@ TEST(GpuDecodeShare, ChunksThatFillASlotDecodeOnFewThreads) {
   EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 0U);
   rates.device_chunk = rates.cpu_thread / 4;
   EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 16U);
+}
+
+TEST(GpuDecodeShare, LargeChunksStayOnTheDevice) {
+  // Where the rates favour the CPU, chunks larger than `largest_shared` are not moved: a large
+  // chunk decodes faster on the device than on a CPU thread.
+  auto store = make_memory_store();
+  auto array = make_array(store, "few-large", {8 * 4096}, {4096}, kZstdCrc);  // 16 KiB chunks
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  auto leaves = plan({&target, 1});
+  auto rates = scaled_rates(8, 132);
+  rates.largest_shared = 8 * 1024;
+  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 0U);
+  EXPECT_EQ(on_cpu(leaves), 0U);
+  rates.largest_shared = 16 * 1024;
+  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 8U);
 }
 
 }  // namespace

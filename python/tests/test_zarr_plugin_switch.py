@@ -5,6 +5,7 @@ strict); like="torch" hands out torch tensors on the CPU; CUDA reads (marker ``g
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import warnings
@@ -14,6 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import zarr.storage
 from conftest import assert_bits_equal, random_values
 from zarr.codecs import ZstdCodec
@@ -177,6 +180,88 @@ def test_chunk_keys_split_into_array_path_and_coordinates(
     layout = key_layout(metadata)
     assert layout is not None
     assert split_chunk_key(layout, metadata, path) == expected
+
+
+def _metadata(encoding: dict[str, Any], shape: list[int], chunks: list[int]) -> Any:
+    from zarr.core.metadata import ArrayV3Metadata
+
+    return ArrayV3Metadata.from_dict(
+        {
+            "zarr_format": 3,
+            "node_type": "array",
+            "shape": shape,
+            "data_type": "int8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+            "chunk_key_encoding": encoding,
+            "fill_value": 0,
+            "codecs": [{"name": "bytes"}],
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "encoding",
+    [
+        {"name": "default", "configuration": {"separator": "/"}},
+        {"name": "default", "configuration": {"separator": "."}},
+        {"name": "v2", "configuration": {"separator": "."}},
+        {"name": "v2", "configuration": {"separator": "/"}},
+    ],
+)
+@pytest.mark.parametrize("prefix", ["", "g/a"])
+def test_a_batch_of_chunk_keys_splits_as_each_key_does(encoding: dict[str, Any], prefix: str) -> None:
+    from zarr_device.zarr_plugin.locate import key_layout, split_chunk_key, split_chunk_keys
+
+    metadata = _metadata(encoding, [100, 100], [2, 2])
+    layout = key_layout(metadata)
+    assert layout is not None
+    coords = [(0, 0), (1, 12), (49, 3), (10, 0)]
+    paths = [f"{prefix}/{metadata.encode_chunk_key(c)}".lstrip("/") for c in coords]
+    assert split_chunk_keys(layout, metadata, paths) == (prefix, coords)
+    assert [split_chunk_key(layout, metadata, p) for p in paths] == [(prefix, c) for c in coords]
+    # A key spelled otherwise than the encoding does, or another array's, spoils the batch: the
+    # caller then looks at each key.
+    separator = layout.separator
+    for bad in ("01", "+1", " 1", "1_0", "\uff11", "1" + separator + "2" + separator + "3", "x"):
+        wrong = paths[1][: len(paths[1]) - len(f"1{separator}12")] + f"{bad}{separator}12"
+        assert split_chunk_keys(layout, metadata, [*paths[:1], wrong]) is None, wrong
+        if separator not in bad:  # more components: with "/", another array's key, still not this batch's
+            assert split_chunk_key(layout, metadata, wrong) is None, wrong
+    assert split_chunk_keys(layout, metadata, [paths[0], "other/" + paths[1]]) is None
+
+
+@given(data=st.data())
+@settings(max_examples=150, deadline=None)
+def test_a_batch_of_slices_is_one_part_as_single_box_finds(data: st.DataObject) -> None:
+    from zarr.core.chunk_grids import RegularChunkGrid
+    from zarr.core.indexing import BasicIndexer
+
+    from zarr_device.zarr_plugin.regions import chunk_part, single_box, tiling_part
+
+    ndim = data.draw(st.integers(1, 3))
+    shape = tuple(data.draw(st.integers(1, 12)) for _ in range(ndim))
+    chunks = tuple(data.draw(st.integers(1, 5)) for _ in range(ndim))
+    forward = [st.slices(n).filter(lambda s: s.step is None or s.step > 0) for n in shape]  # zarr's only
+    selection = tuple(data.draw(st.one_of(st.integers(0, n - 1), f)) for n, f in zip(shape, forward))
+    indexer = BasicIndexer(selection, shape, RegularChunkGrid(chunk_shape=chunks))
+    items = list(indexer)
+    out_shape = tuple(indexer.shape)
+    parts = []
+    for coords, chunk_selection, out_selection, _ in items:
+        origin = tuple(c * g for c, g in zip(coords, chunks))
+        extent = tuple(min(g, n - o) for g, n, o in zip(chunks, shape, origin))
+        part = chunk_part(origin, extent, chunk_selection, out_selection)
+        if part is not None:
+            parts.append(part)
+    expected = single_box(parts, out_shape) if parts and not indexer.drop_axes else None
+    whole = tiling_part([i[0] for i in items], chunks, [(i[1], i[2]) for i in items], out_shape)
+    if whole is not None:  # found: the same box as the general path's
+        assert expected is not None
+        assert single_box([whole], out_shape) == expected
+    # Slices of step 1 alone (no integer, a selection that is not empty): always found.
+    plain = all(isinstance(s, slice) and s.step in (None, 1) for s in selection)
+    if plain and math.prod(out_shape) > 0:
+        assert whole is not None
 
 
 # -- falling back -------------------------------------------------------------------------------------

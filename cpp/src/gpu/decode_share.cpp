@@ -41,7 +41,7 @@ std::size_t share_decodes(std::span<Leaf> leaves, DecodeKind kind, const DecodeR
     total += decoded;
     largest = std::max(largest, decoded);
   }
-  if (total == 0) return 0;
+  if (total == 0 || largest > static_cast<double>(rates.largest_shared)) return 0;
   if (decode_seconds(0, total, largest, fetched, rates) >=
       decode_seconds(total, 0, largest, fetched, rates)) {
     return 0;

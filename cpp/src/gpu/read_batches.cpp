@@ -6,23 +6,49 @@
 namespace zarr_device::gpu {
 
 std::size_t plan_decode_regions(std::span<Leaf> leaves, const DecodeCosts& costs,
-                                const PerKind& output_alignment, std::size_t slots, bool in_place) {
-  double staged = 0;
-  double cost = 0;
+                                const PerKind& output_alignment, std::size_t slots,
+                                std::size_t capacity, std::size_t decode_memory, bool in_place) {
+  std::size_t chunks = 0;
+  double staged = 0;     // per chunk, on average, in a slot
+  double per_chunk = 0;  // decode memory per further chunk of a call, on average
+  double first = 0;      // a call's first chunk costs more (the largest over the codecs present)
+  double scratch = 0;    // scratch per chunk, on average
   for (auto& leaf : leaves) {
     if (leaf.route != Route::kDeviceDecode) continue;
     const auto kind = static_cast<std::size_t>(leaf.codec);
     leaf.decode_scratch = in_place && decodes_in_place(leaf, output_alignment[kind])
                               ? 0
                               : align_up(leaf.spec->nbytes(), kStagingAlignment);
+    ++chunks;
     staged += static_cast<double>(align_up(leaf.length, kStagingAlignment));
-    cost += static_cast<double>(costs[kind].per_chunk + leaf.decode_scratch);
+    per_chunk += static_cast<double>(costs[kind].per_chunk);
+    first = std::max(first, static_cast<double>(costs[kind].first));
+    scratch += static_cast<double>(leaf.decode_scratch);
   }
-  if (cost == 0) return 1;
-  const auto regions =
-      static_cast<std::size_t>(std::ceil(static_cast<double>(slots) * staged / cost));
-  return std::clamp<std::size_t>(regions, 1,
-                                 std::max<std::size_t>(1, std::min(slots, kMaxDecodeRegions)));
+  if (chunks == 0) return 1;
+  const auto n = static_cast<double>(chunks);
+  staged /= n;
+  per_chunk /= n;
+  scratch /= n;
+  const double per_slot = std::max(1.0, std::floor(static_cast<double>(capacity) / staged));
+  const std::size_t most = std::max<std::size_t>(1, std::min(slots, kMaxDecodeRegions));
+  std::size_t best = 1;
+  double best_in_flight = 0;
+  for (std::size_t r = 1; r <= most; ++r) {
+    // A region of budget B holds k chunks when first + per_chunk (k - 1) + scratch k <= B; a
+    // region too small for one chunk is not a plan (one region always is: a batch's first chunk
+    // is taken whatever it costs).
+    const double budget = static_cast<double>(decode_memory) / static_cast<double>(r);
+    const double fits = std::floor((budget - first + per_chunk) / (per_chunk + scratch));
+    if (fits < 1 && r > 1) break;
+    const double in_flight =
+        std::min(n, static_cast<double>(r) * std::min(per_slot, std::max(fits, 1.0)));
+    if (in_flight > best_in_flight) {
+      best = r;
+      best_in_flight = in_flight;
+    }
+  }
+  return best;
 }
 
 LargestLeaf largest_staged(std::span<const Leaf> leaves) {

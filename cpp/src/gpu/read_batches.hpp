@@ -38,20 +38,22 @@ using PerKind = std::array<std::size_t, DeviceDecoding::kKinds>;
 
 // Sets each device decode's scratch (none when it decodes straight into its place: whole,
 // contiguous, aligned to its decoder's `output_alignment`) and returns how many regions the decode
-// memory of a ring of `slots` slots is best split into.
+// memory (`decode_memory` bytes) of a ring of `slots` slots of `capacity` bytes is best split into.
 //
 // A batched decoder decodes a chunk per thread block: its speed follows the chunks decoded at
 // once, not how they are split into calls (measured on an H200, 256 KiB zstd chunks: about 17 GB/s
-// with 512 in flight, 30 with 1024, 95 with 8192), while its temporary memory grows with them.
-// A batch is cut where its slot or its decode region is full, and the batches of R regions decode
-// at once: min(R x a slot's chunks, the decode memory's chunks) in flight. The fewest regions
-// that reach the memory's limit make the largest calls; more streams than CUDA's hardware queues
-// would share them.
+// with 512 in flight, 30 with 1024, 95 with 8192; 64 MiB chunks: 0.6-0.8 GB/s each), while its
+// temporary memory grows with them. A batch is cut where its slot or its decode region is full,
+// and the batches of R regions decode at once: R x min(a slot's chunks, a region's chunks) in
+// flight. The fewest regions that put the most chunks in flight make the largest calls; more
+// streams than CUDA's hardware queues would share them. (Large chunks are where this matters: a
+// slot holds one 64 MiB chunk or four of 16 MiB, so the regions, not the memory, bound them.)
 // `in_place`: false has every chunk decoded into scratch, even those that could land in place
 // (a read that must not write its outputs before the consumer's earlier work is done, while its
 // decoding need not wait for it).
 std::size_t plan_decode_regions(std::span<Leaf> leaves, const DecodeCosts& costs,
                                 const PerKind& output_alignment, std::size_t slots,
+                                std::size_t capacity, std::size_t decode_memory,
                                 bool in_place = true);
 
 struct Batch {

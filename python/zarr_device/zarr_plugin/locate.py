@@ -11,6 +11,7 @@ the engine, on the same store, and kept.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from zarr_device.stores import as_store
 if TYPE_CHECKING:
     from zarr.core.metadata import ArrayMetadata
 
-__all__ = ["KeyLayout", "key_layout", "split_chunk_key", "EngineArrays"]
+__all__ = ["KeyLayout", "key_layout", "split_chunk_key", "split_chunk_keys", "EngineArrays"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,40 @@ def split_chunk_key(layout: KeyLayout, metadata: ArrayMetadata, path: str) -> tu
             return None
     if len(coords) != layout.ndim or metadata.encode_chunk_key(coords) != key:
         return None
+    return prefix, coords
+
+
+def split_chunk_keys(
+    layout: KeyLayout, metadata: ArrayMetadata, paths: Sequence[str]
+) -> tuple[str, list[tuple[int, ...]]] | None:
+    """Every path of a batch as one array's path and the chunks' coordinates, when all are
+    chunk keys of that array as its encoding spells them; None otherwise (the caller then looks at
+    each with :func:`split_chunk_key`, which says which one is not).
+
+    A read of a whole array hands over thousands of keys: the first is split and checked in full,
+    the rest only have to start as it does and spell their coordinates canonically (the key built
+    again from the parsed integers is the key), which is the same check, done in C."""
+    if not paths or layout.ndim == 0:
+        return None
+    first = split_chunk_key(layout, metadata, paths[0])
+    if first is None:
+        return None
+    prefix, first_coords = first
+    separator = layout.separator
+    lead = paths[0][: len(paths[0]) - len(separator.join(map(str, first_coords)))]
+    start = len(lead)
+    coords = [first_coords]
+    for path in paths[1:]:
+        if not path.startswith(lead):
+            return None
+        tail = path[start:]
+        try:
+            chunk = tuple(map(int, tail.split(separator)))
+        except ValueError:
+            return None
+        if len(chunk) != layout.ndim or separator.join(map(str, chunk)) != tail:
+            return None
+        coords.append(chunk)
     return prefix, coords
 
 

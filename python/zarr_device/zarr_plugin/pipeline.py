@@ -38,8 +38,8 @@ from zarr_device.array import Array
 from zarr_device.devices import DeviceSpec
 from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
 from zarr_device.zarr_plugin.buffers import assign, copy_from_host, host_view, select, working_array
-from zarr_device.zarr_plugin.locate import EngineArrays, key_layout, split_chunk_key
-from zarr_device.zarr_plugin.regions import ChunkPart, as_slices, chunk_part, single_box
+from zarr_device.zarr_plugin.locate import EngineArrays, key_layout, split_chunk_key, split_chunk_keys
+from zarr_device.zarr_plugin.regions import ChunkPart, as_slices, chunk_part, single_box, tiling_part
 from zarr_device.zarr_plugin.support import unsupported_reason
 
 if TYPE_CHECKING:
@@ -223,28 +223,33 @@ class DevicePipeline(CodecPipeline):
         split = None if self._layout is None else split_chunk_key(self._layout, self.metadata, key)
         return key if split is None else split[0]
 
-    def _locate(self, batch: Sequence[BatchItem]) -> _Located | str:
-        """The engine's array for a batch, or why the batch cannot go to the engine."""
+    def _locate(self, batch: Sequence[BatchItem], out_shape: tuple[int, ...] | None = None) -> _Located | str:
+        """The engine's array for a batch, or why the batch cannot go to the engine. ``out_shape``:
+        the shape of what the batch reads into or writes from, when no dimension is dropped (a
+        batch of plain slices then becomes one part at once)."""
         if self._layout is None:
             return "chunk key encoding not known to zarr_device"
-        store: Any = None
-        prefix: str | None = None
-        coords: list[tuple[int, ...]] = []
-        for getter, *_ in batch:
+        getters = [item[0] for item in batch]
+        for getter in getters:
             if not isinstance(getter, StorePath):
                 return f"chunks are not in a store ({type(getter).__name__})"
-            split = split_chunk_key(self._layout, self.metadata, getter.path)
-            if split is None:
-                return f"'{getter.path}' is not one of the array's chunk keys"
-            if prefix is None:
-                store, prefix = getter.store, split[0]
-            elif getter.store is not store or split[0] != prefix:
-                return "one batch holds chunks of two arrays"
-            coords.append(split[1])
-        assert prefix is not None
+        store: Any = getters[0].store
+        split_all = None
+        if all(getter.store is store for getter in getters):
+            split_all = split_chunk_keys(self._layout, self.metadata, [getter.path for getter in getters])
+        if split_all is not None:
+            prefix, coords = split_all
+        else:  # one at a time, to say which key is not the array's
+            found = self._split_one_by_one(getters)
+            if isinstance(found, str):
+                return found
+            store, prefix, coords = found
         grid = _chunk_grid(self.metadata)
-        parts = []
-        for chunk, (_, spec, chunk_selection, out_selection, _) in zip(coords, batch):
+        whole = None
+        if out_shape is not None:
+            whole = tiling_part(coords, grid, [(item[2], item[3]) for item in batch], out_shape)
+        parts = [] if whole is None else [whole]
+        for chunk, (_, spec, chunk_selection, out_selection, _) in zip(coords, batch) if whole is None else ():
             origin = tuple(c * g for c, g in zip(chunk, grid))
             part = chunk_part(origin, spec.shape, chunk_selection, out_selection)
             if part is not None:
@@ -264,11 +269,29 @@ class DevicePipeline(CodecPipeline):
             )
         return _Located(array, parts)
 
+    def _split_one_by_one(self, getters: Sequence[StorePath]) -> tuple[Any, str, list[tuple[int, ...]]] | str:
+        """The store, array path and chunk coordinates of a batch's keys, or what is wrong."""
+        assert self._layout is not None
+        store: Any = None
+        prefix: str | None = None
+        coords: list[tuple[int, ...]] = []
+        for getter in getters:
+            split = split_chunk_key(self._layout, self.metadata, getter.path)
+            if split is None:
+                return f"'{getter.path}' is not one of the array's chunk keys"
+            if prefix is None:
+                store, prefix = getter.store, split[0]
+            elif getter.store is not store or split[0] != prefix:
+                return "one batch holds chunks of two arrays"
+            coords.append(split[1])
+        assert prefix is not None
+        return store, prefix, coords
+
     def _read_engine(self, batch: Sequence[BatchItem], out: NDBuffer, drop_axes: tuple[int, ...]) -> bool:
         """Reads a batch through the engine into ``out``; False when zarr-python's codecs must."""
         if self.reason is not None:
             return self._fall_back(self.reason, batch)
-        located = self._locate(batch)
+        located = self._locate(batch, None if drop_axes else tuple(out.shape))
         if isinstance(located, str):
             return self._fall_back(located, batch)
         array, parts = located.array, located.parts

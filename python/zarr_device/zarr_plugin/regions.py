@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ChunkPart", "chunk_part", "single_box", "as_slices"]
+__all__ = ["ChunkPart", "chunk_part", "single_box", "tiling_part", "as_slices"]
 
 #: (start, step, count) per dimension, in array coordinates.
 Region = tuple[tuple[int, int, int], ...]
@@ -43,6 +43,9 @@ class ChunkPart:
     basic: bool
 
 
+_ALL = slice(None)
+
+
 def _is_integer(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
@@ -58,20 +61,21 @@ def chunk_part(
     dropped: list[bool] = []
     basic = True
     for start0, extent, item in zip(origin, chunk_shape, selection):
+        if isinstance(item, slice):  # first: what nearly every read has
+            start, stop, step = item.indices(extent)
+            count = len(range(start, stop, step))
+            if count == 0:
+                return None
+            region.append((start0 + start, step, count))
+            local.append(_ALL)
+            dropped.append(False)
+            continue
         if _is_integer(item):
             region.append((start0 + operator.index(item), 1, 1))
             local.append(0)
             dropped.append(True)
             continue
         dropped.append(False)
-        if isinstance(item, slice):
-            start, stop, step = item.indices(extent)
-            count = len(range(start, stop, step))
-            if count == 0:
-                return None
-            region.append((start0 + start, step, count))
-            local.append(slice(None))
-            continue
         basic = False
         indices = np.asarray(item)
         if indices.dtype == np.bool_:
@@ -82,6 +86,62 @@ def chunk_part(
         region.append((start0 + low, 1, high - low + 1))
         local.append(indices - low)
     return ChunkPart(tuple(region), tuple(local), out_selection, tuple(dropped), basic)
+
+
+def tiling_part(
+    coords: Sequence[Sequence[int]],
+    grid: Sequence[int],
+    selections: Sequence[tuple[Any, Any]],
+    out_shape: tuple[int, ...],
+) -> ChunkPart | None:
+    """A whole batch as one part, when every chunk's selection and output selection are slices of
+    step 1 with both bounds given (what zarr-python gives for slices of step 1) and the chunks'
+    parts tile the output, shifted alike: what :func:`single_box` finds for such a batch, without
+    a part per chunk (a read of a whole array hands over thousands). None otherwise, for the
+    general path to decide. ``coords``: each chunk's coordinates in the ``grid``;
+    ``selections``: its (chunk selection, output selection).
+
+    Disjoint chunks shifted alike land on disjoint parts of the output, so when each lies inside
+    it and their sizes add up to it, they cover it exactly."""
+    ndim = len(out_shape)
+    if ndim == 0 or len(grid) != ndim:
+        return None
+    offset: list[int] | None = None
+    volume = 0
+    for chunk, (chunk_selection, out_selection) in zip(coords, selections):
+        if not (isinstance(chunk_selection, tuple) and isinstance(out_selection, tuple)):
+            return None
+        if len(chunk_selection) != ndim or len(out_selection) != ndim:
+            return None
+        size = 1
+        shift: list[int] = []
+        for c, g, inner, outer, extent in zip(chunk, grid, chunk_selection, out_selection, out_shape):
+            if not (isinstance(inner, slice) and isinstance(outer, slice)):
+                return None
+            if inner.step not in (None, 1) or outer.step not in (None, 1):
+                return None
+            start, stop, out_start, out_stop = inner.start, inner.stop, outer.start, outer.stop
+            if start is None or stop is None or out_start is None or out_stop is None:
+                return None
+            count = stop - start
+            if count <= 0 or start < 0 or out_stop - out_start != count or out_start < 0 or out_stop > extent:
+                return None
+            shift.append(c * g + start - out_start)
+            size *= count
+        if offset is None:
+            offset = shift
+        elif shift != offset:
+            return None
+        volume += size
+    if offset is None or volume != math.prod(out_shape) or min(offset) < 0:
+        return None
+    return ChunkPart(
+        tuple((int(at), 1, n) for at, n in zip(offset, out_shape)),
+        (_ALL,) * ndim,
+        tuple(slice(0, n) for n in out_shape),
+        (False,) * ndim,
+        True,
+    )
 
 
 def as_slices(region: Region) -> tuple[slice, ...]:
