@@ -410,8 +410,9 @@ void Writer::launch(WriteSlot& slot, std::span<WriteItem> items) {
   ZD_CUDA_CHECK(cudaGetLastError());
   if (compress) {
     const std::size_t temp_bytes = plan_.compressor->temp_size(n, leaf_bytes_, n * leaf_bytes_);
-    std::byte* temp =
-        temp_bytes ? ctx_->temp.acquire(temp_bytes, slot.stream, ctx_->streams) : nullptr;
+    std::byte* temp = temp_bytes
+                          ? ctx_->temp.acquire(temp_bytes, temp_bytes, slot.stream, ctx_->streams)
+                          : nullptr;
     plan_.compressor->compress(dev.inputs, dev.input_sizes, leaf_bytes_, n, temp, temp_bytes,
                                dev.outputs, dev.output_sizes, dev.statuses, slot.stream);
     if (temp) ctx_->temp.release(slot.stream);

@@ -139,7 +139,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
     plan_calls(SIZE_MAX);
     if (calls.size() > 1) plan_calls((members.size() + calls.size() - 1) / calls.size());
     auto& region = ctx.decode_region(region_index);
-    std::byte* memory = region.acquire(region_bytes, slot.stream, ctx.streams);
+    std::byte* memory = region.acquire(region_bytes, ctx.decode_budget, slot.stream, ctx.streams);
     const std::size_t first = next;
     for (const auto& call : calls) {
       std::byte* scratch = memory + align_up(call.temp_bytes, kStagingAlignment);

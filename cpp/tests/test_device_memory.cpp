@@ -1,0 +1,88 @@
+// The GPU paths' scratch memory, through the Device interface: host logic, run on the CPU device.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <memory>
+
+#include "../cuda/device_memory.hpp"
+#include "devices/device.hpp"
+
+namespace zarr_device::cuda {
+namespace {
+
+// The CPU device, counting what SharedTemp asks of it.
+class CountingDevice final : public Device {
+ public:
+  [[nodiscard]] DeviceKind kind() const override { return cpu_->kind(); }
+  [[nodiscard]] int index() const override { return 0; }
+  [[nodiscard]] std::string name() const override { return "counting"; }
+  [[nodiscard]] void* allocate(std::size_t bytes) override {
+    ++allocations;
+    last_allocation = bytes;
+    return cpu_->allocate(bytes);
+  }
+  void deallocate(void* pointer) noexcept override { cpu_->deallocate(pointer); }
+  [[nodiscard]] void* allocate_host(std::size_t bytes) override {
+    return cpu_->allocate_host(bytes);
+  }
+  void deallocate_host(void* pointer) noexcept override { cpu_->deallocate_host(pointer); }
+  [[nodiscard]] StreamHandle create_stream() override { return cpu_->create_stream(); }
+  void destroy_stream(StreamHandle stream) noexcept override { cpu_->destroy_stream(stream); }
+  [[nodiscard]] EventHandle create_event() override { return cpu_->create_event(); }
+  void destroy_event(EventHandle event) noexcept override { cpu_->destroy_event(event); }
+  void record(EventHandle event, StreamHandle stream) override { cpu_->record(event, stream); }
+  void wait(StreamHandle stream, EventHandle event) override {
+    ++waits;
+    cpu_->wait(stream, event);
+  }
+  void synchronize(EventHandle event) override { cpu_->synchronize(event); }
+  void synchronize_stream(StreamHandle stream) override {
+    ++stream_syncs;
+    cpu_->synchronize_stream(stream);
+  }
+  void copy_async(void* destination, const void* source, std::size_t bytes, CopyKind kind,
+                  StreamHandle stream) override {
+    cpu_->copy_async(destination, source, bytes, kind, stream);
+  }
+  void fill_async(void* destination, unsigned char value, std::size_t bytes,
+                  StreamHandle stream) override {
+    cpu_->fill_async(destination, value, bytes, stream);
+  }
+
+  int allocations = 0;
+  std::size_t last_allocation = 0;
+  int waits = 0;
+  int stream_syncs = 0;
+
+ private:
+  std::shared_ptr<Device> cpu_ = get_device("cpu");
+};
+
+TEST(SharedTemp, GrowsAheadOfTheCallsWithinItsRoom) {
+  auto device = std::make_shared<CountingDevice>();
+  const std::array<StreamHandle, 3> users{};
+  SharedTemp temp(device);
+  // The first call of 100 bytes takes four times that, within a room of 1000: later calls of up
+  // to 400 bytes reuse it without waiting for every stream again.
+  ASSERT_NE(temp.acquire(100, 1000, nullptr, users), nullptr);
+  EXPECT_EQ(device->allocations, 1);
+  EXPECT_EQ(device->last_allocation, 400U);
+  EXPECT_EQ(device->stream_syncs, 3);  // growing waits for every user
+  temp.release(nullptr);
+  temp.acquire(400, 1000, nullptr, users);
+  EXPECT_EQ(device->allocations, 1);
+  EXPECT_EQ(device->stream_syncs, 3);
+  EXPECT_EQ(device->waits, 1);  // ordered after the previous user instead
+  temp.release(nullptr);
+  // Past it: up to the room, not four times the call.
+  temp.acquire(500, 1000, nullptr, users);
+  EXPECT_EQ(device->allocations, 2);
+  EXPECT_EQ(device->last_allocation, 1000U);
+  EXPECT_EQ(device->stream_syncs, 6);
+  // A call larger than the room still gets what it needs.
+  temp.acquire(1500, 1000, nullptr, users);
+  EXPECT_EQ(device->last_allocation, 1500U);
+}
+
+}  // namespace
+}  // namespace zarr_device::cuda
