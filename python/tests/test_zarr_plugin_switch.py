@@ -387,6 +387,25 @@ def test_cuda_cupy(tmp_path: Path, sharded: bool) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("scheduler", ["threads", "synchronous"])
+def test_dask_from_zarr_on_the_gpu(tmp_path: Path, scheduler: str) -> None:
+    """dask over zarr-python with the plug-in on a GPU: every block a CuPy array, read by the
+    engine, the whole bit-equal to the stored values."""
+    _cuda_or_skip()
+    cupy = pytest.importorskip("cupy")
+    da = pytest.importorskip("dask.array")
+    store = zarr.storage.LocalStore(tmp_path)
+    data = _array(store, compressors=ZstdCodec(level=1))
+    with zarr_device.enable(device="cuda", like="cupy"):
+        lazy = da.from_zarr(zarr.open_array(store, path="a"))
+        blocks = lazy.blocks[0, 0].compute(scheduler=scheduler)
+        whole = lazy[1:, ::2].compute(scheduler=scheduler)
+    assert isinstance(blocks, cupy.ndarray)
+    assert isinstance(whole, cupy.ndarray)
+    assert_bits_equal(cupy.asnumpy(whole), data[1:, ::2])
+
+
+@pytest.mark.gpu
 def test_cuda_torch(tmp_path: Path) -> None:
     _cuda_or_skip()
     torch = pytest.importorskip("torch")
