@@ -23,13 +23,13 @@
 #include "nvcomp_api.hpp"
 #include "place/chunk_grid.hpp"
 #include "place/strided_copy.hpp"
+#include "write_ring.hpp"
 #include "zarr_device/cuda.hpp"
 
 namespace zarr_device {
 namespace cuda {
 namespace {
 
-constexpr std::size_t kMaxBatch = 8192;  // chunks per batch
 constexpr std::size_t kAlignment = 256;
 
 std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
@@ -113,105 +113,6 @@ struct WriteItem {
   std::string key;
   std::vector<WriteLeaf> leaves;
 };
-
-// The per-batch arrays the kernels and nvCOMP read and write (host and device alike).
-struct WriteArrays {
-  const void** inputs;
-  std::size_t* input_sizes;
-  void** outputs;
-  std::size_t* output_sizes;
-  std::size_t* offsets;
-  int* statuses;
-  int* flags;
-  std::byte* fill;
-  static constexpr std::size_t bytes() { return kMaxBatch * (5 * 8 + 2 * sizeof(int)) + 64; }
-  static WriteArrays at(std::byte* base) {
-    WriteArrays a{};
-    a.inputs = reinterpret_cast<const void**>(base);
-    a.input_sizes = reinterpret_cast<std::size_t*>(base + kMaxBatch * 8);
-    a.outputs = reinterpret_cast<void**>(base + kMaxBatch * 16);
-    a.output_sizes = reinterpret_cast<std::size_t*>(base + kMaxBatch * 24);
-    a.offsets = reinterpret_cast<std::size_t*>(base + kMaxBatch * 32);
-    a.statuses = reinterpret_cast<int*>(base + kMaxBatch * 40);
-    a.flags = reinterpret_cast<int*>(base + kMaxBatch * 44);
-    a.fill = base + kMaxBatch * 48;
-    return a;
-  }
-};
-
-struct WriteSlot {
-  std::byte* host = nullptr;    // pinned: encoded chunks, then the arrays
-  std::byte* arrays = nullptr;  // device: the arrays
-  DeviceScratch staging;        // device: chunks laid out as stored; later packed output
-  DeviceScratch compressed;     // device: nvCOMP's outputs, one bound-sized place per chunk
-  cudaStream_t stream = nullptr;
-  cudaEvent_t encoded = nullptr;   // statuses, sizes and flags are on the host
-  cudaEvent_t copied = nullptr;    // the encoded bytes are on the host
-  std::size_t begin = 0, end = 0;  // the batch's items
-  std::size_t leaves = 0;
-  bool busy = false;
-};
-
-// A device's write staging, made once and kept (pinned allocations are slow and synchronise).
-class WriteContext {
- public:
-  WriteContext(int device, std::size_t staging_bytes)
-      : gpu(get_device("cuda:" + std::to_string(device))),
-        slot_bytes(gpu::write_slot_bytes(staging_bytes)),
-        temp(gpu) {
-    try {
-      for (auto& s : slots) {
-        s.staging = DeviceScratch(gpu);
-        s.compressed = DeviceScratch(gpu);
-        s.host = static_cast<std::byte*>(gpu->allocate_host(slot_bytes + WriteArrays::bytes()));
-        s.arrays = static_cast<std::byte*>(gpu->allocate(WriteArrays::bytes()));
-        s.stream = static_cast<cudaStream_t>(gpu->create_stream());
-        streams.push_back(s.stream);
-        s.encoded = static_cast<cudaEvent_t>(gpu->create_event());
-        s.copied = static_cast<cudaEvent_t>(gpu->create_event());
-      }
-    } catch (...) {
-      release();
-      throw;
-    }
-  }
-  ~WriteContext() { release(); }
-  WriteContext(const WriteContext&) = delete;
-  WriteContext& operator=(const WriteContext&) = delete;
-
-  std::shared_ptr<Device> gpu;
-  // Each slot's buffers (laid-out chunks and compressed outputs on the device, encoded chunks in
-  // pinned memory) hold this much: enough for several shards, whose stores then run in parallel.
-  std::size_t slot_bytes;
-  WriteSlot slots[gpu::kWriteSlots];
-  std::vector<StreamHandle> streams;
-  SharedTemp temp;
-
- private:
-  void release() noexcept {
-    for (auto& s : slots) {
-      try {
-        if (s.stream) gpu->synchronize_stream(s.stream);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): a failed device is being let go of
-      }
-      gpu->deallocate_host(s.host);  // the Device's frees accept null
-      gpu->deallocate(s.arrays);
-      gpu->destroy_event(s.encoded);
-      gpu->destroy_event(s.copied);
-      gpu->destroy_stream(s.stream);
-      s = WriteSlot{};
-    }
-  }
-};
-
-using WriteContexts = ContextPool<WriteContext, std::size_t>;
-
-WriteContexts::Lease write_context_for(int device, std::size_t staging_bytes) {
-  // Leaked, like the read rings.
-  static auto* pool = new WriteContexts(kContextsPerDevice);
-  return pool->acquire(device, staging_bytes,
-                       [&] { return std::make_unique<WriteContext>(device, staging_bytes); });
-}
 
 // Copies a box of device memory (`shape` elements at `src`, byte strides `src_strides`) to
 // C-contiguous host memory: two-dimensional copies of its two innermost merged dimensions.
@@ -640,7 +541,8 @@ void Writer::write(std::span<const DimSlice> selection, const void* values, std:
     std::size_t end = begin;
     while (end < items.size()) {
       const std::size_t more = items[end].leaves.size();
-      const bool fits = (leaves + more) * per_leaf <= ctx.slot_bytes && leaves + more <= kMaxBatch;
+      const bool fits =
+          (leaves + more) * per_leaf <= ctx.slot_bytes && leaves + more <= kMaxWriteBatch;
       if (!fits) break;
       leaves += more;
       ++end;
