@@ -18,6 +18,7 @@
 #include "device_memory.hpp"
 #include "devices/device.hpp"
 #include "engine/thread_pool.hpp"
+#include "gpu/staging_alignment.hpp"
 #include "gpu/write_slots.hpp"
 #include "kernels.hpp"
 #include "nvcomp_api.hpp"
@@ -29,10 +30,6 @@
 namespace zarr_device {
 namespace cuda {
 namespace {
-
-constexpr std::size_t kAlignment = 256;
-
-std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
 // How the chunks of one codec chain are encoded: the GPU's part and the CPU's part after it.
 struct EncodePlan {
@@ -246,19 +243,20 @@ void Writer::launch(WriteSlot& slot, std::span<WriteItem> items) {
         leaf.staging = SIZE_MAX;
       } else {
         leaf.staging = staged;
-        staged += align_up(leaf_bytes_, kAlignment);
+        staged += gpu::align_up(leaf_bytes_, gpu::kStagingAlignment);
       }
       if (compress) {
         leaf.output = outputs;
-        outputs += align_up(max_output_, kAlignment);
+        outputs += gpu::align_up(max_output_, gpu::kStagingAlignment);
       } else {
         leaf.host = host_bytes;
-        host_bytes += align_up(leaf_bytes_, kAlignment);
+        host_bytes += gpu::align_up(leaf_bytes_, gpu::kStagingAlignment);
       }
     }
   }
   slot.leaves = n;
-  std::byte* staging = slot.staging.reserve(std::max(staged, compress ? outputs : 0) + kAlignment);
+  std::byte* staging =
+      slot.staging.reserve(std::max(staged, compress ? outputs : 0) + gpu::kStagingAlignment);
   std::byte* compressed = compress ? slot.compressed.reserve(outputs) : nullptr;
   ZD_CUDA_CHECK(cudaSetDevice(device_));
   // Lay out what is not stored as it lies: fill value around edge regions, transposes, byte order.
@@ -532,8 +530,8 @@ void Writer::write(std::span<const DimSlice> selection, const void* values, std:
   ctx_ = &ctx;
   // Each of a slot's buffers (laid-out chunks, compressed outputs, pinned host) holds at most
   // slot_bytes.
-  const std::size_t per_leaf =
-      align_up(plan_.compressor ? std::max(max_output_, leaf_bytes_) : leaf_bytes_, kAlignment);
+  const std::size_t per_leaf = gpu::align_up(
+      plan_.compressor ? std::max(max_output_, leaf_bytes_) : leaf_bytes_, gpu::kStagingAlignment);
   std::vector<std::pair<std::size_t, std::size_t>> batches;
   std::vector<std::size_t> too_large;
   for (std::size_t begin = 0; begin < items.size();) {

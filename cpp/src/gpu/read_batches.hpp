@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "gpu/read_leaf.hpp"
+#include "gpu/staging_alignment.hpp"
 
 namespace zarr_device::gpu {
 
-inline constexpr std::size_t kMaxBatch = 8192;         // leaves per slot
-inline constexpr std::size_t kStagingAlignment = 256;  // of every leaf in a slot
-inline constexpr std::size_t kMaxDecodeRegions = 8;    // CUDA's hardware queues per device
+inline constexpr std::size_t kMaxBatch = 8192;       // leaves per slot
+inline constexpr std::size_t kMaxDecodeRegions = 8;  // CUDA's hardware queues per device
 // Batches of copies: small enough that the copy engine starts early and finds the next batch ready
 // (measured on an H200, 6 GiB of 2 MiB chunks: 44 GB/s in 8 or 16 MiB batches, 34 in 32 MiB and
 // 31 in 64 MiB ones); a small read is cut finer, down to kMinBatchBytes, where a batch's fixed

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "codecs/codec_chain.hpp"
+#include "gpu/staging_alignment.hpp"
 #include "zarr_device/array.hpp"
 #include "zarr_device/codec.hpp"
 #include "zarr_device/store.hpp"
@@ -71,7 +72,5 @@ std::size_t staged_bytes(const Leaf& leaf);
 // Whether the device decodes the leaf straight into its destination (whole, C-contiguous, aligned
 // for the decoder's output).
 bool decodes_in_place(const Leaf& leaf, std::size_t alignment);
-
-inline std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
 }  // namespace zarr_device::gpu
