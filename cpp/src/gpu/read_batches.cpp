@@ -39,7 +39,8 @@ std::size_t plan_decode_regions(std::span<Leaf> leaves, const DecodeCosts& costs
     // region too small for one chunk is not a plan (one region always is: a batch's first chunk
     // is taken whatever it costs).
     const double budget = static_cast<double>(decode_memory) / static_cast<double>(r);
-    const double fits = std::floor((budget - first + per_chunk) / (per_chunk + scratch));
+    const double fits =
+        std::floor((budget - first + per_chunk) / std::max(per_chunk + scratch, 1.0));
     if (fits < 1 && r > 1) break;
     const double in_flight =
         std::min(n, static_cast<double>(r) * std::min(per_slot, std::max(fits, 1.0)));
