@@ -249,11 +249,12 @@ class DevicePipeline(CodecPipeline):
         if out_shape is not None:
             whole = tiling_part(coords, grid, [(item[2], item[3]) for item in batch], out_shape)
         parts = [] if whole is None else [whole]
-        for chunk, (_, spec, chunk_selection, out_selection, _) in zip(coords, batch) if whole is None else ():
-            origin = tuple(c * g for c, g in zip(chunk, grid))
-            part = chunk_part(origin, spec.shape, chunk_selection, out_selection)
-            if part is not None:
-                parts.append(part)
+        if whole is None:  # a part per chunk: index arrays, steps, integers, dropped dimensions
+            for chunk, (_, spec, chunk_selection, out_selection, _) in zip(coords, batch):
+                origin = tuple(c * g for c, g in zip(chunk, grid))
+                part = chunk_part(origin, spec.shape, chunk_selection, out_selection)
+                if part is not None:
+                    parts.append(part)
         # The engine's view of the stored metadata is read again when it does not hold the batch
         # (zarr-python resized the array since, say).
         try:
