@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -155,16 +156,39 @@ class ContextPool {
     for (auto& context : it->second.idle) visit(*context);
   }
 
+  // A context for `settings`, waiting while `limit` of the device's are lent and none is idle.
   template <typename Make>
   Lease acquire(int device, const Settings& settings, Make make) {
     std::unique_lock lock(mutex_);
+    auto& entry = entry_for(device, settings);
+    returned_.wait(lock, [&] { return !entry.idle.empty() || entry.lent < limit_; });
+    return lend(lock, device, entry, make);
+  }
+
+  // The same without waiting: nothing when `limit` are lent and none is idle.
+  template <typename Make>
+  std::optional<Lease> try_acquire(int device, const Settings& settings, Make make) {
+    std::unique_lock lock(mutex_);
+    auto& entry = entry_for(device, settings);
+    if (entry.idle.empty() && entry.lent >= limit_) return std::nullopt;
+    return lend(lock, device, entry, make);
+  }
+
+ private:
+  // The device's entry, its idle contexts freed when they were made with other settings.
+  Entry& entry_for(int device, const Settings& settings) {
     auto& entry = entries_[device];
     if (!(entry.settings == settings)) {
       entry.idle.clear();  // frees them; lent ones are freed when they come back
       entry.settings = settings;
       ++entry.generation;
     }
-    returned_.wait(lock, [&] { return !entry.idle.empty() || entry.lent < limit_; });
+    return entry;
+  }
+
+  // Lends an idle context, or one made by `make` (outside the lock: pinned allocations are slow).
+  template <typename Make>
+  Lease lend(std::unique_lock<std::mutex>& lock, int device, Entry& entry, Make& make) {
     ++entry.lent;
     const std::uint64_t generation = entry.generation;
     if (!entry.idle.empty()) {
@@ -183,7 +207,6 @@ class ContextPool {
     }
   }
 
- private:
   void give_back(int device, std::uint64_t generation, std::unique_ptr<Context> context) noexcept {
     std::unique_ptr<Context> stale;
     {

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -205,14 +206,15 @@ struct RingShape {
 
 using ReadContexts = ContextPool<DeviceContext, RingShape>;
 
-// A ring of `device` for these settings whose slots hold `largest` (the staging split into fewer
-// slots when the configured ones are too small for it; OutOfMemoryError naming the chunk when the
-// whole staging is), lent to one read. Rings made with other settings are freed once no read holds
-// them.
+// A ring of `device` for these settings whose slots hold the read's largest leaf (the staging
+// split into fewer slots when the configured ones are too small for it; OutOfMemoryError naming
+// the chunk when the whole staging is), lent to one read. Up to kContextsPerDevice rings of the
+// configured staging per device; a read that stages little takes one of a few small rings when
+// those are all lent. Rings made with other settings are freed once no read holds them.
 ReadContexts::Lease context_for(int device, const CudaReadOptions& options,
-                                const gpu::LargestLeaf& largest);
+                                const gpu::StagingNeed& need);
 
-// The rings of every device, lent to one read at a time.
-ReadContexts& read_contexts();
+// Every device's rings: those of the configured staging, and the small ones.
+std::array<ReadContexts*, 2> read_rings();
 
 }  // namespace zarr_device::cuda

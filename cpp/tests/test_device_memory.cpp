@@ -3,6 +3,7 @@
 
 #include <array>
 #include <memory>
+#include <new>
 
 #include "../cuda/device_memory.hpp"
 #include "devices/device.hpp"
@@ -82,6 +83,61 @@ TEST(SharedTemp, GrowsAheadOfTheCallsWithinItsRoom) {
   // A call larger than the room still gets what it needs.
   temp.acquire(1500, 1000, nullptr, users);
   EXPECT_EQ(device->last_allocation, 1500U);
+}
+
+struct Ring {
+  int made = 0;  // the how-many-th context made
+};
+struct RingSettings {
+  int size = 0;
+  bool operator==(const RingSettings&) const = default;
+};
+using Rings = ContextPool<Ring, RingSettings>;
+
+TEST(ContextPool, TryAcquireLendsWhatIsFreeAndNeverWaits) {
+  Rings pool(2);
+  int made = 0;
+  auto make = [&] { return std::make_unique<Ring>(Ring{++made}); };
+  auto first = pool.try_acquire(0, {1}, make);
+  auto second = pool.try_acquire(0, {1}, make);
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(made, 2);
+  // Both of the device's contexts are lent: nothing, at once, where acquire would wait.
+  EXPECT_FALSE(pool.try_acquire(0, {1}, make));
+  // Another device has its own.
+  EXPECT_TRUE(pool.try_acquire(1, {1}, make));
+  EXPECT_EQ(made, 3);
+  // One given back is lent again rather than a new one made.
+  const int returned = (**first).made;
+  first.reset();
+  auto again = pool.try_acquire(0, {1}, make);
+  ASSERT_TRUE(again);
+  EXPECT_EQ((**again).made, returned);
+  EXPECT_EQ(made, 3);
+}
+
+TEST(ContextPool, ContextsOfOtherSettingsAreNotReused) {
+  Rings pool(2);
+  int made = 0;
+  auto make = [&] { return std::make_unique<Ring>(Ring{++made}); };
+  { auto lease = pool.acquire(0, {1}, make); }
+  { auto lease = pool.acquire(0, {1}, make); }
+  EXPECT_EQ(made, 1);  // kept idle, then reused
+  auto lease = pool.try_acquire(0, {2}, make);
+  ASSERT_TRUE(lease);
+  EXPECT_EQ((**lease).made, 2);
+  int idle = 0;
+  pool.for_each_idle(0, [&](Ring&) { ++idle; });
+  EXPECT_EQ(idle, 0);  // the old one was freed
+}
+
+TEST(ContextPool, AFailedMakeLendsNothing) {
+  Rings pool(1);
+  EXPECT_THROW(
+      (void)pool.try_acquire(0, {1}, []() -> std::unique_ptr<Ring> { throw std::bad_alloc(); }),
+      std::bad_alloc);
+  // The failed one does not count as lent.
+  EXPECT_TRUE(pool.try_acquire(0, {1}, [] { return std::make_unique<Ring>(); }));
 }
 
 }  // namespace

@@ -396,6 +396,20 @@ TEST(GpuDecodeShare, AFewChunksDecodeOnTheCpu) {
   EXPECT_EQ(on_cpu(again), 0U);
 }
 
+TEST(GpuDecodeShare, ReadsAtOnceWeighTheirShareOfEach) {
+  // Thirty-two chunks: alone, sixteen threads decode them in two rounds (2 ms), sooner than the
+  // device's one chunk time (4 ms). Four reads at once each have four threads (8 ms) and a quarter
+  // of the device's lanes, still more than the chunks: the device is sooner.
+  auto store = make_memory_store();
+  auto array = make_array(store, "at-once", {32 * 1024}, {1024}, kZstdCrc);
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  auto alone = plan({&target, 1});
+  EXPECT_EQ(share_decodes(alone, DecodeKind::kZstd, scaled_rates(16, 132)), 32U);
+  auto four = plan({&target, 1});
+  EXPECT_EQ(share_decodes(four, DecodeKind::kZstd, scaled_rates(16 / 4, 132 / 4)), 0U);
+}
+
 TEST(GpuDecodeShare, ManyChunksStayOnTheDeviceUnlessTheCpuIsFaster) {
   auto store = make_memory_store();
   auto array = make_array(store, "many", {2048 * 1024}, {1024}, kZstdCrc);

@@ -203,6 +203,44 @@ def test_device_reads_from_several_threads(tmp_path: Path) -> None:
     torch.cuda.synchronize()
 
 
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_single_chunk_reads_from_more_threads_than_rings(tmp_path: Path, non_blocking: bool) -> None:
+    """Sixteen threads at once, each reading one chunk at a time (as Dask's per-chunk tasks do):
+    more readers than a device's full staging rings, so most take the small ones."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    values = (rng.standard_normal((512, 256)) * 100).astype(np.float32)
+    arrays = []
+    for name, compressors in (("crc", ZSTD_CRC), ("zstd", "zstd"), ("plain", None)):
+        arr = zd.create(tmp_path / name, shape=values.shape, dtype="float32", chunks=(8, 256), compressors=compressors)
+        arr[...] = values
+        arrays.append(arr)
+    barrier = threading.Barrier(16)
+    failures: list[BaseException] = []
+
+    def work(job: int) -> None:
+        try:
+            barrier.wait()
+            for i in range(job, 64, 4):
+                arr = arrays[(job + i) % len(arrays)]
+                rows = slice(8 * i, 8 * i + 8)
+                got = arr.read(rows, device="cuda:0", like="torch", non_blocking=non_blocking)
+                torch.cuda.current_stream().synchronize()
+                np.testing.assert_array_equal(got.cpu().numpy(), values[rows], err_msg=f"{arr.path} rows {rows}")
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    threads = [threading.Thread(target=work, args=(j,)) for j in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    zd.synchronize()
+    assert not failures, failures[0]
+
+
 def _host_bytes(tensor: Any) -> bytes:
     import torch
 

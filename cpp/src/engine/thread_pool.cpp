@@ -9,7 +9,9 @@ namespace zarr_device::engine {
 
 std::size_t worker_count(int threads) {
   if (threads > 0) return static_cast<std::size_t>(threads);
-  return std::max(1U, std::thread::hardware_concurrency());
+  // Asked by every read, and each asking reads a file of /sys: once is enough.
+  static const std::size_t cores = std::max(1U, std::thread::hardware_concurrency());
+  return cores;
 }
 
 ThreadPool::ThreadPool(std::size_t threads) { grow(threads); }
@@ -91,7 +93,7 @@ void ThreadPool::parallel_for(std::size_t count, std::size_t workers,
       });
     }
   }
-  wake_.notify_all();
+  if (helpers > 0) wake_.notify_all();  // a loop of one item wakes no one
   // The caller works too, so a loop started from inside a worker cannot wait on queued helpers
   // that no free worker will pick up.
   run();

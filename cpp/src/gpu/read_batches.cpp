@@ -52,18 +52,19 @@ std::size_t plan_decode_regions(std::span<Leaf> leaves, const DecodeCosts& costs
   return best;
 }
 
-LargestLeaf largest_staged(std::span<const Leaf> leaves) {
+StagingNeed staging_need(std::span<const Leaf> leaves) {
   const Leaf* largest = nullptr;
+  std::size_t total = 0;
   for (const auto& leaf : leaves) {
+    total += align_up(staged_bytes(leaf), kStagingAlignment);
     if (!largest || staged_bytes(leaf) > staged_bytes(*largest)) largest = &leaf;
   }
   if (!largest) return {};
-  return {staged_bytes(*largest), largest->array ? largest->where() : std::string()};
+  return {staged_bytes(*largest), largest->array ? largest->where() : std::string(), total};
 }
 
 std::size_t batch_target(std::span<const Leaf> leaves, std::size_t capacity, std::size_t slots) {
-  std::size_t total = 0;
-  for (const auto& leaf : leaves) total += align_up(staged_bytes(leaf), kStagingAlignment);
+  const std::size_t total = staging_need(leaves).total;
   return std::min(
       std::clamp(total / std::max<std::size_t>(slots, 1), kMinBatchBytes, kCopyBatchBytes),
       capacity);

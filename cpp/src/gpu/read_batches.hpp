@@ -61,12 +61,14 @@ struct Batch {
   std::size_t end = 0;
 };
 
-// The leaf that needs the most room in a staging slot, and its name for messages.
-struct LargestLeaf {
-  std::size_t bytes = 0;
+// What a read of `leaves` stages: the leaf that needs the most room in a slot (and its name, for
+// messages), and the bytes of all of them.
+struct StagingNeed {
+  std::size_t largest = 0;
   std::string where;
+  std::size_t total = 0;
 };
-LargestLeaf largest_staged(std::span<const Leaf> leaves);
+StagingNeed staging_need(std::span<const Leaf> leaves);
 
 // The staged bytes a batch of copies aims at for a read of `leaves` through `slots` slots of
 // `capacity` bytes. A read costs about one batch's fetch before the first copy starts and one
