@@ -4,6 +4,7 @@
 
 #include "cuda_check.hpp"
 #include "devices/device.hpp"
+#include "pinned_memory.hpp"
 #include "zarr_device/cuda.hpp"
 
 namespace zarr_device {
@@ -45,13 +46,9 @@ class CudaDevice final : public Device {
   }
   void* allocate_host(std::size_t bytes) override {
     current();
-    void* p = nullptr;
-    ZD_CUDA_CHECK(cudaHostAlloc(&p, std::max<std::size_t>(bytes, 1), cudaHostAllocDefault));
-    return p;
+    return allocate_pinned(bytes);
   }
-  void deallocate_host(void* pointer) noexcept override {
-    if (pointer) cudaFreeHost(pointer);
-  }
+  void deallocate_host(void* pointer) noexcept override { free_pinned(pointer); }
 
   StreamHandle create_stream() override {
     current();

@@ -1,11 +1,10 @@
 // Timing the GPU decode stage alone, for benchmarks (bench/bench_gpu.py --decode-only).
-#include "decode_measure.hpp"
-
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 
 #include "cuda_check.hpp"
+#include "cuda_reader.hpp"
 #include "device_memory.hpp"
 #include "devices/device.hpp"
 #include "engine/thread_pool.hpp"

@@ -91,6 +91,30 @@ TEST(CudaDevice, KeepsTheContract) {
   round_trip(*gpu);
 }
 
+TEST(CudaDevice, PinnedMemoryOfAnySizeRoundTrips) {
+  if (zd::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto gpu = zd::get_device("cuda:0");
+  auto stream = gpu->create_stream();
+  for (const std::size_t n :
+       {std::size_t{1}, std::size_t{4097}, (std::size_t{2} << 20) + 1, std::size_t{40} << 20}) {
+    auto* in = static_cast<unsigned char*>(gpu->allocate_host(n));
+    auto* out = static_cast<unsigned char*>(gpu->allocate_host(n));
+    for (std::size_t i = 0; i < n; ++i) in[i] = static_cast<unsigned char>(i * 13 + n);
+    std::memset(out, 0, n);
+    zd::DeviceBuffer device_copy(gpu, n);
+    gpu->copy_async(device_copy.data(), in, n, zd::CopyKind::kHostToDevice, stream);
+    gpu->copy_async(out, device_copy.data(), n, zd::CopyKind::kDeviceToHost, stream);
+    gpu->synchronize_stream(stream);
+    EXPECT_EQ(std::memcmp(in, out, n), 0) << n << " bytes";
+    gpu->deallocate_host(out);
+    gpu->deallocate_host(in);
+  }
+  gpu->destroy_stream(stream);
+  // More than the machine has: a typed error, and the device stays usable.
+  EXPECT_THROW((void)gpu->allocate_host(std::size_t{1} << 50), zd::OutOfMemoryError);
+  gpu->deallocate_host(gpu->allocate_host(1 << 20));
+}
+
 TEST(CudaDevice, AllocationFailureIsOutOfMemory) {
   if (zd::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   auto gpu = zd::get_device("cuda:0");
