@@ -1,0 +1,128 @@
+#!/usr/bin/env python
+"""Single-chunk reads, one thread and many at once: what Dask's per-chunk tasks and a loop over
+small selections do. A float32 array as zarr-python writes it (zstd level 1, no checksum: decoded
+on CPU threads under the default gpu_decode="checked") and the same chunks uncompressed, each
+chunk read on its own by 1, 4 and 16 threads, onto the CPU and onto the GPU; beside them the same
+array in one call, through the zarr-python plug-in, and through Dask with one block per chunk.
+
+    python bench/bench_small_reads.py [--size 512MiB] [--layout unsharded:1MiB] [--device cuda:0]
+
+Prints GB/s (decoded bytes per second, 10^9), best of --repeat, warm (the files are read once
+before any figure), and each way's median latency of one read on one thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_gpu import parse_size  # noqa: E402
+from bench_plugin import parse_layout, write_group  # noqa: E402
+
+
+def timed_rounds(read: Callable[[Any], Any], selections: list[Any], threads: int, sync: Callable[[], None],
+                 repeat: int) -> float:
+    """Best seconds of `repeat` rounds reading every selection on `threads` threads."""
+    read(selections[0])
+    sync()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        if threads == 1:
+            for s in selections:
+                read(s)
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(read, selections))
+        sync()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def median_latency(read: Callable[[Any], Any], selections: list[Any], sync: Callable[[], None]) -> float:
+    times = []
+    for s in selections[:64]:
+        t0 = time.perf_counter()
+        read(s)
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--size", type=parse_size, default=512 << 20)
+    parser.add_argument("--layout", default="unsharded:1MiB", help="unsharded:CHUNK or sharded:CHUNK/SHARD")
+    parser.add_argument("--out", default="/tmp/zd-bench-small-reads", help="where the arrays are (written when absent)")
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--threads", default="1,4,16")
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args(argv)
+
+    import cupy
+    import zarr
+
+    import zarr_device as zd
+
+    layout = parse_layout(args.layout, args.size)
+    path = write_group(os.path.join(args.out, args.layout.replace(":", "-").replace("/", "-")), layout, 1)
+    compressed = zd.open_array(path)
+    plain_path = path + "-plain"
+    if not os.path.exists(os.path.join(plain_path, "zarr.json")):
+        plain = zd.create(plain_path, shape=compressed.shape, dtype="float32", chunks=compressed.chunks,
+                          compressors=None, mode="w")
+        plain[...] = compressed.read()
+    plain = zd.open_array(plain_path)
+    rows = compressed.chunks[0]
+    selections = [slice(i * rows, (i + 1) * rows) for i in range(compressed.shape[0] // rows)]
+    nbytes = len(selections) * rows * compressed.shape[1] * 4
+    device = args.device
+
+    def sync() -> None:
+        cupy.cuda.Device(int(device.partition(":")[2] or 0)).synchronize()
+
+    print(f"array: {compressed.shape} float32, chunks of {rows} rows ({args.layout}), {nbytes / 2**20:.0f} MiB; "
+          f"{len(selections)} single-chunk reads a round; {os.cpu_count()} cores", flush=True)
+    ways: dict[str, Callable[[Any], Any]] = {
+        "zstd, CPU": lambda s: compressed.read(s),
+        "zstd, GPU": lambda s: compressed.read(s, device=device, like="cupy"),
+        "uncompressed, CPU": lambda s: plain.read(s),
+        "uncompressed, GPU": lambda s: plain.read(s, device=device, like="cupy"),
+    }
+    with zd.enable(device=device, like="cupy"):
+        through_zarr = zarr.open_array(path, mode="r")
+        for way, read in [*ways.items(), ("zstd, GPU, plug-in", lambda s: through_zarr[s])]:
+            latency = median_latency(read, selections, sync)
+            figures = [f"{nbytes / timed_rounds(read, selections, int(t), sync, args.repeat) / 1e9:6.2f}"
+                       for t in args.threads.split(",")]
+            print(f"{way:22s} median {1e3 * latency:6.3f} ms; GB/s with {args.threads} threads: "
+                  + " / ".join(figures), flush=True)
+    best = timed_rounds(lambda _: compressed.read(device=device, like="cupy"), [None], 1, sync, 3)
+    print(f"{'zstd, GPU, one call':22s} {nbytes / best / 1e9:6.2f} GB/s", flush=True)
+    try:
+        import dask.array as da
+    except ImportError:
+        print("dask: not installed")
+        return 0
+    for plugin in (False, True):
+        def compute() -> Any:
+            if plugin:
+                with zd.enable(device=device, like="cupy"):
+                    return da.from_zarr(zarr.open_array(path, mode="r")).compute()
+            return da.from_zarr(zarr.open_array(path, mode="r")).compute()
+
+        seconds = timed_rounds(lambda _: compute(), [None], 1, sync, args.repeat)
+        print(f"dask, a block per chunk, plug-in {'on ' if plugin else 'off'}: {nbytes / seconds / 1e9:6.2f} GB/s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
