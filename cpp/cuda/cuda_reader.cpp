@@ -276,11 +276,24 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
           finish(ctx.slot(base + started));  // an earlier read's last batch, left on the device
         }
         Slot& slot = ctx.slot(base + started);
-        fetching.push_back(
-            pool_.submit([this, &ctx, &slot, &announce, b = started, batch = batch_of(started)] {
-              announce(b);
-              fetch(ctx, slot, batch);
-            }));
+        auto stage = [this, &ctx, &slot, &announce, b = started, batch = batch_of(started)] {
+          announce(b);
+          fetch(ctx, slot, batch);
+        };
+        if (batches.size() == 1) {
+          // Nothing to overlap it with: this thread fetches, sparing a small read two hand-offs
+          // between threads and the pool's queue, which many threads of such reads contend for.
+          std::promise<void> fetched;
+          try {
+            stage();
+            fetched.set_value();
+          } catch (...) {
+            fetched.set_exception(std::current_exception());
+          }
+          fetching.push_back(fetched.get_future());
+        } else {
+          fetching.push_back(pool_.submit(std::move(stage)));
+        }
         ++started;
       }
       auto fetched = std::move(fetching.front());

@@ -64,6 +64,10 @@ std::byte* map_aligned(std::size_t bytes) {
     ::munmap(reinterpret_cast<void*>(aligned + bytes), end - aligned - bytes);
   auto* memory = reinterpret_cast<std::byte*>(aligned);
   ::madvise(memory, bytes, MADV_HUGEPAGE);  // advice only: regular pages where refused
+  // A forked child gets none of it, as with the driver's own pinned allocations: the parent's
+  // pages stay the ones the GPU copies to and from, and the child (which cannot use CUDA) does
+  // not copy the staging.
+  ::madvise(memory, bytes, MADV_DONTFORK);
   return memory;
 }
 
