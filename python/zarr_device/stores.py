@@ -4,6 +4,8 @@ zarr-python store (object stores, fsspec, ...) can feed bytes in through :class:
 
 from __future__ import annotations
 
+import asyncio
+
 import os
 import sys
 from pathlib import Path
@@ -97,6 +99,13 @@ class MemoryStore:
         )
 
 
+class _ChunkRequestFailed(Exception):
+    """A request of a batch that failed, naming its chunk."""
+
+    def __init__(self, key: str, error: BaseException) -> None:
+        super().__init__(f"chunk '{key}': {type(error).__name__}: {error}")
+
+
 class _ZarrStoreCallbacks:
     """The methods the engine calls on a zarr-python store, from its worker threads; each runs the
     store's coroutine to completion on zarr-python's event loop. Kept apart from
@@ -126,6 +135,39 @@ class _ZarrStoreCallbacks:
             request = OffsetByteRequest(offset)
         value = self._sync(self._store.get(key, prototype=self._prototype, byte_range=request))
         return None if value is None else bytes(value.to_bytes())
+
+    def get_many(self, keys: list[str]) -> list[Any]:
+        """The whole values at ``keys`` (their bytes as NumPy views of the client's buffers, or
+        None where there is none), their requests made together
+        on zarr-python's event loop, as many at once as its ``async.concurrency`` allows, or as
+        the engine's ``threads`` when those are more: the engine hands over a window of chunks in
+        one call instead of one call per chunk from each of its threads. The first request that
+        fails cancels the others and is raised, naming its chunk."""
+        import zarr
+
+        threads = int(_core.settings()["threads"]) or (os.cpu_count() or 1)
+        limit = asyncio.Semaphore(max(int(zarr.config.get("async.concurrency")), threads))
+
+        async def one(key: str) -> Any:
+            async with limit:
+                try:
+                    value = await self._store.get(key, prototype=self._prototype)
+                except Exception as error:
+                    raise _ChunkRequestFailed(key, error) from error
+            return None if value is None else value.as_numpy_array()
+
+        async def every() -> list[Any]:
+            tasks = [asyncio.ensure_future(one(key)) for key in keys]
+            try:
+                return list(await asyncio.gather(*tasks))
+            except BaseException:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+
+        values: list[Any] = self._sync(every())
+        return values
 
     def size(self, key: str) -> int | None:
         try:

@@ -129,6 +129,20 @@ class FileBacked {
   [[nodiscard]] virtual LocalIo io() const = 0;
 };
 
+// An optional capability of stores whose every request waits on a round trip (stores written in
+// Python: object stores, fsspec): many whole values fetched by one call, which makes the requests
+// together (each as many at once as the store allows) instead of one per engine thread.
+class BatchedGets {
+ public:
+  virtual ~BatchedGets() = default;
+  // The whole values at `keys`, in order; nullopt where there is none.
+  [[nodiscard]] virtual std::vector<std::optional<Buffer>> get_many(
+      std::span<const std::string> keys) const = 0;
+};
+
+// A value already in memory, opened: every read comes from this version of it.
+std::shared_ptr<const ValueReader> reader_of(Buffer value);
+
 struct LocalStoreOptions {
   LocalIo io = LocalIo::kBuffered;
   bool read_only = false;

@@ -1,6 +1,10 @@
 #include "zarr_device/array.hpp"
 
 #include <algorithm>
+#include <future>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "codecs/codec_chain.hpp"
 #include "engine/thread_pool.hpp"
@@ -159,9 +163,11 @@ struct PreparedRead {
   place::GridIntersection grid;
 };
 
-// Reads one chunk of a target (item of its grid) into its place in the output.
+// Reads one chunk of a target (item of its grid) into its place in the output. `fetched`: its
+// value, already fetched with others (nullopt inside: there is none); null: ask the store.
 void read_chunk(const Array& array, const place::GridIntersection::Item& item,
-                const StridedView& out, engine::ByteBudget& budget) {
+                const StridedView& out, engine::ByteBudget& budget,
+                const std::optional<Buffer>* fetched = nullptr) {
   const auto& meta = array.metadata();
   const auto& chain = array.chain();
   const Store& store = *array.store();
@@ -170,6 +176,15 @@ void read_chunk(const Array& array, const place::GridIntersection::Item& item,
   const std::string key = join_key(array.path(), meta.chunk_key_encoding.key(item.chunk));
   const StridedView region = place::subview(out, item.out_offset, item.count);
   try {
+    if (fetched) {
+      if (!*fetched) {
+        place::fill_strided(region, meta.fill_value);
+        return;
+      }
+      const engine::BudgetLease lease(budget, chain.decode_memory());
+      chain.decode_into(**fetched, item.within, region);
+      return;
+    }
     std::vector<std::span<std::byte>> rows;
     if (chain.is_plain() && place::is_full(item.within, meta.chunk_shape) &&
         place::contiguous_runs(region, es, kMinRunBytes, rows)) {
@@ -215,6 +230,104 @@ void read_chunk(const Array& array, const place::GridIntersection::Item& item,
   }
 }
 
+// Chunk i of the targets of a read (one index space over every target's chunks): its target and
+// its item.
+std::size_t locate(std::span<const PreparedRead> reads, std::span<const std::size_t> first,
+                   std::size_t i, place::GridIntersection::Item& item) {
+  const auto t =
+      static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), i) - first.begin()) - 1;
+  reads[t].grid.at(i - first[t], item);
+  return t;
+}
+
+// The store of a target when it fetches many values in one call and the target's chunks are read
+// whole (not a shard's parts): null otherwise.
+const BatchedGets* batched_gets(const PreparedRead& read) {
+  if (read.array->chain().supports_partial_decode()) return nullptr;
+  return dynamic_cast<const BatchedGets*>(read.array->store().get());
+}
+
+// Reads `chunks` (indices as for locate()) of targets whose stores fetch in batches: windows of
+// them fetched by one call each, the next window fetched while this one decodes. A window holds
+// chunks of one store, at most kBatchKeys of them and at most kWindowBytes or half of
+// max_inflight_bytes decoded (the other half is the window being fetched): small enough that
+// decoding starts soon and overlaps the fetching of the rest.
+void read_batched(std::span<const PreparedRead> reads, std::span<const std::size_t> first,
+                  std::span<const std::size_t> chunks, engine::ByteBudget& budget,
+                  std::size_t inflight_bytes, engine::ThreadPool& pool, std::size_t workers) {
+  constexpr std::size_t kBatchKeys = 1024;
+  constexpr std::size_t kWindowBytes = std::size_t{32} << 20;
+  const std::size_t window_bytes = std::min(kWindowBytes, inflight_bytes / 2);
+  struct Window {
+    std::size_t begin = 0;
+    std::size_t end = 0;
+    std::vector<std::optional<Buffer>> values;
+  };
+  place::GridIntersection::Item item;
+  auto target_of = [&](std::size_t k) { return locate(reads, first, chunks[k], item); };
+  auto window_from = [&](std::size_t begin) {
+    Window w{begin, begin, {}};
+    if (begin >= chunks.size()) return w;
+    const BatchedGets* store = batched_gets(reads[target_of(begin)]);
+    std::size_t bytes = 0;
+    while (w.end < chunks.size() && w.end - begin < kBatchKeys) {
+      const std::size_t t = target_of(w.end);
+      const std::size_t chunk_bytes = reads[t].array->chain().spec().nbytes();
+      if (w.end > begin &&
+          (batched_gets(reads[t]) != store || bytes + chunk_bytes > window_bytes)) {
+        break;
+      }
+      bytes += chunk_bytes;
+      ++w.end;
+    }
+    return w;
+  };
+  auto fetch = [&](Window& w) {
+    std::vector<std::string> keys;
+    keys.reserve(w.end - w.begin);
+    place::GridIntersection::Item at;
+    std::size_t t = 0;
+    for (std::size_t k = w.begin; k < w.end; ++k) {
+      t = locate(reads, first, chunks[k], at);
+      const auto& meta = reads[t].array->metadata();
+      keys.push_back(join_key(reads[t].array->path(), meta.chunk_key_encoding.key(at.chunk)));
+    }
+    try {
+      w.values = batched_gets(reads[t])->get_many(keys);
+    } catch (Error& e) {
+      e.add_context(reads[t].array->describe() + ", chunks '" + keys.front() + "' to '" +
+                    keys.back() + "'");
+      throw;
+    }
+    if (w.values.size() != keys.size()) {
+      throw StoreError(reads[t].array->describe() + ": the store returned " +
+                       std::to_string(w.values.size()) + " values for " +
+                       std::to_string(keys.size()) + " keys");
+    }
+  };
+  Window current = window_from(0);
+  fetch(current);
+  while (current.begin < chunks.size()) {
+    Window next = window_from(current.end);
+    // The next window's requests go out while this one decodes (on a thread of its own: the
+    // pool's are decoding, and the requests mostly wait on the network).
+    std::future<void> fetching;
+    if (next.begin < chunks.size()) fetching = std::async(std::launch::async, [&] { fetch(next); });
+    try {
+      pool.parallel_for(current.end - current.begin, workers, [&](std::size_t k) {
+        place::GridIntersection::Item chunk;
+        const std::size_t t = locate(reads, first, chunks[current.begin + k], chunk);
+        read_chunk(*reads[t].array, chunk, reads[t].out, budget, &current.values[k]);
+      });
+    } catch (...) {
+      if (fetching.valid()) fetching.wait();  // it writes into `next`
+      throw;
+    }
+    if (fetching.valid()) fetching.get();
+    current = std::move(next);
+  }
+}
+
 }  // namespace
 
 void read_many(std::span<const ReadRequest> requests, const IoOptions& options) {
@@ -233,14 +346,31 @@ void read_many(std::span<const ReadRequest> requests, const IoOptions& options) 
   // One budget and one parallel loop for them all: no target waits for another's slowest chunk.
   engine::ByteBudget budget(options.max_inflight_bytes);
   const std::size_t workers = engine::worker_count(options.threads);
-  engine::ThreadPool::shared(workers).parallel_for(first.back(), workers, [&](std::size_t i) {
-    const auto t =
-        static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), i) - first.begin()) -
-        1;
+  auto& pool = engine::ThreadPool::shared(workers);
+  const bool any_batched = std::any_of(
+      reads.begin(), reads.end(), [](const PreparedRead& r) { return batched_gets(r) != nullptr; });
+  if (!any_batched) {
+    pool.parallel_for(first.back(), workers, [&](std::size_t i) {
+      place::GridIntersection::Item item;
+      const std::size_t t = locate(reads, first, i, item);
+      read_chunk(*reads[t].array, item, reads[t].out, budget);
+    });
+    return;
+  }
+  // Stores that fetch many values in one call get their chunks' requests in windows; the other
+  // targets' chunks are read one request each, as above.
+  std::vector<std::size_t> batched;
+  std::vector<std::size_t> single;
+  for (std::size_t t = 0; t < reads.size(); ++t) {
+    auto& into = batched_gets(reads[t]) ? batched : single;
+    for (std::size_t i = first[t]; i < first[t + 1]; ++i) into.push_back(i);
+  }
+  pool.parallel_for(single.size(), workers, [&](std::size_t k) {
     place::GridIntersection::Item item;
-    reads[t].grid.at(i - first[t], item);
+    const std::size_t t = locate(reads, first, single[k], item);
     read_chunk(*reads[t].array, item, reads[t].out, budget);
   });
+  read_batched(reads, first, batched, budget, options.max_inflight_bytes, pool, workers);
 }
 
 void Array::read(std::span<const DimSlice> selection, std::span<std::byte> out,

@@ -1,8 +1,13 @@
 #include "gpu/read_staging.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "codecs/crc32c.hpp"
 #include "gpu/read_plan.hpp"
@@ -96,12 +101,46 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
       for (const std::size_t i : opened) batch[i].value.reset();
     }
   } close{batch, opened};
-  pool.parallel_for(opened.size(), workers, [&](std::size_t i) {
-    auto& leaf = batch[opened[i]];
-    leaf.value = leaf.array->store()->open(leaf.key);
+  auto check_opened = [](const Leaf& leaf) {
     if (!leaf.value || leaf.value->size() != leaf.offset + leaf.length) {
       throw ValueChanged(leaf.where() + ": the chunk was replaced while it was read");
     }
+  };
+  // Stores that fetch many values in one call get the batch's chunks of each in one call.
+  std::vector<std::size_t> one_by_one;
+  std::vector<std::pair<const BatchedGets*, std::vector<std::size_t>>> by_store;
+  for (const std::size_t i : opened) {
+    const auto* gets = dynamic_cast<const BatchedGets*>(batch[i].array->store().get());
+    if (!gets) {
+      one_by_one.push_back(i);
+      continue;
+    }
+    auto it = std::find_if(by_store.begin(), by_store.end(),
+                           [&](const auto& entry) { return entry.first == gets; });
+    if (it == by_store.end()) it = by_store.insert(by_store.end(), {gets, {}});
+    it->second.push_back(i);
+  }
+  for (const auto& [gets, indices] : by_store) {
+    std::vector<std::string> keys;
+    keys.reserve(indices.size());
+    for (const std::size_t i : indices) keys.push_back(batch[i].key);
+    std::vector<std::optional<Buffer>> values;
+    try {
+      values = gets->get_many(keys);
+    } catch (Error& e) {
+      e.add_context(batch[indices.front()].where());
+      throw;
+    }
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+      auto& leaf = batch[indices[k]];
+      if (k < values.size() && values[k]) leaf.value = reader_of(std::move(*values[k]));
+      check_opened(leaf);
+    }
+  }
+  pool.parallel_for(one_by_one.size(), workers, [&](std::size_t i) {
+    auto& leaf = batch[one_by_one[i]];
+    leaf.value = leaf.array->store()->open(leaf.key);
+    check_opened(leaf);
   });
 
   // 1. The pieces, read in parallel; each checks the leaves it holds whole.

@@ -20,22 +20,6 @@ std::optional<Buffer> cut(const Buffer& value, ByteRange range) {
   return value.slice(static_cast<std::size_t>(start), static_cast<std::size_t>(length));
 }
 
-// A value as it was when opened: buffers are immutable and shared, so this is a snapshot.
-class BufferReader final : public ValueReader {
- public:
-  explicit BufferReader(Buffer value) : value_(std::move(value)) {}
-  std::uint64_t size() const override { return value_.size(); }
-  std::size_t read_into(std::uint64_t offset, std::span<std::byte> out) const override {
-    if (offset >= value_.size()) return 0;
-    const std::size_t n = std::min<std::size_t>(out.size(), value_.size() - offset);
-    if (n) std::memcpy(out.data(), value_.data() + offset, n);
-    return n;
-  }
-
- private:
-  Buffer value_;
-};
-
 class MemoryStore final : public Store {
  public:
   explicit MemoryStore(bool read_only) : read_only_(read_only) {}
@@ -53,7 +37,7 @@ class MemoryStore final : public Store {
     std::shared_lock lock(mutex_);
     auto it = values_.find(key);
     if (it == values_.end()) return nullptr;
-    return std::make_shared<BufferReader>(it->second);
+    return reader_of(it->second);
   }
   std::optional<std::uint64_t> size(std::string_view key) const override {
     validate_key(key);

@@ -27,7 +27,27 @@ class KeyRangeReader final : public ValueReader {
   std::uint64_t size_;
 };
 
+// A value as it was when opened: buffers are immutable and shared, so this is a snapshot.
+class BufferReader final : public ValueReader {
+ public:
+  explicit BufferReader(Buffer value) : value_(std::move(value)) {}
+  std::uint64_t size() const override { return value_.size(); }
+  std::size_t read_into(std::uint64_t offset, std::span<std::byte> out) const override {
+    if (offset >= value_.size()) return 0;
+    const std::size_t n = std::min<std::size_t>(out.size(), value_.size() - offset);
+    if (n) std::memcpy(out.data(), value_.data() + offset, n);
+    return n;
+  }
+
+ private:
+  Buffer value_;
+};
+
 }  // namespace
+
+std::shared_ptr<const ValueReader> reader_of(Buffer value) {
+  return std::make_shared<BufferReader>(std::move(value));
+}
 
 Buffer ValueReader::read(std::uint64_t offset, std::uint64_t length) const {
   const std::uint64_t total = size();

@@ -1,0 +1,193 @@
+// Stores that fetch many values in one call (BatchedGets, as the stores written in Python are):
+// the host read path hands them windows of whole chunks instead of one request per chunk, and the
+// GPU path's CPU stage hands them a batch's chunks; shards keep their ranged reads.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+
+#include "gpu/read_batches.hpp"
+#include "gpu/read_plan.hpp"
+#include "gpu/read_staging.hpp"
+#include "test_util.hpp"
+#include "zarr_device/array.hpp"
+#include "zarr_device/store.hpp"
+
+namespace zarr_device {
+namespace {
+
+using test::array_doc;
+using test::json;
+
+// A memory store that also fetches in batches, counting both kinds of request.
+class BatchingStore final : public Store, public BatchedGets {
+ public:
+  std::optional<Buffer> get(std::string_view key, ByteRange range) const override {
+    ++gets;
+    return inner_->get(key, range);
+  }
+  std::vector<std::optional<Buffer>> get_many(std::span<const std::string> keys) const override {
+    if (fail) throw StoreError("the server went away");
+    const std::lock_guard lock(mutex_);
+    windows.push_back(keys.size());
+    std::vector<std::optional<Buffer>> out;
+    for (const auto& key : keys) out.push_back(inner_->get(key));
+    return out;
+  }
+  void set(std::string_view key, std::span<const std::byte> value) override {
+    inner_->set(key, value);
+  }
+  void erase(std::string_view key) override { inner_->erase(key); }
+  void erase_prefix(std::string_view prefix) override { inner_->erase_prefix(prefix); }
+  std::vector<std::string> list_dir(std::string_view prefix) const override {
+    return inner_->list_dir(prefix);
+  }
+  std::string describe() const override { return "batching://"; }
+
+  mutable std::atomic<int> gets{0};
+  mutable std::vector<std::size_t> windows;  // keys per get_many call
+  bool fail = false;
+
+ private:
+  std::shared_ptr<Store> inner_ = make_memory_store();
+  mutable std::mutex mutex_;
+};
+
+const json kZstd = json::array({{{"name", "bytes"}}, {{"name", "zstd"}}});
+
+std::vector<std::int32_t> counting(std::size_t n) {
+  std::vector<std::int32_t> values(n);
+  std::iota(values.begin(), values.end(), 1);
+  return values;
+}
+
+// Elements [start, start + count) of a 1-d array.
+std::vector<DimSlice> along(std::int64_t start, std::int64_t count) { return {{start, 1, count}}; }
+
+std::span<const std::byte> bytes(const std::vector<std::int32_t>& values) {
+  return {reinterpret_cast<const std::byte*>(values.data()), values.size() * 4};
+}
+
+TEST(BatchedGets, HostReadsFetchWindowsOfChunksInOneCallEach) {
+  auto store = std::make_shared<BatchingStore>();
+  // 64 chunks of 256 int32 (1 KiB each), every other one never written (read as fill value 7).
+  auto array = Array::create(store, "a", array_doc({64 * 256}, {256}, "int32", 7, kZstd), false);
+  const auto values = counting(64 * 256);
+  for (std::int64_t c = 0; c < 64; c += 2) {
+    array->write(along(c * 256, 256),
+                 bytes(values).subspan(static_cast<std::size_t>(c) * 1024, 1024));
+  }
+  store->gets = 0;
+  store->windows.clear();
+  std::vector<std::int32_t> got(values.size());
+  IoOptions options;
+  options.max_inflight_bytes = 16 * 1024;  // windows of 8 chunks: half of it decoded at once
+  array->read(along(0, 64 * 256), {reinterpret_cast<std::byte*>(got.data()), got.size() * 4},
+              options);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const bool written = (i / 256) % 2 == 0;
+    ASSERT_EQ(got[i], written ? values[i] : 7) << i;
+  }
+  EXPECT_EQ(store->gets.load(), 0);  // no request of its own for any chunk
+  EXPECT_EQ(store->windows, std::vector<std::size_t>(8, 8));
+}
+
+TEST(BatchedGets, ManyArraysOfSeveralStoresInOneRead) {
+  auto first = std::make_shared<BatchingStore>();
+  auto second = std::make_shared<BatchingStore>();
+  std::shared_ptr<Store> plain = make_memory_store();
+  const auto values = counting(1024);
+  std::vector<std::shared_ptr<const Array>> arrays;
+  for (const auto& store : {std::shared_ptr<Store>(first), std::shared_ptr<Store>(second), plain}) {
+    arrays.push_back(Array::create(store, "x", array_doc({1024}, {128}, "int32", 0, kZstd), false));
+    arrays.back()->write(along(0, 1024), bytes(values));
+  }
+  first->windows.clear();
+  second->windows.clear();
+  std::vector<std::vector<std::int32_t>> got(3, std::vector<std::int32_t>(1024));
+  std::vector<ReadRequest> requests;
+  for (std::size_t i = 0; i < 3; ++i) {
+    requests.push_back({arrays[i].get(),
+                        along(0, 1024),
+                        {reinterpret_cast<std::byte*>(got[i].data()), got[i].size() * 4}});
+  }
+  read_many(requests);
+  for (const auto& g : got) EXPECT_EQ(g, values);
+  // Each batching store got its own window of its 8 chunks: a window holds one store's.
+  EXPECT_EQ(first->windows, std::vector<std::size_t>{8});
+  EXPECT_EQ(second->windows, std::vector<std::size_t>{8});
+}
+
+TEST(BatchedGets, AFailedBatchNamesTheArrayAndItsChunks) {
+  auto store = std::make_shared<BatchingStore>();
+  auto array = Array::create(store, "a", array_doc({1024}, {256}, "int32", 0, kZstd), false);
+  array->write(along(0, 1024), bytes(counting(1024)));
+  store->fail = true;
+  std::vector<std::int32_t> got(1024);
+  try {
+    array->read(along(0, 1024), {reinterpret_cast<std::byte*>(got.data()), got.size() * 4});
+    ADD_FAILURE() << "the read succeeded";
+  } catch (const StoreError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the server went away"), std::string::npos) << what;
+    EXPECT_NE(what.find("'a/c/0' to 'a/c/3'"), std::string::npos) << what;
+  }
+}
+
+TEST(BatchedGets, AChunkOfTheWrongSizeIsACodecError) {
+  auto store = std::make_shared<BatchingStore>();
+  auto array = Array::create(store, "a", array_doc({512}, {256}, "int32", 0), false);
+  array->write(along(0, 512), bytes(counting(512)));
+  store->set("a/c/1", test::bytes_of("short"));
+  std::vector<std::int32_t> got(512);
+  EXPECT_THROW(
+      array->read(along(0, 512), {reinterpret_cast<std::byte*>(got.data()), got.size() * 4}),
+      CodecError);
+}
+
+TEST(BatchedGets, ShardsKeepTheirRangedReads) {
+  auto store = std::make_shared<BatchingStore>();
+  const json codecs =
+      json::array({{{"name", "sharding_indexed"},
+                    {"configuration", {{"chunk_shape", {64}}, {"codecs", kZstd}}}}});
+  auto array = Array::create(store, "s", array_doc({1024}, {256}, "int32", 0, codecs), false);
+  const auto values = counting(1024);
+  array->write(along(0, 1024), bytes(values));
+  store->windows.clear();
+  std::vector<std::int32_t> got(64);
+  array->read(along(64, 64), {reinterpret_cast<std::byte*>(got.data()), got.size() * 4});
+  EXPECT_EQ(got.front(), 65);
+  EXPECT_TRUE(store->windows.empty());  // a shard is not fetched whole for one of its chunks
+}
+
+TEST(BatchedGets, TheGpuStageFetchesABatchsChunksInOneCall) {
+  auto store = std::make_shared<BatchingStore>();
+  const json crc = json::array({{{"name", "bytes"}}, {{"name", "crc32c"}}});
+  auto array = Array::create(store, "g", array_doc({64}, {8}, "int32", 0, crc), false);
+  array->write(along(0, 64), bytes(counting(64)));
+  std::vector<std::byte> out(64 * 4);
+  const gpu::ReadTarget target{array.get(), {{0, 1, 64}}, StridedView{out.data(), {64}, {4}}};
+  gpu::DeviceDecoders decoders;
+  auto leaves = gpu::plan_reads({&target, 1}, decoders, GpuDecode::kChecked,
+                                engine::ThreadPool::shared(2), 2);
+  ASSERT_EQ(leaves.size(), 8U);
+  (void)gpu::pack_batches(leaves, 1 << 20, 1 << 20, gpu::DecodeCosts{}, 0);
+  store->windows.clear();
+  store->gets = 0;
+  std::vector<std::byte> host(1 << 20);
+  EXPECT_TRUE(gpu::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2).empty());
+  EXPECT_EQ(store->windows, std::vector<std::size_t>{8});
+  EXPECT_EQ(store->gets.load(), 0);
+  std::int32_t ninth = 0;
+  std::memcpy(&ninth, host.data() + leaves[1].staging, 4);
+  EXPECT_EQ(ninth, 9);
+  // A chunk gone since the plan: the read starts again, as with any store.
+  store->erase("g/c/1");
+  EXPECT_THROW((void)gpu::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2),
+               gpu::ValueChanged);
+}
+
+}  // namespace
+}  // namespace zarr_device
