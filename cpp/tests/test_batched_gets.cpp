@@ -36,6 +36,19 @@ class BatchingStore final : public Store, public BatchedGets {
     for (const auto& key : keys) out.push_back(inner_->get(key));
     return out;
   }
+  std::vector<std::optional<std::uint64_t>> sizes_many(
+      std::span<const std::string> keys) const override {
+    if (fail) throw StoreError("the server went away");
+    const std::lock_guard lock(mutex_);
+    size_calls.push_back(keys.size());
+    std::vector<std::optional<std::uint64_t>> out;
+    for (const auto& key : keys) out.push_back(inner_->size(key));
+    return out;
+  }
+  std::optional<std::uint64_t> size(std::string_view key) const override {
+    ++sizes;
+    return inner_->size(key);
+  }
   void set(std::string_view key, std::span<const std::byte> value) override {
     inner_->set(key, value);
   }
@@ -47,7 +60,9 @@ class BatchingStore final : public Store, public BatchedGets {
   std::string describe() const override { return "batching://"; }
 
   mutable std::atomic<int> gets{0};
-  mutable std::vector<std::size_t> windows;  // keys per get_many call
+  mutable std::atomic<int> sizes{0};
+  mutable std::vector<std::size_t> size_calls;  // keys per sizes_many call
+  mutable std::vector<std::size_t> windows;     // keys per get_many call
   bool fail = false;
 
  private:
@@ -170,9 +185,14 @@ TEST(BatchedGets, TheGpuStageFetchesABatchsChunksInOneCall) {
   std::vector<std::byte> out(64 * 4);
   const gpu::ReadTarget target{array.get(), {{0, 1, 64}}, StridedView{out.data(), {64}, {4}}};
   gpu::DeviceDecoders decoders;
+  store->sizes = 0;
   auto leaves = gpu::plan_reads({&target, 1}, decoders, GpuDecode::kChecked,
                                 engine::ThreadPool::shared(2), 2);
   ASSERT_EQ(leaves.size(), 8U);
+  // The plan asked for the chunks' sizes in one call, none of them one by one.
+  EXPECT_EQ(store->size_calls, std::vector<std::size_t>{8});
+  EXPECT_EQ(store->sizes.load(), 0);
+  EXPECT_EQ(leaves[1].length, 8U * 4 + 4);  // 8 int32 and a crc32c
   (void)gpu::pack_batches(leaves, 1 << 20, 1 << 20, gpu::DecodeCosts{}, 0);
   store->windows.clear();
   store->gets = 0;

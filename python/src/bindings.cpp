@@ -122,8 +122,9 @@ zd::Buffer shared_bytes(nb::handle item, const std::string& key) {
           static_cast<std::size_t>(view->len)};
 }
 
-// One whose Python side also has get_many(keys) -> [bytes | None]: the engine's reads hand it
-// many chunks at once, and it makes their requests together.
+// One whose Python side also has get_many(keys) -> [bytes | None] and sizes_many(keys) ->
+// [int | None]: the engine's reads hand it many chunks at once, and it makes their requests
+// together.
 class BatchedPythonStore final : public PythonStore, public zd::BatchedGets {
  public:
   using PythonStore::PythonStore;
@@ -147,6 +148,18 @@ class BatchedPythonStore final : public PythonStore, public zd::BatchedGets {
       }
     }
     return values;
+  }
+
+  std::vector<std::optional<std::uint64_t>> sizes_many(
+      std::span<const std::string> keys) const override {
+    for (const auto& key : keys) zd::validate_key(key);
+    nb::gil_scoped_acquire gil;
+    nb::object result = call("sizes_many", std::vector<std::string>(keys.begin(), keys.end()));
+    if (!nb::isinstance<nb::list>(result) || nb::len(result) != keys.size()) {
+      throw zd::StoreError("store.sizes_many did not return a list of " +
+                           std::to_string(keys.size()) + " sizes");
+    }
+    return nb::cast<std::vector<std::optional<std::uint64_t>>>(result);
   }
 };
 
@@ -386,7 +399,7 @@ NB_MODULE(_core, m) {
   m.def(
       "python_store",
       [](nb::object impl, bool read_only) -> std::shared_ptr<zd::Store> {
-        if (nb::hasattr(impl, "get_many")) {
+        if (nb::hasattr(impl, "get_many") && nb::hasattr(impl, "sizes_many")) {
           return std::make_shared<BatchedPythonStore>(std::move(impl), read_only);
         }
         return std::make_shared<PythonStore>(std::move(impl), read_only);

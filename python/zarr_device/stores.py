@@ -8,6 +8,7 @@ import asyncio
 
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol, Union, runtime_checkable
 
@@ -138,11 +139,19 @@ class _ZarrStoreCallbacks:
 
     def get_many(self, keys: list[str]) -> list[Any]:
         """The whole values at ``keys`` (their bytes as NumPy views of the client's buffers, or
-        None where there is none), their requests made together
-        on zarr-python's event loop, as many at once as its ``async.concurrency`` allows, or as
-        the engine's ``threads`` when those are more: the engine hands over a window of chunks in
-        one call instead of one call per chunk from each of its threads. The first request that
-        fails cancels the others and is raised, naming its chunk."""
+        None where there is none), their requests made together on zarr-python's event loop: the
+        engine hands over a window of chunks in one call instead of one call per chunk from each
+        of its threads."""
+        return self._together(keys, self._value_of)
+
+    async def _value_of(self, key: str) -> Any:
+        value = await self._store.get(key, prototype=self._prototype)
+        return None if value is None else value.as_numpy_array()
+
+    def _together(self, keys: list[str], request: Callable[[str], Awaitable[Any]]) -> list[Any]:
+        """``request(key)`` for every key on zarr-python's event loop, as many at once as its
+        ``async.concurrency`` allows, or as the engine's ``threads`` when those are more. The
+        first request that fails cancels the others and is raised, naming its chunk."""
         import zarr
 
         threads = int(_core.settings()["threads"]) or (os.cpu_count() or 1)
@@ -151,10 +160,9 @@ class _ZarrStoreCallbacks:
         async def one(key: str) -> Any:
             async with limit:
                 try:
-                    value = await self._store.get(key, prototype=self._prototype)
+                    return await request(key)
                 except Exception as error:
                     raise _ChunkRequestFailed(key, error) from error
-            return None if value is None else value.as_numpy_array()
 
         async def every() -> list[Any]:
             tasks = [asyncio.ensure_future(one(key)) for key in keys]
@@ -168,6 +176,17 @@ class _ZarrStoreCallbacks:
 
         values: list[Any] = self._sync(every())
         return values
+
+    def sizes_many(self, keys: list[str]) -> list[int | None]:
+        """The sizes of the values at ``keys`` (None where there is none), asked for together as
+        :meth:`get_many` fetches values."""
+        return self._together(keys, self._size_of)
+
+    async def _size_of(self, key: str) -> int | None:
+        try:
+            return int(await self._store.getsize(key))
+        except FileNotFoundError:
+            return None
 
     def size(self, key: str) -> int | None:
         try:

@@ -138,6 +138,9 @@ class BatchedGets {
   // The whole values at `keys`, in order; nullopt where there is none.
   [[nodiscard]] virtual std::vector<std::optional<Buffer>> get_many(
       std::span<const std::string> keys) const = 0;
+  // The sizes of the values at `keys`, in order; nullopt where there is none.
+  [[nodiscard]] virtual std::vector<std::optional<std::uint64_t>> sizes_many(
+      std::span<const std::string> keys) const = 0;
 };
 
 // A value already in memory, opened: every read comes from this version of it.

@@ -1,5 +1,11 @@
 #include "gpu/read_plan.hpp"
 
+#include <algorithm>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
 #include "place/chunk_grid.hpp"
 #include "place/strided_copy.hpp"
 
@@ -20,9 +26,11 @@ Leaf make_leaf(const Array& array, std::string key, const codecs::CodecChain& ch
   return leaf;
 }
 
-// The leaves of one chunk of one target.
+// The leaves of one chunk of one target. `known_size`: the stored size of an unsharded chunk,
+// asked for already with others (nullopt inside: there is none); null: ask the store.
 void plan_chunk(const ReadTarget& target, const place::GridIntersection::Item& item,
-                const DeviceDecoders& decoders, GpuDecode policy, std::vector<Leaf>& leaves) {
+                const DeviceDecoders& decoders, GpuDecode policy, std::vector<Leaf>& leaves,
+                const std::optional<std::uint64_t>* known_size) {
   const Array& array = *target.array;
   const auto& meta = array.metadata();
   const auto& chain = array.chain();
@@ -32,7 +40,7 @@ void plan_chunk(const ReadTarget& target, const place::GridIntersection::Item& i
   const auto* shard = chain.shard_layout();
   if (!shard) {
     Leaf leaf = make_leaf(array, key, chain, item.within, region);
-    if (const auto size = store.size(key)) {
+    if (const auto size = known_size ? *known_size : store.size(key)) {
       leaf.length = *size;
       choose_route(leaf, decoders, policy);
     }
@@ -154,6 +162,45 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
     grids.emplace_back(t.selection, t.array->metadata().chunk_shape);
     first.push_back(first.back() + grids.back().size());
   }
+  // Unsharded chunks of stores that answer many requests in one call: their sizes asked for
+  // together (per store, one call), not one request per chunk from each worker thread.
+  std::vector<std::optional<std::uint64_t>> sizes;
+  std::vector<bool> sized(first.back(), false);
+  for (std::size_t t = 0; t < targets.size(); ++t) {
+    const auto* gets = dynamic_cast<const BatchedGets*>(targets[t].array->store().get());
+    if (!gets || targets[t].array->chain().shard_layout()) continue;
+    const auto& meta = targets[t].array->metadata();
+    std::vector<std::string> keys;
+    keys.reserve(grids[t].size());
+    place::GridIntersection::Item item;
+    for (std::size_t j = 0; j < grids[t].size(); ++j) {
+      grids[t].at(j, item);
+      keys.push_back(join_key(targets[t].array->path(), meta.chunk_key_encoding.key(item.chunk)));
+    }
+    if (sizes.empty()) sizes.resize(first.back());
+    constexpr std::size_t kKeysPerCall = 4096;
+    for (std::size_t begin = 0; begin < keys.size(); begin += kKeysPerCall) {
+      const std::span<const std::string> asked(keys.data() + begin,
+                                               std::min(kKeysPerCall, keys.size() - begin));
+      std::vector<std::optional<std::uint64_t>> got;
+      try {
+        got = gets->sizes_many(asked);
+      } catch (Error& e) {
+        e.add_context(targets[t].array->describe() + ", chunks '" + asked.front() + "' to '" +
+                      asked.back() + "'");
+        throw;
+      }
+      if (got.size() != asked.size()) {
+        throw StoreError(targets[t].array->describe() + ": the store returned " +
+                         std::to_string(got.size()) + " sizes for " + std::to_string(asked.size()) +
+                         " keys");
+      }
+      for (std::size_t j = 0; j < got.size(); ++j) {
+        sizes[first[t] + begin + j] = got[j];
+        sized[first[t] + begin + j] = true;
+      }
+    }
+  }
   std::vector<std::vector<Leaf>> per_chunk(first.back());
   pool.parallel_for(per_chunk.size(), workers, [&](std::size_t i) {
     const std::size_t t =
@@ -162,7 +209,7 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
     place::GridIntersection::Item item;
     grids[t].at(i - first[t], item);
     try {
-      plan_chunk(targets[t], item, decoders, policy, per_chunk[i]);
+      plan_chunk(targets[t], item, decoders, policy, per_chunk[i], sized[i] ? &sizes[i] : nullptr);
       for (auto& leaf : per_chunk[i]) leaf.target = t;
     } catch (Error& e) {
       const auto& meta = targets[t].array->metadata();
