@@ -177,6 +177,24 @@ TEST(BatchedGets, ShardsKeepTheirRangedReads) {
   EXPECT_TRUE(store->windows.empty());  // a shard is not fetched whole for one of its chunks
 }
 
+TEST(BatchedGets, ShardsAReadWantsWholeAreFetchedWithOthers) {
+  auto store = std::make_shared<BatchingStore>();
+  const json codecs =
+      json::array({{{"name", "sharding_indexed"},
+                    {"configuration", {{"chunk_shape", {64}}, {"codecs", kZstd}}}}});
+  auto array = Array::create(store, "s", array_doc({1024}, {256}, "int32", 0, codecs), false);
+  const auto values = counting(1024);
+  array->write(along(0, 1024), bytes(values));
+  store->windows.clear();
+  store->gets = 0;
+  // Shards 0-2 whole, shard 3 in part: three in one call, the last by its index and ranges.
+  std::vector<std::int32_t> got(3 * 256 + 100);
+  array->read(along(0, 3 * 256 + 100), {reinterpret_cast<std::byte*>(got.data()), got.size() * 4});
+  EXPECT_EQ(got, std::vector<std::int32_t>(values.begin(), values.begin() + 3 * 256 + 100));
+  EXPECT_EQ(store->windows, std::vector<std::size_t>{3});
+  EXPECT_GT(store->gets.load(), 0);  // the part of shard 3
+}
+
 TEST(BatchedGets, TheGpuStageFetchesABatchsChunksInOneCall) {
   auto store = std::make_shared<BatchingStore>();
   const json crc = json::array({{{"name", "bytes"}}, {{"name", "crc32c"}}});

@@ -240,24 +240,31 @@ std::size_t locate(std::span<const PreparedRead> reads, std::span<const std::siz
   return t;
 }
 
-// The store of a target when it fetches many values in one call and the target's chunks are read
-// whole (not a shard's parts): null otherwise.
+// The store of a target when it fetches many values in one call; null otherwise.
 const BatchedGets* batched_gets(const PreparedRead& read) {
-  if (read.array->chain().supports_partial_decode()) return nullptr;
   return dynamic_cast<const BatchedGets*>(read.array->store().get());
+}
+
+// Whether a chunk of such a store is fetched whole with others: a chunk always, a shard when the
+// read wants all of it (else its index and the inner chunks wanted are read by range, which
+// reads nothing unwanted).
+bool fetched_whole(const PreparedRead& read, const place::GridIntersection::Item& item) {
+  return !read.array->chain().supports_partial_decode() ||
+         place::is_full(item.within, read.array->metadata().chunk_shape);
 }
 
 // Reads `chunks` (indices as for locate()) of targets whose stores fetch in batches: windows of
 // them fetched by one call each, the next window fetched while this one decodes. A window holds
-// chunks of one store, at most kBatchKeys of them and at most kWindowBytes or half of
-// max_inflight_bytes decoded (the other half is the window being fetched): small enough that
-// decoding starts soon and overlaps the fetching of the rest.
+// values of one store, at most kBatchKeys of them and at most half of max_inflight_bytes decoded
+// (the other half is the window being fetched), and past 4 values at most kWindowBytes: small
+// enough that decoding starts soon and overlaps the fetching of the rest, with some requests at
+// once however large the values (whole shards).
 void read_batched(std::span<const PreparedRead> reads, std::span<const std::size_t> first,
                   std::span<const std::size_t> chunks, engine::ByteBudget& budget,
                   std::size_t inflight_bytes, engine::ThreadPool& pool, std::size_t workers) {
   constexpr std::size_t kBatchKeys = 1024;
   constexpr std::size_t kWindowBytes = std::size_t{32} << 20;
-  const std::size_t window_bytes = std::min(kWindowBytes, inflight_bytes / 2);
+  constexpr std::size_t kFewValues = 4;
   struct Window {
     std::size_t begin = 0;
     std::size_t end = 0;
@@ -273,8 +280,9 @@ void read_batched(std::span<const PreparedRead> reads, std::span<const std::size
     while (w.end < chunks.size() && w.end - begin < kBatchKeys) {
       const std::size_t t = target_of(w.end);
       const std::size_t chunk_bytes = reads[t].array->chain().spec().nbytes();
-      if (w.end > begin &&
-          (batched_gets(reads[t]) != store || bytes + chunk_bytes > window_bytes)) {
+      const std::size_t after = bytes + chunk_bytes;
+      if (w.end > begin && (batched_gets(reads[t]) != store || after > inflight_bytes / 2 ||
+                            (after > kWindowBytes && w.end - begin >= kFewValues))) {
         break;
       }
       bytes += chunk_bytes;
@@ -305,6 +313,7 @@ void read_batched(std::span<const PreparedRead> reads, std::span<const std::size
                        std::to_string(keys.size()) + " keys");
     }
   };
+  if (chunks.empty()) return;
   Window current = window_from(0);
   fetch(current);
   while (current.begin < chunks.size()) {
@@ -362,8 +371,12 @@ void read_many(std::span<const ReadRequest> requests, const IoOptions& options) 
   std::vector<std::size_t> batched;
   std::vector<std::size_t> single;
   for (std::size_t t = 0; t < reads.size(); ++t) {
-    auto& into = batched_gets(reads[t]) ? batched : single;
-    for (std::size_t i = first[t]; i < first[t + 1]; ++i) into.push_back(i);
+    const bool batching = batched_gets(reads[t]) != nullptr;
+    place::GridIntersection::Item item;
+    for (std::size_t i = first[t]; i < first[t + 1]; ++i) {
+      reads[t].grid.at(i - first[t], item);
+      (batching && fetched_whole(reads[t], item) ? batched : single).push_back(i);
+    }
   }
   pool.parallel_for(single.size(), workers, [&](std::size_t k) {
     place::GridIntersection::Item item;
