@@ -85,6 +85,16 @@ std::span<const std::byte> bytes(const std::vector<std::int32_t>& values) {
   return {reinterpret_cast<const std::byte*>(values.data()), values.size() * 4};
 }
 
+// 1024 int32 (1, 2, ...) in shards of 256 of inner chunks of 64, zstd, in `store` at "s".
+std::shared_ptr<const Array> sharded_array(const std::shared_ptr<BatchingStore>& store) {
+  const json codecs =
+      json::array({{{"name", "sharding_indexed"},
+                    {"configuration", {{"chunk_shape", {64}}, {"codecs", kZstd}}}}});
+  auto array = Array::create(store, "s", array_doc({1024}, {256}, "int32", 0, codecs), false);
+  array->write(along(0, 1024), bytes(counting(1024)));
+  return array;
+}
+
 TEST(BatchedGets, HostReadsFetchWindowsOfChunksInOneCallEach) {
   auto store = std::make_shared<BatchingStore>();
   // 64 chunks of 256 int32 (1 KiB each), every other one never written (read as fill value 7).
@@ -164,12 +174,7 @@ TEST(BatchedGets, AChunkOfTheWrongSizeIsACodecError) {
 
 TEST(BatchedGets, ShardsKeepTheirRangedReads) {
   auto store = std::make_shared<BatchingStore>();
-  const json codecs =
-      json::array({{{"name", "sharding_indexed"},
-                    {"configuration", {{"chunk_shape", {64}}, {"codecs", kZstd}}}}});
-  auto array = Array::create(store, "s", array_doc({1024}, {256}, "int32", 0, codecs), false);
-  const auto values = counting(1024);
-  array->write(along(0, 1024), bytes(values));
+  auto array = sharded_array(store);
   store->windows.clear();
   std::vector<std::int32_t> got(64);
   array->read(along(64, 64), {reinterpret_cast<std::byte*>(got.data()), got.size() * 4});
@@ -179,12 +184,8 @@ TEST(BatchedGets, ShardsKeepTheirRangedReads) {
 
 TEST(BatchedGets, ShardsAReadWantsWholeAreFetchedWithOthers) {
   auto store = std::make_shared<BatchingStore>();
-  const json codecs =
-      json::array({{{"name", "sharding_indexed"},
-                    {"configuration", {{"chunk_shape", {64}}, {"codecs", kZstd}}}}});
-  auto array = Array::create(store, "s", array_doc({1024}, {256}, "int32", 0, codecs), false);
+  auto array = sharded_array(store);
   const auto values = counting(1024);
-  array->write(along(0, 1024), bytes(values));
   store->windows.clear();
   store->gets = 0;
   // Shards 0-2 whole, shard 3 in part: three in one call, the last by its index and ranges.

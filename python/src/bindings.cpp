@@ -131,16 +131,11 @@ class BatchedPythonStore final : public PythonStore, public zd::BatchedGets {
 
   std::vector<std::optional<zd::Buffer>> get_many(
       std::span<const std::string> keys) const override {
-    for (const auto& key : keys) zd::validate_key(key);
     nb::gil_scoped_acquire gil;
-    nb::object result = call("get_many", std::vector<std::string>(keys.begin(), keys.end()));
-    if (!nb::isinstance<nb::list>(result) || nb::len(result) != keys.size()) {
-      throw zd::StoreError("store.get_many did not return a list of " +
-                           std::to_string(keys.size()) + " values");
-    }
+    const nb::list result = call_many("get_many", keys);
     std::vector<std::optional<zd::Buffer>> values;
     values.reserve(keys.size());
-    for (nb::handle item : nb::borrow<nb::list>(result)) {
+    for (nb::handle item : result) {
       if (item.is_none()) {
         values.emplace_back(std::nullopt);
       } else {
@@ -152,14 +147,21 @@ class BatchedPythonStore final : public PythonStore, public zd::BatchedGets {
 
   std::vector<std::optional<std::uint64_t>> sizes_many(
       std::span<const std::string> keys) const override {
-    for (const auto& key : keys) zd::validate_key(key);
     nb::gil_scoped_acquire gil;
-    nb::object result = call("sizes_many", std::vector<std::string>(keys.begin(), keys.end()));
+    return nb::cast<std::vector<std::optional<std::uint64_t>>>(call_many("sizes_many", keys));
+  }
+
+ private:
+  // `method(keys)` of the Python side, which must answer a list of one item per key. The GIL is
+  // held.
+  nb::list call_many(const char* method, std::span<const std::string> keys) const {
+    for (const auto& key : keys) zd::validate_key(key);
+    nb::object result = call(method, std::vector<std::string>(keys.begin(), keys.end()));
     if (!nb::isinstance<nb::list>(result) || nb::len(result) != keys.size()) {
-      throw zd::StoreError("store.sizes_many did not return a list of " +
-                           std::to_string(keys.size()) + " sizes");
+      throw zd::StoreError(std::string("store.") + method + " did not return a list of " +
+                           std::to_string(keys.size()) + " values");
     }
-    return nb::cast<std::vector<std::optional<std::uint64_t>>>(result);
+    return nb::borrow<nb::list>(result);
   }
 };
 

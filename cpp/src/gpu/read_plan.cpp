@@ -165,7 +165,7 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
   // Unsharded chunks of stores that answer many requests in one call: their sizes asked for
   // together (per store, one call), not one request per chunk from each worker thread.
   std::vector<std::optional<std::uint64_t>> sizes;
-  std::vector<bool> sized(first.back(), false);
+  std::vector<bool> sized;  // which entries of `sizes` hold an answer; both empty when none do
   for (std::size_t t = 0; t < targets.size(); ++t) {
     const auto* gets = dynamic_cast<const BatchedGets*>(targets[t].array->store().get());
     if (!gets || targets[t].array->chain().shard_layout()) continue;
@@ -177,7 +177,10 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
       grids[t].at(j, item);
       keys.push_back(join_key(targets[t].array->path(), meta.chunk_key_encoding.key(item.chunk)));
     }
-    if (sizes.empty()) sizes.resize(first.back());
+    if (sizes.empty()) {
+      sizes.resize(first.back());
+      sized.resize(first.back(), false);
+    }
     constexpr std::size_t kKeysPerCall = 4096;
     for (std::size_t begin = 0; begin < keys.size(); begin += kKeysPerCall) {
       const std::span<const std::string> asked(keys.data() + begin,
@@ -209,7 +212,8 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
     place::GridIntersection::Item item;
     grids[t].at(i - first[t], item);
     try {
-      plan_chunk(targets[t], item, decoders, policy, per_chunk[i], sized[i] ? &sizes[i] : nullptr);
+      plan_chunk(targets[t], item, decoders, policy, per_chunk[i],
+                 !sized.empty() && sized[i] ? &sizes[i] : nullptr);
       for (auto& leaf : per_chunk[i]) leaf.target = t;
     } catch (Error& e) {
       const auto& meta = targets[t].array->metadata();
