@@ -29,7 +29,7 @@ std::string settle(Slot& slot) {
   std::string failure;
   const cudaError_t synced = cudaEventSynchronize(slot.done);
   if (synced == cudaSuccess) {
-    const auto arrays = BatchArrays::at(slot.host + slot.capacity);
+    const BatchArrays& arrays = slot.host_arrays;
     for (const auto& check : slot.checks) {
       const int status = arrays.statuses[check.index];
       const std::size_t size = arrays.sizes[check.index];
@@ -90,42 +90,35 @@ constexpr std::size_t kSmallRingsPerDevice = 12;
 auto* const full_rings = new ReadContexts(kContextsPerDevice);
 auto* const small_rings = new ReadContexts(kSmallRingsPerDevice);
 
-// A ring of `staging_bytes` in at most `configured` slots, each holding `need`'s largest leaf.
-RingShape ring_for(const gpu::StagingNeed& need, std::size_t staging_bytes, std::size_t configured,
-                   std::size_t decode_bytes) {
-  const std::size_t needed = align_up(need.largest + BatchArrays::bytes(), kSlotPage);
-  const std::size_t fit = staging_bytes / needed;
-  if (fit == 0) {
-    throw OutOfMemoryError(need.where + ": a chunk of " + std::to_string(need.largest) +
-                           " bytes does not fit the staging of " + std::to_string(staging_bytes) +
-                           " bytes; raise staging_bytes");
-  }
-  return {staging_bytes, static_cast<int>(std::min(configured, fit)), decode_bytes};
-}
-
 }  // namespace
 
 std::array<ReadContexts*, 2> read_rings() { return {full_rings, small_rings}; }
 
 ReadContexts::Lease context_for(int device, const CudaReadOptions& options,
                                 const gpu::StagingNeed& need) {
-  const std::size_t configured = static_cast<std::size_t>(std::max(options.slots, 1));
-  const RingShape full = ring_for(need, options.staging_bytes, configured, options.decode_bytes);
+  const int configured = std::max(options.slots, 1);
+  const RingShape full{options.staging_bytes, configured, options.decode_bytes};
   auto make = [device](const RingShape& shape) {
     return [device, shape] {
       return std::make_unique<DeviceContext>(device, shape.staging_bytes, shape.slots,
                                              shape.decode_bytes);
     };
   };
+  auto fitted = [&](ReadContexts::Lease lease) {
+    lease->fit(need.largest, need.where);
+    return lease;
+  };
   if (need.total > kSmallReadBytes || options.staging_bytes <= kSmallRingBytes) {
-    return full_rings->acquire(device, full, make(full));
+    return fitted(full_rings->acquire(device, full, make(full)));
   }
   // A small read takes a full ring when one is free (a loop on one thread keeps its ring), and a
   // small one rather than wait for it.
-  if (auto lease = full_rings->try_acquire(device, full, make(full))) return std::move(*lease);
-  const RingShape small = ring_for(need, kSmallRingBytes, std::min(configured, kSmallRingSlots),
-                                   std::min(options.decode_bytes, kSmallRingDecodeBytes));
-  return small_rings->acquire(device, small, make(small));
+  if (auto lease = full_rings->try_acquire(device, full, make(full))) {
+    return fitted(std::move(*lease));
+  }
+  const RingShape small{kSmallRingBytes, std::min(configured, static_cast<int>(kSmallRingSlots)),
+                        std::min(options.decode_bytes, kSmallRingDecodeBytes)};
+  return fitted(small_rings->acquire(device, small, make(small)));
 }
 
 }  // namespace zarr_device::cuda

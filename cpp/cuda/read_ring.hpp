@@ -19,6 +19,7 @@
 #include "gpu/read_batches.hpp"
 #include "gpu/read_leaf.hpp"
 #include "zarr_device/cuda.hpp"
+#include "zarr_device/errors.hpp"
 
 namespace zarr_device::cuda {
 
@@ -36,7 +37,8 @@ struct PendingCheck {
   std::size_t expected;  // decoded bytes
 };
 
-// The per-batch arrays nvCOMP reads and writes, at the end of each slot (host and device).
+// The per-batch arrays nvCOMP reads and writes, one set per slot (host and device), kept apart
+// from the slots' data so that a slot holds a chunk as large as the slot.
 struct BatchArrays {
   const void** inputs;
   std::size_t* input_sizes;
@@ -58,9 +60,11 @@ struct BatchArrays {
 };
 
 struct Slot {
-  std::byte* host = nullptr;    // pinned: data, then batch arrays
-  std::byte* device = nullptr;  // the same layout on the GPU
+  std::byte* host = nullptr;    // pinned data
+  std::byte* device = nullptr;  // its copy on the GPU
   std::size_t capacity = 0;     // data bytes
+  BatchArrays host_arrays{};    // pinned
+  BatchArrays device_arrays{};
   cudaStream_t stream = nullptr;
   cudaEvent_t done = nullptr;
   std::vector<PendingCheck> checks;
@@ -82,20 +86,18 @@ void raise_deferred_failures(int device);
 // for raise_deferred_failures.
 void settle_later(int device, Slot& slot);
 
-// A slot's allocation (data, then the batch arrays) is a whole number of the driver's 2 MiB pages,
-// so the ring holds exactly the staging.
+// A slot's data is a whole number of the driver's 2 MiB pages, so the ring's slots hold exactly
+// the staging, and a chunk of a quarter of the staging fills one of four slots.
 inline constexpr std::size_t kSlotPage = std::size_t{2} << 20;
 
 // A device's staging ring, made once and kept: pinned allocations are slow and synchronise.
 class DeviceContext {
  public:
   DeviceContext(int device, std::size_t staging_bytes, int slots, std::size_t decode_bytes)
-      : device_(device), gpu_(get_device("cuda:" + std::to_string(device))) {
-    const std::size_t per_slot = std::max<std::size_t>(
-        staging_bytes / static_cast<std::size_t>(std::max(slots, 1)) / kSlotPage * kSlotPage,
-        kSlotPage);
-    slots_.resize(static_cast<std::size_t>(std::max(slots, 1)));
-    for (auto& s : slots_) s.capacity = per_slot - BatchArrays::bytes();
+      : device_(device),
+        staging_bytes_(staging_bytes),
+        gpu_(get_device("cuda:" + std::to_string(device))) {
+    cut(static_cast<std::size_t>(std::max(slots, 1)));
     // The driver's own device memory for the ring's streams and the decoders' kernels (measured
     // on an H200: 4 MiB for 12 streams, 6-10 MiB in all) comes out of the decode memory, so that
     // a read's device memory stays within its output, the staging and decode_bytes.
@@ -111,19 +113,45 @@ class DeviceContext {
       }
       release(s);
     }
+    gpu_->deallocate_host(arrays_host_);
+    gpu_->deallocate(arrays_device_);
     for (auto* e : consumer_events) gpu_->destroy_event(e);
   }
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;
 
+  // Makes the slots hold a staged leaf of `largest` bytes: when they do not, the staging is cut
+  // again into as many slots as hold it (OutOfMemoryError naming `where` when none does). The cut
+  // only ever coarsens: a ring that once read large chunks keeps its larger slots for smaller
+  // ones, rather than freeing and pinning its memory again each time reads of large and small
+  // chunks alternate (a pinned allocation synchronises the device and costs milliseconds).
+  void fit(std::size_t largest, const std::string& where) {
+    if (largest <= slots_.front().capacity) return;
+    const std::size_t count = staging_bytes_ / align_up(largest, kSlotPage);
+    if (count == 0) {
+      throw OutOfMemoryError(where + ": a chunk of " + std::to_string(largest) +
+                             " bytes does not fit the staging of " +
+                             std::to_string(staging_bytes_) + " bytes; raise staging_bytes");
+    }
+    for (auto& s : slots_) {
+      settle_later(device_, s);  // an earlier read that did not wait may still use the slot
+      release(s);
+    }
+    streams.clear();
+    cut(count);
+  }
+
   // Slots are allocated when first used: a small read pins one slot, not the whole ring.
   Slot& slot(std::size_t b) {
-    Slot& s = slots_[b % slots_.size()];
+    const std::size_t index = b % slots_.size();
+    Slot& s = slots_[index];
     if (!s.host) {
-      const std::size_t total = s.capacity + BatchArrays::bytes();
-      s.host = static_cast<std::byte*>(gpu_->allocate_host(total));
+      allocate_arrays();
+      s.host_arrays = BatchArrays::at(arrays_host_ + index * BatchArrays::bytes());
+      s.device_arrays = BatchArrays::at(arrays_device_ + index * BatchArrays::bytes());
+      s.host = static_cast<std::byte*>(gpu_->allocate_host(s.capacity));
       try {
-        s.device = static_cast<std::byte*>(gpu_->allocate(total));
+        s.device = static_cast<std::byte*>(gpu_->allocate(s.capacity));
         s.stream = static_cast<cudaStream_t>(gpu_->create_stream());
         s.done = static_cast<cudaEvent_t>(gpu_->create_event());
       } catch (...) {
@@ -152,6 +180,7 @@ class DeviceContext {
 
   std::vector<Slot> slots_;
   int device_;
+  std::size_t staging_bytes_;
   std::shared_ptr<Device> gpu_;
   std::vector<StreamHandle> streams;  // of the slots allocated
 
@@ -192,6 +221,31 @@ class DeviceContext {
   std::size_t decode_budget = 0;  // bytes per region
 
  private:
+  // `count` slots of the staging, each a whole number of pages.
+  void cut(std::size_t count) {
+    const std::size_t per_slot =
+        std::max<std::size_t>(staging_bytes_ / count / kSlotPage * kSlotPage, kSlotPage);
+    slots_.assign(count, Slot{});
+    for (auto& s : slots_) s.capacity = per_slot;
+    next_batch = 0;
+  }
+
+  // Every slot's batch arrays, in one small allocation of each kind (made for the first cut,
+  // which has the most slots).
+  void allocate_arrays() {
+    if (arrays_host_) return;
+    const std::size_t total = slots_.size() * BatchArrays::bytes();
+    arrays_host_ = static_cast<std::byte*>(gpu_->allocate_host(total));
+    try {
+      arrays_device_ = static_cast<std::byte*>(gpu_->allocate(total));
+    } catch (...) {
+      gpu_->deallocate_host(arrays_host_);
+      arrays_host_ = nullptr;
+      throw;
+    }
+  }
+  std::byte* arrays_host_ = nullptr;
+  std::byte* arrays_device_ = nullptr;
   std::size_t decode_memory_ = 0;
   std::vector<std::unique_ptr<SharedTemp>> regions_;
 };
@@ -206,9 +260,8 @@ struct RingShape {
 
 using ReadContexts = ContextPool<DeviceContext, RingShape>;
 
-// A ring of `device` for these settings whose slots hold the read's largest leaf (the staging
-// split into fewer slots when the configured ones are too small for it; OutOfMemoryError naming
-// the chunk when the whole staging is), lent to one read. Up to kContextsPerDevice rings of the
+// A ring of `device` for these settings whose slots hold the read's largest leaf (see
+// DeviceContext::fit), lent to one read. Up to kContextsPerDevice rings of the
 // configured staging per device; a read that stages little takes one of a few small rings when
 // those are all lent. Rings made with other settings are freed once no read holds them.
 ReadContexts::Lease context_for(int device, const CudaReadOptions& options,

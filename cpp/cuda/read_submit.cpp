@@ -90,8 +90,8 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
     if (leaf.route != Route::kDeviceDecode || leaf.scratch == kPlaced) continue;
     decodes[leaf.codec].push_back(i);
   }
-  auto host_arrays = BatchArrays::at(slot.host + slot.capacity);
-  auto device_arrays = BatchArrays::at(slot.device + slot.capacity);
+  const BatchArrays& host_arrays = slot.host_arrays;
+  const BatchArrays& device_arrays = slot.device_arrays;
   std::size_t next = 0;
   // A read that defers its wait for the consumers writes its outputs only after it, once its
   // decoding (into scratch) is queued: the decoding overlaps the consumers' work.

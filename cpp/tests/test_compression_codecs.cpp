@@ -1093,6 +1093,48 @@ TEST(Zstd, AFrameMustHoldTheSizeItDeclares) {
   EXPECT_THROW((void)codec->decode(to_buffer(frames), DecodedSize::bounded(1 << 20)), CodecError);
 }
 
+// Found by fuzzing (cpp/fuzz): a frame without a declared size whose blocks reach back past its
+// window. Decoded through zstd's own window buffer, which a thread's context keeps from one decode
+// to the next, it failed or succeeded depending on how large an earlier frame had made that
+// buffer. Every decode of it must give the same answer, whatever ran on the thread before.
+TEST(Zstd, AFrameDecodesAlikeWhateverTheThreadDecodedBefore) {
+  const auto codec = make("zstd");
+  const Bytes frame = from_hex(
+      "28b52ffd00260202020202020202020202020202020202020202020202020202"
+      "0202020202020202020202020202025d02020202020202020202020202020202"
+      "020202020202bd000070004201000000240600ff98b7a5430341004430706604");
+  struct Outcome {
+    bool ok = false;
+    Bytes bytes;
+  };
+  const auto decode_after = [&](const Bytes* before) {
+    Outcome outcome;
+    std::thread([&] {
+      if (before != nullptr) (void)codec->decode(to_buffer(*before), std::nullopt);
+      try {
+        outcome.bytes = to_bytes(codec->decode(to_buffer(frame), std::nullopt));
+        outcome.ok = true;
+      } catch (const CodecError&) {
+      }
+    }).join();
+    return outcome;
+  };
+  // A frame with an 8 MiB window and no declared size: its decode leaves a large buffer behind.
+  Bytes large(8 << 20);
+  std::mt19937 random(7);
+  for (std::size_t i = 0; i < large.size(); i += 64) large[i] = static_cast<std::byte>(random());
+  const Bytes large_frame = zstd_frame_without_size(large, false);
+  const Outcome alone = decode_after(nullptr);
+  const Outcome after_large = decode_after(&large_frame);
+  EXPECT_EQ(alone.ok, after_large.ok);
+  EXPECT_EQ(alone.bytes, after_large.bytes);
+  if (alone.ok) {  // the sized decodes agree with the free one
+    Bytes into(alone.bytes.size());
+    codec->decode_into(to_buffer(frame), into);
+    EXPECT_EQ(into, alone.bytes);
+  }
+}
+
 // crc32c returns a slice of its input, yet it too keeps to the bound the chain gives it.
 TEST(Crc32c, KeepsToTheChainsBound) {
   const auto codec = make("crc32c");

@@ -298,15 +298,23 @@ def test_iter_many_error_after_complete_arrays(tmp_path: Path) -> None:
 @gpu
 @pytest.mark.parametrize("compressors", [None, ZSTD_CRC])
 def test_chunks_larger_than_a_slot_are_read(tmp_path: Path, compressors: Any) -> None:
-    """A chunk larger than the configured slots: the ring is cut into fewer, larger slots; one
-    larger than the whole staging is a typed error that says what to do."""
+    """A chunk larger than the configured slots: the ring is cut into fewer, larger slots, which
+    then read small chunks too; one larger than the whole staging is a typed error that says what
+    to do."""
     pytest.importorskip("torch")
     arr = zd.create(tmp_path / "big.zarr", shape=(3, 2 << 20), dtype="float32", chunks=(1, 2 << 20),
                     compressors=compressors)  # 8 MiB chunks
     arr[...] = np.random.default_rng(1).standard_normal(arr.shape, dtype=np.float32)
+    small = zd.create(tmp_path / "small.zarr", shape=(64, 4096), dtype="float32", chunks=(4, 4096),
+                      compressors=compressors)  # 64 KiB chunks: many in a slot
+    small[...] = np.random.default_rng(2).standard_normal(small.shape, dtype=np.float32)
     previous = zd.set_config(staging_bytes="32MiB", staging_slots=12)  # slots of 2 MiB
     try:
-        assert _host_bytes(arr.read(device="cuda:0", like="torch")) == _expected_bytes(arr)
+        # Alternating with small chunks, blocking or not, on the ring cut for the large ones.
+        for non_blocking in (False, True, False):
+            assert _host_bytes(arr.read(device="cuda:0", like="torch")) == _expected_bytes(arr)
+            out = small.read(device="cuda:0", like="torch", non_blocking=non_blocking)
+            assert _host_bytes(out) == _expected_bytes(small)
         zd.set_config(staging_bytes="4MiB")
         with pytest.raises(zd.OutOfMemoryError, match="staging_bytes"):
             arr.read(device="cuda:0", like="torch")

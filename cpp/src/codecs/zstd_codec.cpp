@@ -1,10 +1,13 @@
 // The "zstd" codec (Zarr v3 core) and numcodecs' "zstd": standard zstd frames.
+// For ZSTD_d_stableOutBuffer (a parameter value; no static-only symbol is linked).
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 #include <zstd_errors.h>
 
 #include <climits>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "codecs/compression_common.hpp"
 
@@ -86,57 +89,58 @@ FrameScan scan_frames(std::span<const std::byte> in, std::string_view codec) {
   return scan;
 }
 
-// Streaming decompression, for frames that do not declare their size. Accepts any number of
-// concatenated frames. A frame that declares its size must produce exactly that: libzstd's
-// streaming decoder does not check it when the output buffer is smaller than the declared size
-// (1.5.4: a frame ending in an empty last block "completes" early).
-class ZstdStreamDecoder final : public StreamDecoder {
- public:
-  ZstdStreamDecoder(ZSTD_DCtx* dctx, std::span<const std::byte> in, std::string_view codec)
-      : dctx_(dctx), in_{in.data(), in.size(), 0}, codec_(codec) {}
-
-  bool run(std::span<std::byte> out, std::size_t& pos) override {
-    while (true) {
-      if (!in_frame_) {
-        if (in_.pos == in_.size) return true;
-        declared_ = ZSTD_getFrameContentSize(static_cast<const char*>(in_.src) + in_.pos,
-                                             in_.size - in_.pos);
-        produced_ = 0;
-        in_frame_ = true;
+// Streams every frame of `in` into `out`, zstd writing straight into it (its stable-output mode)
+// instead of through a window buffer of its own. Why: the thread's context keeps that buffer from
+// one decode to the next, and whether a frame that reaches back past its window decodes would then
+// depend on the decodes before it. Written straight into `out`, each frame sees all of its own
+// output, as one-shot decoding does, so every path accepts the same data. Returns the bytes
+// written, or nullopt when `out` is too small for them. A frame that declares its size must
+// produce exactly that: libzstd's streaming decoder does not check it when the output buffer is
+// smaller than the declared size (1.5.4: a frame ending in an empty last block "completes" early).
+std::optional<std::size_t> stream_frames_into(std::span<const std::byte> in,
+                                              std::span<std::byte> out, std::string_view codec) {
+  ZSTD_DCtx* dctx = thread_dctx(codec);
+  const std::size_t stable = ZSTD_DCtx_setParameter(dctx, ZSTD_d_stableOutBuffer, 1);
+  if (ZSTD_isError(stable)) throw_zstd_error(codec, stable);
+  ZSTD_inBuffer input{in.data(), in.size(), 0};
+  std::byte empty{};
+  ZSTD_outBuffer output{out.empty() ? &empty : out.data(), out.size(), 0};
+  bool in_frame = false;
+  unsigned long long declared = 0;  // the current frame's declared size, or ZSTD_CONTENTSIZE_*
+  std::size_t frame_start = 0;      // where its output starts
+  while (true) {
+    if (!in_frame) {
+      if (input.pos == input.size) return output.pos;
+      declared = ZSTD_getFrameContentSize(in.data() + input.pos, input.size - input.pos);
+      frame_start = output.pos;
+      in_frame = true;
+    }
+    const std::size_t in_before = input.pos;
+    const std::size_t out_before = output.pos;
+    const std::size_t result = ZSTD_decompressStream(dctx, &output, &input);
+    if (ZSTD_isError(result)) {
+      if (ZSTD_getErrorCode(result) == ZSTD_error_dstSize_tooSmall) return std::nullopt;
+      throw_zstd_error(codec, result);
+    }
+    if (result == 0) {  // the frame is complete
+      const std::size_t produced = output.pos - frame_start;
+      if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != ZSTD_CONTENTSIZE_ERROR &&
+          produced != declared) {
+        throw CodecError(std::string(codec) + ": a frame declares " + std::to_string(declared) +
+                         " bytes and holds " + std::to_string(produced));
       }
-      if (pos == out.size()) return false;
-      ZSTD_outBuffer output{out.data(), out.size(), pos};
-      const std::size_t in_before = in_.pos;
-      const std::size_t result = ZSTD_decompressStream(dctx_, &output, &in_);
-      if (ZSTD_isError(result)) throw_zstd_error(codec_, result);
-      const bool progressed = in_.pos != in_before || output.pos != pos;
-      produced_ += output.pos - pos;
-      pos = output.pos;
-      if (result == 0) {  // the frame is complete
-        if (declared_ != ZSTD_CONTENTSIZE_UNKNOWN && declared_ != ZSTD_CONTENTSIZE_ERROR &&
-            produced_ != declared_) {
-          throw CodecError(std::string(codec_) + ": a frame declares " + std::to_string(declared_) +
-                           " bytes and holds " + std::to_string(produced_));
-        }
-        in_frame_ = false;
+      in_frame = false;
+      continue;
+    }
+    if (input.pos == in_before && output.pos == out_before) {
+      if (input.pos == input.size) {
+        throw CodecError(std::string(codec) + ": data is truncated (the last frame is incomplete)");
       }
-      // With room to write, zstd stops only when it needs input: nothing left means truncation.
-      if (!progressed) {
-        throw CodecError(std::string(codec_) +
-                         (in_.pos == in_.size ? ": data is truncated (the last frame is incomplete)"
-                                              : ": decompression made no progress"));
-      }
+      if (output.pos == output.size) return std::nullopt;
+      throw CodecError(std::string(codec) + ": decompression made no progress");
     }
   }
-
- private:
-  ZSTD_DCtx* dctx_;
-  ZSTD_inBuffer in_;
-  std::string_view codec_;
-  bool in_frame_ = false;
-  unsigned long long declared_ = 0;  // the current frame's declared size, or ZSTD_CONTENTSIZE_*
-  std::uint64_t produced_ = 0;       // what it has produced so far
-};
+}
 
 // One standard frame that declares exactly `decoded` bytes: what nvCOMP's zstd decoder takes.
 bool one_frame_of(std::span<const std::byte> stored, std::size_t decoded) {
@@ -189,12 +193,11 @@ class ZstdCodec final : public BytesToBytesCodec {
         return std::move(out).freeze();
       }
     }
-    ZstdStreamDecoder decoder(thread_dctx(name_), encoded.span(), name_);
-    // Declared sizes are enforced by libzstd at each frame's end, so they can cap growth.
+    // Declared sizes are enforced at each frame's end, so they can cap growth.
     const std::size_t growth_limit = scan.all_declared ? scan.declared : limit;
     const std::size_t initial = scan.all_declared ? trusted_size_claim(encoded.size())
                                                   : initial_guess(encoded.size(), limit);
-    return decode_stream_growing(decoder, initial, growth_limit, name_);
+    return decode_growing(encoded.span(), initial, growth_limit);
   }
 
   void decode_into(const Buffer& encoded, std::span<std::byte> out) const override {
@@ -243,18 +246,46 @@ class ZstdCodec final : public BytesToBytesCodec {
 
   void decompress_into(std::span<const std::byte> in, const FrameScan& scan,
                        std::span<std::byte> out) const {
-    ZSTD_DCtx* dctx = thread_dctx(name_);
     if (scan.all_declared) {
       // One shot: no window buffer, and libzstd checks each frame against its declared size.
       std::byte empty{};
-      const std::size_t result = ZSTD_decompressDCtx(dctx, out.empty() ? &empty : out.data(),
-                                                     out.size(), in.data(), in.size());
+      const std::size_t result = ZSTD_decompressDCtx(
+          thread_dctx(name_), out.empty() ? &empty : out.data(), out.size(), in.data(), in.size());
       if (ZSTD_isError(result)) throw_zstd_error(name_, result);
       if (result != out.size()) throw_size_mismatch(name_, result, out.size());
       return;
     }
-    ZstdStreamDecoder decoder(dctx, in, name_);
-    decode_stream_exact(decoder, out, name_);
+    const std::optional<std::size_t> written = stream_frames_into(in, out, name_);
+    if (!written) {
+      throw CodecError(name_ + ": data decodes to more than the expected " +
+                       std::to_string(out.size()) + " bytes");
+    }
+    if (*written != out.size()) throw_size_mismatch(name_, *written, out.size());
+  }
+
+  // Output of unknown size: decoded into `initial` bytes, and when they do not hold it, decoded
+  // again from the start into twice as many (never more than `limit`), so output memory grows with
+  // the real output, not with what a header claims. The doubling bounds the repeated work at about
+  // twice the output; only frames without a declared size, or declaring more than
+  // trusted_size_claim, come here.
+  Buffer decode_growing(std::span<const std::byte> in, std::size_t initial,
+                        std::size_t limit) const {
+    constexpr std::size_t kMinGrowth = 64 * 1024;
+    std::size_t capacity = std::min(initial, limit);
+    while (true) {
+      {
+        ByteArray out(capacity);
+        if (const auto written = stream_frames_into(in, out.span(), name_)) {
+          return finish_output(std::move(out), *written);
+        }
+      }  // freed before the larger buffer is allocated
+      if (capacity >= limit) {
+        throw CodecError(name_ + ": data decodes to more than " + std::to_string(limit) +
+                         " bytes, the most its encoded size allows");
+      }
+      capacity =
+          capacity >= limit / 2 ? limit : std::min(limit, std::max(capacity * 2, kMinGrowth));
+    }
   }
 
   std::string name_;
