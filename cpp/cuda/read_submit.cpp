@@ -92,6 +92,31 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
   }
   const BatchArrays& host_arrays = slot.host_arrays;
   const BatchArrays& device_arrays = slot.device_arrays;
+  // Whole chunks that land in contiguous, adjacent places of one output are copied together
+  // (never across outputs: two allocations adjacent in memory are still two, and one copy may not
+  // span them).
+  struct CopyMerger {
+    cudaStream_t stream;
+    std::byte* dst = nullptr;
+    const std::byte* src = nullptr;
+    std::size_t n = 0;
+    std::size_t target = 0;
+    void add(std::byte* d, const std::byte* s, std::size_t bytes, std::size_t of) {
+      if (n && of == target && d == dst + n && s == src + n) {
+        n += bytes;
+        return;
+      }
+      flush();
+      dst = d;
+      src = s;
+      n = bytes;
+      target = of;
+    }
+    void flush() {
+      if (n) ZD_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
+      n = 0;
+    }
+  } copies{slot.stream};
   std::size_t next = 0;
   // A read that defers its wait for the consumers writes its outputs only after it, once its
   // decoding (into scratch) is queued: the decoding overlaps the consumers' work.
@@ -182,10 +207,20 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
         auto& leaf = batch[members[m]];
         if (leaf.scratch == kInPlace) continue;
         before_writing();
-        place_on_device(scratch + leaf.scratch, *leaf.spec, leaf.selection, leaf.destination,
-                        leaf.swap, slot.stream);
+        if (!leaf.swap && place::is_full(leaf.selection, leaf.spec->shape) &&
+            place::is_c_contiguous(leaf.destination, leaf.spec->dtype->size)) {
+          // Chunks decoded side by side into the scratch for adjacent places (a tensor's rows)
+          // move in one copy, not one per chunk.
+          copies.add(leaf.destination.data, scratch + leaf.scratch, leaf.spec->nbytes(),
+                     leaf.target);
+        } else {
+          copies.flush();
+          place_on_device(scratch + leaf.scratch, *leaf.spec, leaf.selection, leaf.destination,
+                          leaf.swap, slot.stream);
+        }
         leaf.scratch = kPlaced;
       }
+      copies.flush();  // before the next call reuses the scratch
     }
     region.release(slot.stream);
     ZD_CUDA_CHECK(cudaMemcpyAsync(host_arrays.statuses + first, device_arrays.statuses + first,
@@ -195,31 +230,6 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
                                   slot.stream));
   }
 
-  // Whole chunks that land in contiguous, adjacent places of one output are copied together
-  // (never across outputs: two allocations adjacent in memory are still two, and one copy may not
-  // span them).
-  struct CopyMerger {
-    cudaStream_t stream;
-    std::byte* dst = nullptr;
-    const std::byte* src = nullptr;
-    std::size_t n = 0;
-    std::size_t target = 0;
-    void add(std::byte* d, const std::byte* s, std::size_t bytes, std::size_t of) {
-      if (n && of == target && d == dst + n && s == src + n) {
-        n += bytes;
-        return;
-      }
-      flush();
-      dst = d;
-      src = s;
-      n = bytes;
-      target = of;
-    }
-    void flush() {
-      if (n) ZD_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
-      n = 0;
-    }
-  } copies{slot.stream};
   before_writing();
   for (auto& leaf : batch) {
     if (leaf.scratch == kPlaced) continue;
