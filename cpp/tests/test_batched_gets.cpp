@@ -45,6 +45,31 @@ class BatchingStore final : public Store, public BatchedGets {
     for (const auto& key : keys) out.push_back(inner_->size(key));
     return out;
   }
+  std::vector<std::optional<std::vector<Buffer>>> get_ranges(
+      std::span<const KeyRanges> asked) const override {
+    if (fail) throw StoreError("the server went away");
+    const std::lock_guard lock(mutex_);
+    std::size_t count = 0;
+    std::vector<std::optional<std::vector<Buffer>>> out;
+    for (const auto& [key, ranges] : asked) {
+      count += ranges.size();
+      const auto value = inner_->get(key);
+      if (!value) {
+        out.emplace_back();
+        continue;
+      }
+      auto& got = out.emplace_back(std::vector<Buffer>{});
+      for (const auto& r : ranges) {
+        const auto offset =
+            std::min<std::size_t>(static_cast<std::size_t>(r.offset), value->size());
+        got->push_back(value->slice(
+            offset,
+            std::min<std::size_t>(static_cast<std::size_t>(r.length), value->size() - offset)));
+      }
+    }
+    range_calls.push_back(count);
+    return out;
+  }
   std::optional<std::uint64_t> size(std::string_view key) const override {
     ++sizes;
     return inner_->size(key);
@@ -61,8 +86,9 @@ class BatchingStore final : public Store, public BatchedGets {
 
   mutable std::atomic<int> gets{0};
   mutable std::atomic<int> sizes{0};
-  mutable std::vector<std::size_t> size_calls;  // keys per sizes_many call
-  mutable std::vector<std::size_t> windows;     // keys per get_many call
+  mutable std::vector<std::size_t> size_calls;   // keys per sizes_many call
+  mutable std::vector<std::size_t> windows;      // keys per get_many call
+  mutable std::vector<std::size_t> range_calls;  // ranges (of every key) per get_ranges call
   bool fail = false;
 
  private:
@@ -182,6 +208,43 @@ TEST(BatchedGets, ShardsKeepTheirRangedReads) {
   EXPECT_TRUE(store->windows.empty());  // a shard is not fetched whole for one of its chunks
 }
 
+// Shards a read wants in part take three calls in all, however many there are: their sizes, their
+// indexes, then the inner chunks wanted of them all (three of shard 1's four, two of shard 2's;
+// neighbours asked as one range).
+TEST(BatchedGets, ShardsWantedInPartTakeThreeCallsInAll) {
+  auto store = std::make_shared<BatchingStore>();
+  auto array = sharded_array(store);
+  const auto values = counting(1024);
+  store->windows.clear();
+  store->gets = 0;
+  store->sizes = 0;
+  std::vector<std::int32_t> got(512 + 100 - (256 + 70));  // elements 326 to 611
+  array->read(along(256 + 70, static_cast<std::int64_t>(got.size())),
+              {reinterpret_cast<std::byte*>(got.data()), got.size() * 4});
+  EXPECT_EQ(got, std::vector<std::int32_t>(values.begin() + 256 + 70, values.begin() + 512 + 100));
+  EXPECT_EQ(store->size_calls, std::vector<std::size_t>{2});
+  // Two index ranges, then one range per shard: its wanted inner chunks are neighbours, merged.
+  EXPECT_EQ(store->range_calls, (std::vector<std::size_t>{2, 2}));
+  EXPECT_EQ(store->gets.load(), 0);  // nothing one request each
+  EXPECT_EQ(store->sizes.load(), 0);
+  EXPECT_TRUE(store->windows.empty());
+}
+
+// A shard changed between the calls so that its index names bytes past its end, or gone: a typed
+// error naming the chunk, not a wrong value.
+TEST(BatchedGets, AShardWantedInPartThatChangesIsAnError) {
+  auto store = std::make_shared<BatchingStore>();
+  auto array = sharded_array(store);
+  store->set("s/c/1", test::bytes_of("not a shard at all, but long enough to hold an index?"));
+  std::vector<std::int32_t> got(10);
+  try {
+    array->read(along(256 + 70, 10), {reinterpret_cast<std::byte*>(got.data()), got.size() * 4});
+    ADD_FAILURE() << "the read succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("s/c/1"), std::string::npos) << e.what();
+  }
+}
+
 TEST(BatchedGets, ShardsAReadWantsWholeAreFetchedWithOthers) {
   auto store = std::make_shared<BatchingStore>();
   auto array = sharded_array(store);
@@ -193,7 +256,37 @@ TEST(BatchedGets, ShardsAReadWantsWholeAreFetchedWithOthers) {
   array->read(along(0, 3 * 256 + 100), {reinterpret_cast<std::byte*>(got.data()), got.size() * 4});
   EXPECT_EQ(got, std::vector<std::int32_t>(values.begin(), values.begin() + 3 * 256 + 100));
   EXPECT_EQ(store->windows, std::vector<std::size_t>{3});
-  EXPECT_GT(store->gets.load(), 0);  // the part of shard 3
+  // Shard 3, in the same window: its index, then its two inner chunks wanted (one merged range).
+  EXPECT_EQ(store->range_calls, (std::vector<std::size_t>{1, 1}));
+  EXPECT_EQ(store->gets.load(), 0);
+}
+
+// The GPU path's CPU stage: the inner chunks of each shard in a batch in one call of ranges.
+TEST(BatchedGets, TheGpuStageFetchesEachShardsInnerChunksInOneCall) {
+  auto store = std::make_shared<BatchingStore>();
+  const json inner = json::array({{{"name", "bytes"}}, {{"name", "crc32c"}}});
+  const json codecs =
+      json::array({{{"name", "sharding_indexed"},
+                    {"configuration", {{"chunk_shape", {64}}, {"codecs", inner}}}}});
+  auto array = Array::create(store, "h", array_doc({1024}, {256}, "int32", 0, codecs), false);
+  array->write(along(0, 1024), bytes(counting(1024)));
+  std::vector<std::byte> out(1024 * 4);
+  const gpu::ReadTarget target{array.get(), {{0, 1, 1024}}, StridedView{out.data(), {1024}, {4}}};
+  auto leaves = gpu::plan_reads({&target, 1}, gpu::DeviceDecoders{}, GpuDecode::kChecked,
+                                engine::ThreadPool::shared(2), 2);
+  ASSERT_EQ(leaves.size(), 16U);
+  (void)gpu::pack_batches(leaves, 1 << 20, 1 << 20, gpu::DecodeCosts{}, 0);
+  store->gets = 0;
+  store->range_calls.clear();
+  std::vector<std::byte> host(1 << 20);
+  EXPECT_TRUE(gpu::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2).empty());
+  EXPECT_EQ(store->range_calls, (std::vector<std::size_t>{4, 4, 4, 4}));
+  EXPECT_EQ(store->gets.load(), 0);
+  for (const std::size_t i : {std::size_t{0}, std::size_t{5}, std::size_t{15}}) {
+    std::int32_t first = 0;
+    std::memcpy(&first, host.data() + leaves[i].staging, 4);
+    EXPECT_EQ(first, static_cast<std::int32_t>(i * 64 + 1)) << "leaf " << i;
+  }
 }
 
 TEST(BatchedGets, TheGpuStageFetchesABatchsChunksInOneCall) {

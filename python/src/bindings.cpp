@@ -111,7 +111,7 @@ zd::Buffer shared_bytes(nb::handle item, const std::string& key) {
   if (PyObject_GetBuffer(item.ptr(), view, PyBUF_CONTIG_RO) != 0) {
     delete view;
     PyErr_Clear();
-    throw zd::StoreError("store.get_many: the value of '" + key + "' is not contiguous bytes");
+    throw zd::StoreError("the store's value of '" + key + "' is not contiguous bytes");
   }
   std::shared_ptr<const void> owner(view, [](const Py_buffer* held) {
     nb::gil_scoped_acquire gil;
@@ -122,8 +122,9 @@ zd::Buffer shared_bytes(nb::handle item, const std::string& key) {
           static_cast<std::size_t>(view->len)};
 }
 
-// One whose Python side also has get_many(keys) -> [bytes | None] and sizes_many(keys) ->
-// [int | None]: the engine's reads hand it many chunks at once, and it makes their requests
+// One whose Python side also has get_many(keys) -> [bytes | None], sizes_many(keys) ->
+// [int | None] and get_ranges([(key, [(offset, length)])]) -> [[bytes] | None]: the engine's
+// reads hand it many chunks (or many ranges of shards) at once, and it makes their requests
 // together.
 class BatchedPythonStore final : public PythonStore, public zd::BatchedGets {
  public:
@@ -149,6 +150,41 @@ class BatchedPythonStore final : public PythonStore, public zd::BatchedGets {
       std::span<const std::string> keys) const override {
     nb::gil_scoped_acquire gil;
     return nb::cast<std::vector<std::optional<std::uint64_t>>>(call_many("sizes_many", keys));
+  }
+
+  std::vector<std::optional<std::vector<zd::Buffer>>> get_ranges(
+      std::span<const zd::KeyRanges> asked) const override {
+    for (const auto& one : asked) zd::validate_key(one.key);
+    nb::gil_scoped_acquire gil;
+    nb::list request;
+    for (const auto& one : asked) {
+      nb::list ranges;
+      for (const auto& range : one.ranges)
+        ranges.append(nb::make_tuple(range.offset, range.length));
+      request.append(nb::make_tuple(one.key, ranges));
+    }
+    nb::object result = call("get_ranges", request);
+    if (!nb::isinstance<nb::list>(result) || nb::len(result) != asked.size()) {
+      throw zd::StoreError("store.get_ranges did not return a list of " +
+                           std::to_string(asked.size()) + " answers");
+    }
+    std::vector<std::optional<std::vector<zd::Buffer>>> answers;
+    answers.reserve(asked.size());
+    for (nb::handle item : nb::borrow<nb::list>(result)) {
+      const auto& one = asked[answers.size()];
+      if (item.is_none()) {
+        answers.emplace_back();
+        continue;
+      }
+      if (!nb::isinstance<nb::list>(item) || nb::len(item) != one.ranges.size()) {
+        throw zd::StoreError("store.get_ranges did not return " +
+                             std::to_string(one.ranges.size()) + " values for '" + one.key + "'");
+      }
+      auto& values = answers.emplace_back(std::vector<zd::Buffer>{});
+      for (nb::handle value : nb::borrow<nb::list>(item))
+        values->push_back(shared_bytes(value, one.key));
+    }
+    return answers;
   }
 
  private:
@@ -401,7 +437,8 @@ NB_MODULE(_core, m) {
   m.def(
       "python_store",
       [](nb::object impl, bool read_only) -> std::shared_ptr<zd::Store> {
-        if (nb::hasattr(impl, "get_many") && nb::hasattr(impl, "sizes_many")) {
+        if (nb::hasattr(impl, "get_many") && nb::hasattr(impl, "sizes_many") &&
+            nb::hasattr(impl, "get_ranges")) {
           return std::make_shared<BatchedPythonStore>(std::move(impl), read_only);
         }
         return std::make_shared<PythonStore>(std::move(impl), read_only);

@@ -135,6 +135,40 @@ def test_zarr_python_store_gets_a_window_of_chunks_at_once() -> None:
     assert Slow.most == 8, Slow.most
 
 
+def test_zarr_python_store_gets_shards_wanted_in_part_in_two_calls_of_ranges() -> None:
+    """A selection that wants part of each shard: the shards' indexes come in one
+    ``get_partial_values`` call of the store, then the inner chunks wanted of them all in
+    another, not one request each."""
+    zarr = pytest.importorskip("zarr")
+
+    class Counting(zarr.storage.WrapperStore):  # type: ignore[misc]
+        partial_calls: list[int] = []
+        ranged_gets = 0
+
+        async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+            if byte_range is not None:
+                Counting.ranged_gets += 1
+            return await self._store.get(key, prototype, byte_range)
+
+        async def get_partial_values(self, prototype: Any, key_ranges: Any) -> Any:
+            key_ranges = list(key_ranges)
+            Counting.partial_calls.append(len(key_ranges))
+            return await self._store.get_partial_values(prototype, key_ranges)
+
+    inner = zarr.storage.MemoryStore()
+    data = np.arange(64 * 64, dtype=np.int32).reshape(64, 64)
+    z = zarr.create_array(inner, shape=data.shape, chunks=(8, 8), shards=(32, 32), dtype="int32",
+                          compressors=[zarr.codecs.ZstdCodec()])
+    z[...] = data
+    arr = zd.open_array(Counting(inner))
+    # Rows 4-19 of every column: three rows of inner chunks (12 of them) of each of the two shards
+    # they cross, in part.
+    np.testing.assert_array_equal(arr[4:20, :], data[4:20, :])
+    # The indexes, then one range per shard: the 12 inner chunks it wants of each are neighbours.
+    assert Counting.partial_calls == [2, 2], Counting.partial_calls
+    assert Counting.ranged_gets == 0  # nothing one request each
+
+
 def test_read_into_out_and_errors(tmp_path: Path) -> None:
     arr = zd.create(tmp_path / "a.zarr", shape=(6, 5), dtype="float64", chunks=(4, 4))
     arr[:] = np.arange(30.0).reshape(6, 5)

@@ -144,6 +144,49 @@ class _ZarrStoreCallbacks:
         of its threads."""
         return self._together(keys, self._value_of)
 
+    def get_ranges(self, asked: list[tuple[str, list[tuple[int, int]]]]) -> list[list[Any] | None]:
+        """For each ``(key, [(offset, length), ...])``, those byte ranges of its value (each cut
+        short at its end), or None where there is none: the indexes, then the inner chunks wanted,
+        of the shards a read wants in part, in one call of the store's ``get_partial_values``
+        (object stores make the ranges together, merging neighbours) instead of a request each."""
+        from zarr.abc.store import RangeByteRequest
+
+        # Object stores refuse empty ranges: those are answered here.
+        requests = [
+            (key, RangeByteRequest(offset, offset + length))
+            for key, ranges in asked
+            for offset, length in ranges
+            if length > 0
+        ]
+
+        async def fetch() -> list[Any]:
+            try:
+                return list(await self._store.get_partial_values(self._prototype, requests))
+            except FileNotFoundError:
+                # Some stores raise for a missing key instead of answering None: ask one by one.
+                return [await self._range_or_none(key, request) for key, request in requests]
+
+        got = iter(self._sync(fetch()) if requests else [])
+        answers: list[list[Any] | None] = []
+        for _, ranges in asked:
+            values: list[Any] | None = []
+            for _, length in ranges:
+                value = b"" if length <= 0 else next(got)
+                if value is None:
+                    values = None
+                elif values is not None:
+                    values.append(value if isinstance(value, bytes) else value.as_numpy_array())
+            answers.append(values)
+        return answers
+
+    async def _range_or_none(self, key: str, request: Any) -> Any:
+        try:
+            return await self._store.get(key, prototype=self._prototype, byte_range=request)
+        except FileNotFoundError:
+            return None
+        except Exception as error:
+            raise _ChunkRequestFailed(key, error) from error
+
     async def _value_of(self, key: str) -> Any:
         value = await self._store.get(key, prototype=self._prototype)
         return None if value is None else value.as_numpy_array()

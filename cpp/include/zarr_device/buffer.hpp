@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -11,6 +12,13 @@
 #include "zarr_device/errors.hpp"
 
 namespace zarr_device {
+
+// A byte range of a value: `length` bytes from `offset`; a negative offset counts from the end
+// (the last -offset bytes); length -1 means "to the end". Ranges past the end are cut short.
+struct ByteRange {
+  std::int64_t offset = 0;
+  std::int64_t length = -1;
+};
 
 // Immutable bytes with shared ownership. Slicing shares the owner, so stripping a checksum or
 // cutting an inner chunk out of a shard costs no copy.

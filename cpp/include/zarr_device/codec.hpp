@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "zarr_device/buffer.hpp"
@@ -48,8 +49,41 @@ struct StridedView {
 };
 
 // Reads bytes [offset, offset + length) of the chunk being decoded (cut short at its end). Lets a
-// sharded chunk be read piece by piece instead of whole.
-using RangeReader = std::function<std::optional<Buffer>(std::int64_t offset, std::int64_t length)>;
+// sharded chunk be read piece by piece instead of whole. Made from a function of one range, and
+// optionally one of many (offsets and lengths at least 0), which a store whose requests wait on
+// a round trip answers in one call; without it, many ranges are read one after another.
+class RangeReader {
+ public:
+  using One = std::function<std::optional<Buffer>(std::int64_t offset, std::int64_t length)>;
+  using Many = std::function<std::vector<std::optional<Buffer>>(std::span<const ByteRange>)>;
+
+  template <typename F>
+  requires std::is_invocable_r_v < std::optional<Buffer>,
+  const F&, std::int64_t,
+      std::int64_t >
+          RangeReader(F one)  // NOLINT(google-explicit-constructor): a function is a reader
+      : one_(std::move(one)) {}
+  RangeReader(One one, Many many) : one_(std::move(one)), many_(std::move(many)) {}
+
+  std::optional<Buffer> operator()(std::int64_t offset, std::int64_t length) const {
+    return one_(offset, length);
+  }
+  // Whether many ranges are read in one request.
+  [[nodiscard]] bool answers_many() const { return static_cast<bool>(many_); }
+  // One result per range, in order.
+  [[nodiscard]] std::vector<std::optional<Buffer>> read_many(
+      std::span<const ByteRange> ranges) const {
+    if (many_) return many_(ranges);
+    std::vector<std::optional<Buffer>> out;
+    out.reserve(ranges.size());
+    for (const auto& range : ranges) out.push_back(one_(range.offset, range.length));
+    return out;
+  }
+
+ private:
+  One one_;
+  Many many_;
+};
 
 class Codec {
  public:

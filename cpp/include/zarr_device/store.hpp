@@ -16,13 +16,6 @@
 
 namespace zarr_device {
 
-// A byte range of a value: `length` bytes from `offset`; a negative offset counts from the end
-// (the last -offset bytes); length -1 means "to the end". Ranges past the end are cut short.
-struct ByteRange {
-  std::int64_t offset = 0;
-  std::int64_t length = -1;
-};
-
 // One version of a stored value, open for reading. Every range read through it comes from that
 // version, whatever rewrites of the key happen meanwhile (local files: one open file; memory: the
 // value as it was), so a shard's index and its chunks always agree.
@@ -34,6 +27,9 @@ class ValueReader {
   virtual std::size_t read_into(std::uint64_t offset, std::span<std::byte> out) const = 0;
   // Bytes [offset, offset + length) as a buffer, cut short at the end.
   [[nodiscard]] Buffer read(std::uint64_t offset, std::uint64_t length) const;
+  // Many ranges (offsets and lengths at least 0), each as read() gives it. One request for all
+  // of them where the store answers many ranges at once (BatchedGets); one after another here.
+  [[nodiscard]] virtual std::vector<Buffer> read_many(std::span<const ByteRange> ranges) const;
   // A descriptor the caller owns, of this version's file opened anew (O_DIRECT when `direct`,
   // where the file system has it), for readers that move file bytes themselves; -1 when the
   // value is not a file.
@@ -129,6 +125,12 @@ class FileBacked {
   [[nodiscard]] virtual LocalIo io() const = 0;
 };
 
+// Byte ranges of the value at one key.
+struct KeyRanges {
+  std::string key;
+  std::vector<ByteRange> ranges;
+};
+
 // An optional capability of stores whose every request waits on a round trip (stores written in
 // Python: object stores, fsspec): many whole values fetched by one call, which makes the requests
 // together (each as many at once as the store allows) instead of one per engine thread.
@@ -141,6 +143,12 @@ class BatchedGets {
   // The sizes of the values at `keys`, in order; nullopt where there is none.
   [[nodiscard]] virtual std::vector<std::optional<std::uint64_t>> sizes_many(
       std::span<const std::string> keys) const = 0;
+  // For each key, its ranges (offsets and lengths at least 0) in order, each cut short at the
+  // value's end; nullopt where the key has no value. Shards a read wants in part come this way:
+  // their indexes in one call, then the inner chunks wanted of them all in another, not a round
+  // trip each.
+  [[nodiscard]] virtual std::vector<std::optional<std::vector<Buffer>>> get_ranges(
+      std::span<const KeyRanges> asked) const = 0;
 };
 
 // A value already in memory, opened: every read comes from this version of it.

@@ -87,6 +87,12 @@ class ShardLayout {
   // chunk in C order, nullopt for chunks not stored.
   [[nodiscard]] virtual std::vector<std::optional<Entry>> read_index(
       const RangeReader& read, std::uint64_t total_size) const = 0;
+  // Where that index is (CodecError when the shard is too small to hold one).
+  [[nodiscard]] virtual ByteRange index_range(std::uint64_t total_size) const = 0;
+  // The stored inner chunks that `selection` (of the shard) touches, in the order a decode of it
+  // reads them, as byte ranges of the shard.
+  [[nodiscard]] std::vector<ByteRange> wanted_ranges(std::span<const std::optional<Entry>> index,
+                                                     std::span<const DimSlice> selection) const;
   // A stored shard made of inner chunks encoded elsewhere: sizes[i] is the encoded size of inner
   // chunk i (C order; nullopt when not stored), and write_chunk(i, place) writes that chunk
   // into its place in the shard, so a chunk is copied once. nullopt when no chunk is stored:

@@ -100,14 +100,52 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
                       std::span<const DimSlice> selection,
                       const StridedView& destination) const override {
     const auto index = fetch_index(read, total_size);
+    // The inner chunks wanted, in the order decode_chunks visits them, fetched in windows: a
+    // reader that answers many ranges at once (a remote store) gets up to kWindowBytes of them
+    // per request, not a round trip each; another reads one at a time, holding one chunk.
+    constexpr std::uint64_t kWindowBytes = std::uint64_t{32} << 20;
+    std::vector<ByteRange> wanted;
+    place::GridIntersection grid(selection, inner_.spec().shape);
+    place::GridIntersection::Item item;
+    for (std::size_t i = 0; i < grid.size(); ++i) {
+      grid.at(i, item);
+      const auto& entry = index[place::c_order_index(item.chunk, chunks_per_shard_)];
+      if (!entry.missing()) {
+        wanted.push_back(
+            {static_cast<std::int64_t>(entry.offset), static_cast<std::int64_t>(entry.nbytes)});
+      }
+    }
+    std::vector<std::optional<Buffer>> window;
+    std::size_t window_begin = 0;
+    std::size_t next = 0;  // of `wanted`, the next to decode
     decode_chunks(index, spec, selection, destination, [&](const IndexEntry& e) {
-      auto data = read(static_cast<std::int64_t>(e.offset), static_cast<std::int64_t>(e.nbytes));
+      if (next == window_begin + window.size()) {
+        window_begin = next;
+        std::size_t end = next;
+        std::uint64_t bytes = 0;
+        do {
+          bytes += static_cast<std::uint64_t>(wanted[end].length);
+          ++end;
+        } while (read.answers_many() && end < wanted.size() && bytes < kWindowBytes);
+        window = read.read_many({wanted.data() + next, end - next});
+      }
+      auto& data = window.at(next - window_begin);
+      ++next;
       if (!data || data->size() != e.nbytes) {
         throw CodecError("shard is truncated: inner chunk at byte " + std::to_string(e.offset) +
                          " of length " + std::to_string(e.nbytes) + " is past its end");
       }
-      return *data;
+      return std::move(*data);
     });
+  }
+
+  ByteRange index_range(std::uint64_t total_size) const override {
+    if (total_size < index_size_) {
+      throw CodecError("shard of " + std::to_string(total_size) +
+                       " bytes is smaller than its index (" + std::to_string(index_size_) + ")");
+    }
+    return {index_at_start_ ? 0 : static_cast<std::int64_t>(total_size - index_size_),
+            static_cast<std::int64_t>(index_size_)};
   }
 
   const CodecChain& inner() const override { return inner_; }
@@ -234,14 +272,10 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
 
   // Reads the index of a stored shard of `total_size` bytes through `read`, then validates it.
   std::vector<IndexEntry> fetch_index(const RangeReader& read, std::uint64_t total_size) const {
-    if (total_size < index_size_) {
-      throw CodecError("shard of " + std::to_string(total_size) +
-                       " bytes is smaller than its index (" + std::to_string(index_size_) + ")");
-    }
+    const ByteRange where = index_range(total_size);
     const std::uint64_t lo = index_at_start_ ? index_size_ : 0;
     const std::uint64_t hi = index_at_start_ ? total_size : total_size - index_size_;
-    auto bytes = read(index_at_start_ ? 0 : static_cast<std::int64_t>(hi),
-                      static_cast<std::int64_t>(index_size_));
+    auto bytes = read(where.offset, where.length);
     if (!bytes || bytes->size() != index_size_) {
       throw CodecError("shard changed or vanished while its index was read");
     }
@@ -336,6 +370,22 @@ std::optional<Buffer> ShardLayout::assemble(std::span<const std::optional<Buffer
   return assemble(sizes, [&](std::size_t i, std::span<std::byte> place) {
     if (!place.empty()) std::memcpy(place.data(), chunks[i]->data(), place.size());
   });
+}
+
+std::vector<ByteRange> ShardLayout::wanted_ranges(std::span<const std::optional<Entry>> index,
+                                                  std::span<const DimSlice> selection) const {
+  std::vector<ByteRange> wanted;
+  const place::GridIntersection grid(selection, inner().spec().shape);
+  place::GridIntersection::Item item;
+  for (std::size_t i = 0; i < grid.size(); ++i) {
+    grid.at(i, item);
+    const auto& entry = index[place::c_order_index(item.chunk, chunks_per_shard())];
+    if (entry) {
+      wanted.push_back(
+          {static_cast<std::int64_t>(entry->offset), static_cast<std::int64_t>(entry->nbytes)});
+    }
+  }
+  return wanted;
 }
 
 void register_sharding_codec(CodecRegistry& registry) {

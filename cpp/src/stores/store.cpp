@@ -9,6 +9,14 @@
 namespace zarr_device {
 namespace {
 
+void check_ranges(std::span<const ByteRange> ranges) {
+  for (const auto& range : ranges) {
+    if (range.offset < 0 || range.length < 0) {
+      throw UsageError("ValueReader::read_many takes offsets and lengths of at least 0");
+    }
+  }
+}
+
 // Reads ranges of a value by key, for stores that cannot hold on to one version of it.
 class KeyRangeReader final : public ValueReader {
  public:
@@ -19,6 +27,35 @@ class KeyRangeReader final : public ValueReader {
     auto got = store_.get_range_into(key_, offset, out);
     if (!got) throw StoreError("'" + key_ + "' vanished while it was read");
     return *got;
+  }
+  std::vector<Buffer> read_many(std::span<const ByteRange> ranges) const override {
+    const auto* gets = dynamic_cast<const BatchedGets*>(&store_);
+    if (!gets || ranges.size() < 2) return ValueReader::read_many(ranges);
+    check_ranges(ranges);
+    const KeyRanges asked{key_, {ranges.begin(), ranges.end()}};
+    auto answers = gets->get_ranges({&asked, 1});
+    if (answers.size() != 1) {
+      throw StoreError("'" + key_ + "': the store answered " + std::to_string(answers.size()) +
+                       " keys for 1");
+    }
+    auto& got = answers.front();
+    if (!got) throw StoreError("'" + key_ + "' vanished while it was read");
+    if (got->size() != ranges.size()) {
+      throw StoreError("'" + key_ + "': the store returned " + std::to_string(got->size()) +
+                       " ranges for " + std::to_string(ranges.size()));
+    }
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      // Cut short only at the value's end, as read() would be.
+      const auto offset = static_cast<std::uint64_t>(ranges[i].offset);
+      const auto length = static_cast<std::uint64_t>(ranges[i].length);
+      const std::uint64_t expected = offset >= size_ ? 0 : std::min(length, size_ - offset);
+      if ((*got)[i].size() != expected) {
+        throw StoreError("'" + key_ + "': the store returned " + std::to_string((*got)[i].size()) +
+                         " bytes at offset " + std::to_string(offset) + " where " +
+                         std::to_string(expected) + " were asked for");
+      }
+    }
+    return std::move(*got);
   }
 
  private:
@@ -55,6 +92,17 @@ Buffer ValueReader::read(std::uint64_t offset, std::uint64_t length) const {
   ByteArray out(static_cast<std::size_t>(std::min(length, total - start)));
   out.shrink(read_into(start, out.span()));
   return std::move(out).freeze();
+}
+
+std::vector<Buffer> ValueReader::read_many(std::span<const ByteRange> ranges) const {
+  check_ranges(ranges);
+  std::vector<Buffer> out;
+  out.reserve(ranges.size());
+  for (const auto& range : ranges) {
+    out.push_back(
+        read(static_cast<std::uint64_t>(range.offset), static_cast<std::uint64_t>(range.length)));
+  }
+  return out;
 }
 
 std::optional<std::size_t> Store::get_into(std::string_view key,
