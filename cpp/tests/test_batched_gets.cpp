@@ -261,8 +261,9 @@ TEST(BatchedGets, ShardsAReadWantsWholeAreFetchedWithOthers) {
   EXPECT_EQ(store->gets.load(), 0);
 }
 
-// The GPU path's CPU stage: the inner chunks of each shard in a batch in one call of ranges.
-TEST(BatchedGets, TheGpuStageFetchesEachShardsInnerChunksInOneCall) {
+// The GPU path: its plan asks for the shards' sizes and indexes in a call each, its CPU stage for
+// the inner chunks of each shard in a batch in one call of ranges.
+TEST(BatchedGets, TheGpuPathAsksForShardsInFewCalls) {
   auto store = std::make_shared<BatchingStore>();
   const json inner = json::array({{{"name", "bytes"}}, {{"name", "crc32c"}}});
   const json codecs =
@@ -272,9 +273,16 @@ TEST(BatchedGets, TheGpuStageFetchesEachShardsInnerChunksInOneCall) {
   array->write(along(0, 1024), bytes(counting(1024)));
   std::vector<std::byte> out(1024 * 4);
   const gpu::ReadTarget target{array.get(), {{0, 1, 1024}}, StridedView{out.data(), {1024}, {4}}};
+  store->gets = 0;
+  store->sizes = 0;
   auto leaves = gpu::plan_reads({&target, 1}, gpu::DeviceDecoders{}, GpuDecode::kChecked,
                                 engine::ThreadPool::shared(2), 2);
   ASSERT_EQ(leaves.size(), 16U);
+  // The plan asked for the 4 shards' sizes in one call and their indexes in another.
+  EXPECT_EQ(store->size_calls, std::vector<std::size_t>{4});
+  EXPECT_EQ(store->range_calls, std::vector<std::size_t>{4});
+  EXPECT_EQ(store->gets.load(), 0);
+  EXPECT_EQ(store->sizes.load(), 0);
   (void)gpu::pack_batches(leaves, 1 << 20, 1 << 20, gpu::DecodeCosts{}, 0);
   store->gets = 0;
   store->range_calls.clear();
@@ -286,6 +294,22 @@ TEST(BatchedGets, TheGpuStageFetchesEachShardsInnerChunksInOneCall) {
     std::int32_t first = 0;
     std::memcpy(&first, host.data() + leaves[i].staging, 4);
     EXPECT_EQ(first, static_cast<std::int32_t>(i * 64 + 1)) << "leaf " << i;
+  }
+}
+
+// A shard too small to hold its index, met by the GPU plan's calls: a typed error naming it.
+TEST(BatchedGets, TheGpuPlanNamesAShardTooSmallForItsIndex) {
+  auto store = std::make_shared<BatchingStore>();
+  auto array = sharded_array(store);
+  store->set("s/c/2", test::bytes_of("tiny"));
+  std::vector<std::byte> out(1024 * 4);
+  const gpu::ReadTarget target{array.get(), {{0, 1, 1024}}, StridedView{out.data(), {1024}, {4}}};
+  try {
+    (void)gpu::plan_reads({&target, 1}, gpu::DeviceDecoders{}, GpuDecode::kChecked,
+                          engine::ThreadPool::shared(2), 2);
+    ADD_FAILURE() << "the plan succeeded";
+  } catch (const CodecError& e) {
+    EXPECT_NE(std::string(e.what()).find("s/c/2"), std::string::npos) << e.what();
   }
 }
 

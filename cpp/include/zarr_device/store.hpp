@@ -154,6 +154,11 @@ class BatchedGets {
 // A value already in memory, opened: every read comes from this version of it.
 std::shared_ptr<const ValueReader> reader_of(Buffer value);
 
+// The value at `key`, of `size` bytes (already known), read by range through `store` (which must
+// outlive it), as Store::open gives it for stores that cannot hold one version of a value.
+std::shared_ptr<const ValueReader> key_reader(const Store& store, std::string key,
+                                              std::uint64_t size);
+
 struct LocalStoreOptions {
   LocalIo io = LocalIo::kBuffered;
   bool read_only = false;

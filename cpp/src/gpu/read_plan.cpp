@@ -26,11 +26,18 @@ Leaf make_leaf(const Array& array, std::string key, const codecs::CodecChain& ch
   return leaf;
 }
 
-// The leaves of one chunk of one target. `known_size`: the stored size of an unsharded chunk,
-// asked for already with others (nullopt inside: there is none); null: ask the store.
+// What was asked for already of a chunk of a store that answers many requests in one call: its
+// stored size (nullopt: there is none) and, of a shard, its index's bytes.
+struct Prefetched {
+  std::optional<std::uint64_t> size;
+  std::optional<Buffer> index;
+};
+
+// The leaves of one chunk of one target. `prefetched`: what was asked for already with other
+// chunks; null: ask the store.
 void plan_chunk(const ReadTarget& target, const place::GridIntersection::Item& item,
                 const DeviceDecoders& decoders, GpuDecode policy, std::vector<Leaf>& leaves,
-                const std::optional<std::uint64_t>* known_size) {
+                const Prefetched* prefetched) {
   const Array& array = *target.array;
   const auto& meta = array.metadata();
   const auto& chain = array.chain();
@@ -40,22 +47,28 @@ void plan_chunk(const ReadTarget& target, const place::GridIntersection::Item& i
   const auto* shard = chain.shard_layout();
   if (!shard) {
     Leaf leaf = make_leaf(array, key, chain, item.within, region);
-    if (const auto size = known_size ? *known_size : store.size(key)) {
+    if (const auto size = prefetched ? prefetched->size : store.size(key)) {
       leaf.length = *size;
       choose_route(leaf, decoders, policy);
     }
     leaves.push_back(std::move(leaf));
     return;
   }
-  // The shard's index and its chunks come from one open version of it.
-  const auto value = store.open(key);
+  // The shard's index and its chunks come from one open version of it (of a store that cannot
+  // hold one, the key, read by range).
+  const auto value = !prefetched        ? store.open(key)
+                     : prefetched->size ? key_reader(store, key, *prefetched->size)
+                                        : nullptr;
   if (!value) {
     leaves.push_back(make_leaf(array, key, chain, item.within, region));
     return;
   }
+  const ByteRange index_range =
+      prefetched && prefetched->index ? shard->index_range(value->size()) : ByteRange{-1, -1};
   const RangeReader reader = [&](std::int64_t offset,
                                  std::int64_t length) -> std::optional<Buffer> {
     if (offset < 0 || length < 0) return std::nullopt;
+    if (offset == index_range.offset && length == index_range.length) return *prefetched->index;
     return value->read(static_cast<std::uint64_t>(offset), static_cast<std::uint64_t>(length));
   };
   const auto index = shard->read_index(reader, value->size());
@@ -162,14 +175,17 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
     grids.emplace_back(t.selection, t.array->metadata().chunk_shape);
     first.push_back(first.back() + grids.back().size());
   }
-  // Unsharded chunks of stores that answer many requests in one call: their sizes asked for
-  // together (per store, one call), not one request per chunk from each worker thread.
-  std::vector<std::optional<std::uint64_t>> sizes;
-  std::vector<bool> sized;  // which entries of `sizes` hold an answer; both empty when none do
+  // Chunks of stores that answer many requests in one call: their sizes, and the indexes of
+  // shards, asked for together (per store, a call for up to kKeysPerCall of them), not one
+  // request per chunk from each worker thread.
+  std::vector<Prefetched> prefetched;  // by chunk; empty when no target's store batches
+  std::vector<bool> fetched;           // which entries of `prefetched` hold an answer
+  constexpr std::size_t kKeysPerCall = 4096;
   for (std::size_t t = 0; t < targets.size(); ++t) {
     const auto* gets = dynamic_cast<const BatchedGets*>(targets[t].array->store().get());
-    if (!gets || targets[t].array->chain().shard_layout()) continue;
+    if (!gets) continue;
     const auto& meta = targets[t].array->metadata();
+    const auto* shard = targets[t].array->chain().shard_layout();
     std::vector<std::string> keys;
     keys.reserve(grids[t].size());
     place::GridIntersection::Item item;
@@ -177,30 +193,54 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
       grids[t].at(j, item);
       keys.push_back(join_key(targets[t].array->path(), meta.chunk_key_encoding.key(item.chunk)));
     }
-    if (sizes.empty()) {
-      sizes.resize(first.back());
-      sized.resize(first.back(), false);
+    if (prefetched.empty()) {
+      prefetched.resize(first.back());
+      fetched.resize(first.back(), false);
     }
-    constexpr std::size_t kKeysPerCall = 4096;
     for (std::size_t begin = 0; begin < keys.size(); begin += kKeysPerCall) {
       const std::span<const std::string> asked(keys.data() + begin,
                                                std::min(kKeysPerCall, keys.size() - begin));
-      std::vector<std::optional<std::uint64_t>> got;
-      try {
-        got = gets->sizes_many(asked);
-      } catch (Error& e) {
-        e.add_context(targets[t].array->describe() + ", chunks '" + asked.front() + "' to '" +
-                      asked.back() + "'");
-        throw;
-      }
+      auto in_context = [&](auto call) {
+        try {
+          return call();
+        } catch (Error& e) {
+          e.add_context(targets[t].array->describe() + ", chunks '" + asked.front() + "' to '" +
+                        asked.back() + "'");
+          throw;
+        }
+      };
+      const auto got = in_context([&] { return gets->sizes_many(asked); });
       if (got.size() != asked.size()) {
         throw StoreError(targets[t].array->describe() + ": the store returned " +
                          std::to_string(got.size()) + " sizes for " + std::to_string(asked.size()) +
                          " keys");
       }
+      std::vector<KeyRanges> indexes;  // of the shards stored
+      std::vector<std::size_t> of;
       for (std::size_t j = 0; j < got.size(); ++j) {
-        sizes[first[t] + begin + j] = got[j];
-        sized[first[t] + begin + j] = true;
+        const std::size_t i = first[t] + begin + j;
+        prefetched[i].size = got[j];
+        fetched[i] = true;
+        if (!shard || !got[j]) continue;
+        try {
+          indexes.push_back({asked[j], {shard->index_range(*got[j])}});
+          of.push_back(i);
+        } catch (const CodecError&) {  // NOLINT(bugprone-empty-catch)
+          // Too small for its index: plan_chunk reads it and says so, naming it.
+        }
+      }
+      if (indexes.empty()) continue;
+      auto answers = in_context([&] { return gets->get_ranges(indexes); });
+      if (answers.size() != indexes.size()) {
+        throw StoreError(targets[t].array->describe() + ": the store answered " +
+                         std::to_string(answers.size()) + " keys for " +
+                         std::to_string(indexes.size()));
+      }
+      for (std::size_t j = 0; j < answers.size(); ++j) {
+        // A shard gone meanwhile: plan_chunk reads its index again and finds it gone.
+        if (answers[j] && answers[j]->size() == 1) {
+          prefetched[of[j]].index = std::move(answers[j]->front());
+        }
       }
     }
   }
@@ -213,7 +253,7 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
     grids[t].at(i - first[t], item);
     try {
       plan_chunk(targets[t], item, decoders, policy, per_chunk[i],
-                 !sized.empty() && sized[i] ? &sizes[i] : nullptr);
+                 !fetched.empty() && fetched[i] ? &prefetched[i] : nullptr);
       for (auto& leaf : per_chunk[i]) leaf.target = t;
     } catch (Error& e) {
       const auto& meta = targets[t].array->metadata();

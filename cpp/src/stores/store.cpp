@@ -86,6 +86,11 @@ std::shared_ptr<const ValueReader> reader_of(Buffer value) {
   return std::make_shared<BufferReader>(std::move(value));
 }
 
+std::shared_ptr<const ValueReader> key_reader(const Store& store, std::string key,
+                                              std::uint64_t size) {
+  return std::make_shared<KeyRangeReader>(store, std::move(key), size);
+}
+
 Buffer ValueReader::read(std::uint64_t offset, std::uint64_t length) const {
   const std::uint64_t total = size();
   const std::uint64_t start = std::min(offset, total);
@@ -137,7 +142,7 @@ std::optional<std::size_t> Store::get_range_into(std::string_view key, std::uint
 std::shared_ptr<const ValueReader> Store::open(std::string_view key) const {
   const auto total = size(key);
   if (!total) return nullptr;
-  return std::make_shared<KeyRangeReader>(*this, std::string(key), *total);
+  return key_reader(*this, std::string(key), *total);
 }
 
 bool Store::exists(std::string_view key) const { return get(key, {0, 0}).has_value(); }
