@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -110,15 +111,24 @@ def one_by_one_non_blocking(arrays: dict[str, Any], device: str) -> dict[str, An
     return result
 
 
-def in_threads(arrays: dict[str, Any], device: str, threads: int) -> dict[str, Any]:
-    """The arrays shared round-robin among `threads` threads, each reading its own one by one."""
+def in_threads(arrays: dict[str, Any], device: str, threads: int, non_blocking: bool = False) -> dict[str, Any]:
+    """The arrays shared round-robin among `threads` threads, each reading its own one by one
+    (with ``non_blocking``, reads that do not wait for the GPU's decoders, then one synchronisation)."""
     from concurrent.futures import ThreadPoolExecutor
+
+    import zarr_device as zd
 
     names = list(arrays)
     shares = [names[i::threads] for i in range(threads)]
+
+    def read_share(share: list[str]) -> dict[str, Any]:
+        return {n: arrays[n].read(device=device, like="torch", non_blocking=non_blocking) for n in share}
+
     with ThreadPoolExecutor(threads) as pool:
-        parts = pool.map(lambda share: {n: arrays[n].read(device=device, like="torch") for n in share}, shares)
-        return {n: t for part in parts for n, t in part.items()}
+        parts = list(pool.map(read_share, shares))
+    if non_blocking:
+        zd.synchronize(device)
+    return {n: t for part in parts for n, t in part.items()}
 
 
 class MemoryPeaks:
@@ -181,9 +191,17 @@ def measure(path: str, device: str, repeat: int, cold: bool, ways_wanted: Sequen
         "iter_many": lambda: dict(zd.iter_many(arrays, device=device, like="torch")),
         "one by one": lambda: {n: a.read(device=device, like="torch") for n, a in arrays.items()},
         "one by one non_blocking": lambda: one_by_one_non_blocking(arrays, device),
-        "4 threads": lambda: in_threads(arrays, device, 4),
     }
-    ways = {name: all_ways[name] for name in ways_wanted}
+    ways = {}
+    for name in ways_wanted:
+        threaded = re.fullmatch(r"(\d+) threads( non_blocking)?", name)
+        if threaded:
+            count, non_blocking = int(threaded.group(1)), bool(threaded.group(2))
+            ways[name] = lambda count=count, non_blocking=non_blocking: in_threads(arrays, device, count, non_blocking)
+        elif name in all_ways:
+            ways[name] = all_ways[name]
+        else:
+            raise SystemExit(f"unknown way {name!r}: one of {', '.join(all_ways)}, or 'N threads [non_blocking]'")
     out: dict[str, Any] = {"arrays": len(arrays), "bytes": nbytes}
     reference = None
     for name, read in ways.items():
@@ -227,7 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="where to write the data (default: a temp dir)")
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--ways", default="one call,iter_many,one by one,one by one non_blocking,4 threads",
-                        help="comma-separated: one call, iter_many, one by one, one by one non_blocking, 4 threads")
+                        help="comma-separated: one call, iter_many, one by one, one by one non_blocking, "
+                             "N threads (each reading its share one by one), N threads non_blocking")
     parser.add_argument("--reuse", action="store_true", help="read the data already in --out instead of writing it")
     args = parser.parse_args(argv)
 

@@ -6,6 +6,7 @@ summarised by gpu_timeline.py: the GPU's span, decode kernels at once, and what 
 
     python bench/trace_reads.py [--size 1GiB] [--non-blocking] [--timeline DIR]
     ZARR_DEVICE_DECODE_SHARING=off python bench/trace_reads.py   # every chunk to the GPU
+    python bench/trace_reads.py --threads 4   # also 4 threads, each reading its share one by one
 
 Two warm-up rounds of each way, then one timed round of each, traced by the engine
 (ZARR_DEVICE_TRACE=1, one line per read on stderr).
@@ -35,6 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--non-blocking", action="store_true", help="one-by-one reads with non_blocking=True")
     parser.add_argument("--timeline", default=None, help="write and summarise a GPU timeline of each way here")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="also read the tensors dealt among this many threads, each one by one")
     args = parser.parse_args(argv)
     import torch
 
@@ -42,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if not os.path.isdir(args.out):
         write_state_dict(args.out, tensor_rows(args.size, seed=0), "zstd", 256)
+        os.sync()  # the disk's writeback of fresh data would compete with the reads traced
     arrays = zd.open_group(args.out).all_arrays()
     nbytes = sum(a.nbytes for a in arrays.values())
 
@@ -59,7 +63,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         zd.read_many(arrays, device=args.device, like="torch")
         torch.cuda.synchronize()
 
+    def in_threads() -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        listed = list(arrays.values())
+        shares = [listed[i :: args.threads] for i in range(args.threads)]
+
+        def read_share(share: list[Any]) -> None:
+            for a in share:
+                a.read(device=args.device, like="torch", non_blocking=args.non_blocking)
+
+        with ThreadPoolExecutor(args.threads) as pool:
+            list(pool.map(read_share, shares))
+        torch.cuda.synchronize()
+
     ways: list[tuple[str, Callable[[], None]]] = [("one by one", one_by_one), ("one call", one_call)]
+    if args.threads:
+        ways.append((f"{args.threads} threads", in_threads))
     for _ in range(2):
         for _, read in ways:
             read()

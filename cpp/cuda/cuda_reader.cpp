@@ -19,6 +19,8 @@
 #include <future>
 #include <numeric>
 #include <set>
+#include <string>
+#include <utility>
 
 #include "cuda_check.hpp"
 #include "cufile_api.hpp"
@@ -85,6 +87,58 @@ class ReadsInFlight {
     return counters;
   }
   std::atomic<std::size_t>& on_device_;
+};
+
+// A batch still on the device when its read gave the ring back (see the end of Reader::read):
+// its decodes' checks moved off the slot, their statuses and sizes copied into a report of its
+// own, since the slot's arrays are the next read's.
+class AwaitedBatch {
+ public:
+  AwaitedBatch(int device, Slot& slot, std::size_t batch)
+      : device_(device), batch_(batch), report_(take_report(device)) {
+    try {
+      std::size_t count = 0;
+      for (const auto& check : slot.checks) count = std::max(count, check.index + 1);
+      if (count) {
+        ZD_CUDA_CHECK(cudaMemcpyAsync(report_.statuses, slot.device_arrays.statuses,
+                                      count * sizeof(int), cudaMemcpyDeviceToHost, slot.stream));
+        ZD_CUDA_CHECK(cudaMemcpyAsync(report_.sizes, slot.device_arrays.sizes,
+                                      count * sizeof(std::size_t), cudaMemcpyDeviceToHost,
+                                      slot.stream));
+      }
+      ZD_CUDA_CHECK(cudaEventRecord(report_.done, slot.stream));
+    } catch (...) {
+      give_back_report(device_, report_);
+      throw;
+    }
+    // The slot stays busy: whoever uses it next waits for the batch and checks nothing.
+    checks_ = std::move(slot.checks);
+    slot.checks.clear();
+  }
+  ~AwaitedBatch() {
+    if (report_.done) give_back_report(device_, report_);
+  }
+  AwaitedBatch(AwaitedBatch&& other) noexcept
+      : device_(other.device_),
+        batch_(other.batch_),
+        report_(std::exchange(other.report_, DecodeReport{})),
+        checks_(std::move(other.checks_)) {}
+  AwaitedBatch(const AwaitedBatch&) = delete;
+  AwaitedBatch& operator=(const AwaitedBatch&) = delete;
+  AwaitedBatch& operator=(AwaitedBatch&&) = delete;
+
+  // Waits for the batch: the first failure of its decodes (a message naming the chunk), or empty.
+  std::string settle() const {
+    ZD_CUDA_CHECK(cudaEventSynchronize(report_.done));
+    return first_failure(checks_, report_.statuses, report_.sizes);
+  }
+  [[nodiscard]] std::size_t batch() const { return batch_; }
+
+ private:
+  int device_;
+  std::size_t batch_;
+  DecodeReport report_;
+  std::vector<PendingCheck> checks_;
 };
 
 }  // namespace
@@ -169,9 +223,9 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     shared = gpu::share_decodes(leaves, gpu::DecodeKind::kZstd, rates);
   }
   // The ring's slots hold the largest chunk: fewer, larger slots in the same staging.
-  const auto context = context_for(device_, options_, gpu::staging_need(leaves));
+  auto context = context_for(device_, options_, gpu::staging_need(leaves));
   auto& ctx = *context;
-  const std::size_t base = ctx.next_batch;  // batch b takes slot (base + b) % slots
+  const std::size_t base = ctx.start_batch();  // batch b takes slot (base + b) % slots
   const bool decodes = std::any_of(leaves.begin(), leaves.end(), [](const Leaf& leaf) {
     return leaf.route == Route::kDeviceDecode;
   });
@@ -266,6 +320,8 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   std::deque<std::future<void>> fetching;
   std::size_t started = 0;
   double waited_fetch = 0;
+  std::vector<AwaitedBatch> awaited;  // batches waited for after the ring is given back
+  char trace[320] = "";
   try {
     hand_on(0);  // targets with nothing to stage (read straight from their files, or empty)
     for (std::size_t b = 0; b < batches.size(); ++b) {
@@ -304,14 +360,15 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
       submit(ctx, ctx.slot(base + b), batch_of(b), base + b);
       finish_through(b + 1, false);  // hands on what is already complete
     }
-    const auto w0 = std::chrono::steady_clock::now();
+    const auto queued = std::chrono::steady_clock::now();
     // Copies and CPU-decoded chunks were checked on the host before they left it: nothing is left
     // to check on the device, so the read completes in stream order. The consumers' streams wait
     // for the last batch of each slot, and the host goes on to the next read while the copy engine
     // finishes this one (its slots stay busy until then). Device decodes report their statuses to
     // the host, and a read that hands outputs on as they complete needs to know when they are:
-    // those wait here, unless the caller asked not to (non_blocking), taking a late report of a
-    // chunk the GPU failed to decode (raise_deferred_failures) for the overlap of its reads.
+    // those wait (below, once the ring is given back), unless the caller asked not to
+    // (non_blocking), taking a late report of a chunk the GPU failed to decode
+    // (raise_deferred_failures) for the overlap of its reads.
     const bool stream_ordered = (!decodes || options_.non_blocking) && may_stream_order;
     if (stream_ordered) {
       for (std::size_t i = 0; i < std::min(batches.size(), slots); ++i) {
@@ -321,27 +378,27 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
         }
       }
     } else {
-      finish_through(batches.size(), true);
+      // The read waits for its last batches (their decodes take milliseconds: a 2 MiB zstd chunk
+      // about 9 ms on an H200's thread block) after giving the ring back, so that other threads'
+      // reads use it meanwhile instead of queueing for one of the device's few rings.
+      awaited.reserve(batches.size() - finished);
+      for (std::size_t b = finished; b < batches.size(); ++b) {
+        awaited.emplace_back(device_, ctx.slot(base + b), b);
+      }
     }
-    // Slots left busy: the next read starts past them. Otherwise from the first slot again, so
-    // that reads of few batches keep to the first slots and pin no more of the ring.
+    // Slots left busy by a read that does not wait: the next read starts past them. Otherwise
+    // from the first slot again (DeviceContext::start_batch).
     ctx.next_batch = stream_ordered ? base + batches.size() : 0;
     if (std::getenv("ZARR_DEVICE_TRACE")) {
-      const auto t2 = std::chrono::steady_clock::now();
-      std::fprintf(
-          stderr,
-          "zarr-device read: %zu targets %zu leaves %zu batches (copies %zu B), %zu slots, "
-          "lookahead %zu, %zu decode regions of %zu B, %zu decode calls of %zu chunks, %zu shared "
-          "with the CPU (zstd temp %zu + %zu per chunk); plan %.2f ms, fetch waits %.2f ms, drain "
-          "%.2f ms, "
-          "total %.2f ms\n",
-          targets.size(), leaves.size(), batches.size(), target, slots, lookahead,
+      std::snprintf(
+          trace, sizeof(trace),
+          "zarr-device read: %zu targets %zu leaves %zu batches (copies %zu B), %zu slots from "
+          "%zu, lookahead %zu, %zu decode regions of %zu B, %zu decode calls of %zu chunks, %zu "
+          "shared with the CPU; plan %.2f ms, fetch waits %.2f ms, batches %.2f ms",
+          targets.size(), leaves.size(), batches.size(), target, slots, base % slots, lookahead,
           ctx.decode_regions(), ctx.decode_budget, decode_calls_, decoded_chunks_, shared,
-          costs_[static_cast<std::size_t>(gpu::DecodeKind::kZstd)].first,
-          costs_[static_cast<std::size_t>(gpu::DecodeKind::kZstd)].per_chunk,
           std::chrono::duration<double, std::milli>(t1 - t0).count(), waited_fetch * 1e3,
-          std::chrono::duration<double, std::milli>(t2 - w0).count(),
-          std::chrono::duration<double, std::milli>(t2 - t0).count());
+          std::chrono::duration<double, std::milli>(queued - t1).count());
     }
   } catch (...) {
     // Let queued reads end (they write into the slots and read `leaves`), then drain what was
@@ -365,6 +422,24 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     }
     throw;
   }
+  const auto w0 = std::chrono::steady_clock::now();
+  context.release();
+  // Every awaited batch is waited for, so that nothing writes into the outputs after the read
+  // returns; targets are handed on up to the first failure.
+  std::string failure;
+  for (const auto& batch : awaited) {
+    std::string found = batch.settle();
+    if (failure.empty() && found.empty()) hand_on(batch.batch() + 1);
+    if (failure.empty()) failure = std::move(found);
+  }
+  if (trace[0] != 0) {
+    const auto t2 = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "%s, drain %.2f ms, total %.2f ms, at %.3f ms\n", trace,
+                 std::chrono::duration<double, std::milli>(t2 - w0).count(),
+                 std::chrono::duration<double, std::milli>(t2 - t0).count(),
+                 std::chrono::duration<double, std::milli>(t0.time_since_epoch()).count());
+  }
+  if (!failure.empty()) throw CodecError(failure);
 }
 
 std::uint64_t Reader::next_id() {

@@ -126,7 +126,9 @@ class ContextPool {
     Lease& operator=(const Lease&) = delete;
     Lease(Lease&& other) noexcept = default;
     Lease& operator=(Lease&&) = delete;
-    ~Lease() {
+    ~Lease() { release(); }
+    // Gives the context back now (the lease holds nothing afterwards).
+    void release() noexcept {
       if (context_) pool_->give_back(device_, generation_, std::move(context_));
     }
     Context& operator*() const { return *context_; }

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "cuda_check.hpp"
 #include "zarr_device/errors.hpp"
@@ -23,27 +25,81 @@ DeferredFailures& deferred() {
 
 }  // namespace
 
+std::string first_failure(std::span<const PendingCheck> checks, const int* statuses,
+                          const std::size_t* sizes) {
+  for (const auto& check : checks) {
+    const int status = statuses[check.index];
+    const std::size_t size = sizes[check.index];
+    if (status != 0 || size != check.expected) {
+      return check.where + ": the GPU decoder reported status " + std::to_string(status) + " and " +
+             std::to_string(size) + " bytes, expected " + std::to_string(check.expected);
+    }
+  }
+  return {};
+}
+
 std::string settle(Slot& slot) {
   if (!slot.busy) return {};
   slot.busy = false;
   std::string failure;
   const cudaError_t synced = cudaEventSynchronize(slot.done);
   if (synced == cudaSuccess) {
-    const BatchArrays& arrays = slot.host_arrays;
-    for (const auto& check : slot.checks) {
-      const int status = arrays.statuses[check.index];
-      const std::size_t size = arrays.sizes[check.index];
-      if (status != 0 || size != check.expected) {
-        failure = check.where + ": the GPU decoder reported status " + std::to_string(status) +
-                  " and " + std::to_string(size) + " bytes, expected " +
-                  std::to_string(check.expected);
-        break;
-      }
-    }
+    failure = first_failure(slot.checks, slot.host_arrays.statuses, slot.host_arrays.sizes);
   }
   slot.checks.clear();
   ZD_CUDA_CHECK(synced);
   return failure;
+}
+
+namespace {
+
+struct SpareReports {
+  std::mutex mutex;
+  std::map<int, std::vector<DecodeReport>> by_device;
+};
+
+SpareReports& spare_reports() {
+  static auto* reports = new SpareReports;  // leaked, as the rings are
+  return *reports;
+}
+
+}  // namespace
+
+DecodeReport take_report(int device) {
+  {
+    auto& spare = spare_reports();
+    const std::lock_guard lock(spare.mutex);
+    auto& reports = spare.by_device[device];
+    if (!reports.empty()) {
+      const DecodeReport report = reports.back();
+      reports.pop_back();
+      return report;
+    }
+  }
+  ZD_CUDA_CHECK(cudaSetDevice(device));
+  DecodeReport report;
+  void* memory = nullptr;
+  ZD_CUDA_CHECK(cudaHostAlloc(&memory, kMaxBatch * (sizeof(int) + sizeof(std::size_t)),
+                              cudaHostAllocPortable));
+  report.sizes = static_cast<std::size_t*>(memory);
+  report.statuses = reinterpret_cast<int*>(report.sizes + kMaxBatch);
+  if (const cudaError_t made = cudaEventCreateWithFlags(&report.done, cudaEventDisableTiming);
+      made != cudaSuccess) {
+    cudaFreeHost(memory);
+    ZD_CUDA_CHECK(made);
+  }
+  return report;
+}
+
+void give_back_report(int device, DecodeReport report) noexcept {
+  auto& spare = spare_reports();
+  const std::lock_guard lock(spare.mutex);
+  try {
+    spare.by_device[device].push_back(report);
+  } catch (...) {  // out of memory for the list: the report is let go of
+    cudaEventDestroy(report.done);
+    cudaFreeHost(report.sizes);
+  }
 }
 
 void defer_failure(int device, std::string message) {

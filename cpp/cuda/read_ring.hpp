@@ -76,6 +76,25 @@ struct Slot {
 // failure's message, or empty. The slot is free afterwards.
 std::string settle(Slot& slot);
 
+// The first of `checks` whose decode reported a failure or another size than expected, as a
+// message naming its chunk; empty when none did.
+std::string first_failure(std::span<const PendingCheck> checks, const int* statuses,
+                          const std::size_t* sizes);
+
+// Pinned room of its own for the statuses and sizes of a batch's device decodes, and an event
+// marking when the batch's work, and their copy there, are done. A read that gives its ring back
+// before its decodes end, so that other threads' reads use the ring meanwhile, checks them here:
+// the slot's own arrays are the next read's by then.
+struct DecodeReport {
+  int* statuses = nullptr;  // kMaxBatch of each
+  std::size_t* sizes = nullptr;
+  cudaEvent_t done = nullptr;
+};
+// A report of `device` kept from an earlier read, or a new one (DeviceError when it cannot be
+// made); give it back once read. Reports are few: one per batch awaited at once.
+DecodeReport take_report(int device);
+void give_back_report(int device, DecodeReport report) noexcept;
+
 // Failures of device decodes found after the read that queued them had returned (it did not
 // wait: CudaReadOptions::non_blocking): kept per device until raise_deferred_failures reports
 // them. Safe from any thread.
@@ -198,9 +217,25 @@ class DeviceContext {
   }
   std::vector<EventHandle> consumer_events;
 
-  // Reads number their batches on from where the previous read on this ring stopped, so that a
-  // read's first batch takes the slot used longest ago: one that did not wait for its device
-  // decodes then overlaps the next read instead of holding up its first slot.
+  // Where a read's batches start (batch b takes slot (start + b) % slots): at next_batch when the
+  // device is done with that slot, else at the first slot it is done with, so that a read does
+  // not wait for the batches another thread's read left on the device (one that waits for them
+  // after giving the ring back); at next_batch when every slot is in use.
+  [[nodiscard]] std::size_t start_batch() const {
+    auto done = [&](std::size_t i) {
+      const Slot& s = slots_[i % slots_.size()];
+      return !s.busy || cudaEventQuery(s.done) == cudaSuccess;
+    };
+    if (done(next_batch)) return next_batch;
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      if (done(i)) return i;
+    }
+    return next_batch;
+  }
+  // Reads that leave batches on the device (non_blocking) number theirs on from where the previous
+  // read stopped, so that a read's first batch takes the slot used longest ago and overlaps the
+  // previous read instead of waiting for it; other reads start from the first slot again, so that
+  // a loop of small reads keeps to the first slots and pins no more of the ring.
   std::size_t next_batch = 0;
   // Decode memory (nvCOMP's temporary memory, then decoded chunks on their way to a strided
   // place): decode_bytes in all, split into regions that batches use in turn; batches in

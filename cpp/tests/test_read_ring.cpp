@@ -3,7 +3,9 @@
 #if defined(ZARR_DEVICE_WITH_CUDA)
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstddef>
+#include <thread>
 
 #include "../cuda/read_ring.hpp"
 #include "zarr_device/cuda.hpp"
@@ -48,6 +50,44 @@ TEST(CudaDevice, ReadRingCutsCoarserOnlyWhenAChunkNeedsIt) {
     EXPECT_NE(std::string(error.what()).find("big/c/0"), std::string::npos) << error.what();
   }
   EXPECT_EQ(ring.slots_.size(), 3U);  // a refused chunk leaves the ring as it was
+}
+
+// Holds a stream until `go` is set: the work queued behind it stays pending meanwhile.
+void CUDART_CB wait_for(void* go) {
+  while (!static_cast<std::atomic<bool>*>(go)->load()) std::this_thread::yield();
+}
+
+// A read starts at a slot the device is done with: it does not wait for the batches other
+// threads' reads left on the device (reads that wait for them after giving the ring back).
+TEST(CudaDevice, ReadsStartAtASlotTheDeviceIsDoneWith) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  DeviceContext ring(0, 8 * kMiB, 4, 64 * kMiB);
+  ASSERT_EQ(ring.slots_.size(), 4U);
+  std::atomic<bool> go{false};
+  struct Release {  // let go of the held streams however the test ends (the ring waits for them)
+    std::atomic<bool>& go;
+    ~Release() { go = true; }
+  } release{go};
+  auto hold = [&](std::size_t i) {
+    Slot& s = ring.slot(i);
+    ASSERT_EQ(cudaLaunchHostFunc(s.stream, wait_for, &go), cudaSuccess);
+    ASSERT_EQ(cudaEventRecord(s.done, s.stream), cudaSuccess);
+    s.busy = true;
+  };
+  ring.next_batch = 1;
+  EXPECT_EQ(ring.start_batch(), 1U);  // free
+  hold(1);
+  EXPECT_EQ(ring.start_batch(), 0U);  // the first slot the device is done with
+  hold(0);
+  EXPECT_EQ(ring.start_batch(), 2U);
+  hold(2);
+  hold(3);
+  EXPECT_EQ(ring.start_batch(), 1U);  // every slot in use: past the previous read's batches
+  go = true;
+  for (auto& s : ring.slots_) ASSERT_EQ(cudaStreamSynchronize(s.stream), cudaSuccess);
+  ring.next_batch = 3;
+  EXPECT_EQ(ring.start_batch(), 3U);  // done, though not yet settled
+  for (auto& s : ring.slots_) EXPECT_EQ(settle(s), "");
 }
 
 }  // namespace

@@ -474,5 +474,54 @@ def test_a_chunk_the_gpu_fails_on_is_reported(tmp_path: Path) -> None:
         zd.set_config(decode_sharing=previous.decode_sharing, gpu_decode=previous.gpu_decode)
 
 
+@pytest.mark.gpu
+@gpu
+def test_reads_that_wait_from_many_threads_each_get_their_own_failures(tmp_path: Path) -> None:
+    """Twelve threads of reads that wait for the GPU's decoders, more than a device's rings: each
+    gives its ring back while its decodes run and checks them itself. The thread reading the chunk
+    the GPU fails on gets the CodecError every time; the others get their values, and nothing is
+    left over for a later synchronisation."""
+    torch = pytest.importorskip("torch")
+    bad = _lying_chunk_array(tmp_path)
+    rng = np.random.default_rng(12)
+    values = rng.integers(0, 1000, size=(64, 4096), dtype=np.int32)
+    good = zd.create(tmp_path / "good.zarr", shape=values.shape, dtype="int32", chunks=(4, 4096), compressors=ZSTD_CRC)
+    good[...] = values
+    previous = zd.set_config(decode_sharing="off", gpu_decode="checked")
+    barrier = threading.Barrier(12)
+    failures: list[BaseException] = []
+    raised = [0] * 12
+
+    def work(job: int) -> None:
+        try:
+            barrier.wait()
+            for i in range(20):
+                if job % 6 == 0:
+                    try:
+                        bad.read(device="cuda:0", like="torch")
+                    except zd.CodecError as e:
+                        assert "bad.zarr" in str(e) and "chunk 'c/0'" in str(e), str(e)
+                        raised[job] += 1
+                    continue
+                rows = slice(4 * ((job + i) % 16), 4 * ((job + i) % 16) + 8)
+                got = good.read(rows, device="cuda:0", like="torch")
+                np.testing.assert_array_equal(got.cpu().numpy(), values[rows], err_msg=f"rows {rows}")
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    try:
+        threads = [threading.Thread(target=work, args=(j,)) for j in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not failures, failures[0]
+        assert raised == [20 if j % 6 == 0 else 0 for j in range(12)], raised
+        zd.synchronize()  # every failure went to the read that met it
+        torch.cuda.synchronize()
+    finally:
+        zd.set_config(decode_sharing=previous.decode_sharing, gpu_decode=previous.gpu_decode)
+
+
 def test_synchronize_without_gpu_reads_is_a_no_op() -> None:
     zd.synchronize()

@@ -308,7 +308,7 @@ void read_batched(std::span<const PreparedRead> reads, std::span<const std::size
   place::GridIntersection::Item item;
   auto target_of = [&](std::size_t k) { return locate(reads, first, chunks[k], item); };
   auto window_from = [&](std::size_t begin) {
-    Window w{begin, begin, {}};
+    Window w{begin, begin, {}, {}, {}};
     if (begin >= chunks.size()) return w;
     const BatchedGets* store = batched_gets(reads[target_of(begin)]);
     std::size_t bytes = 0;
