@@ -261,6 +261,23 @@ TEST(BatchedGets, ShardsAReadWantsWholeAreFetchedWithOthers) {
   EXPECT_EQ(store->gets.load(), 0);
 }
 
+// The GPU plan of a read of a whole 1-d int32 array, without device decoders, into `out`.
+std::vector<gpu::Leaf> plan_whole(const Array& array, std::vector<std::byte>& out) {
+  const std::int64_t n = array.metadata().shape.at(0);
+  out.assign(static_cast<std::size_t>(n) * 4, std::byte{0});
+  const gpu::ReadTarget target{&array, {{0, 1, n}}, StridedView{out.data(), {n}, {4}}};
+  return gpu::plan_reads({&target, 1}, gpu::DeviceDecoders{}, GpuDecode::kChecked,
+                         engine::ThreadPool::shared(2), 2);
+}
+
+// The CPU stage of `leaves` as one batch, into `host`: the chunks it decoded on the CPU.
+std::vector<gpu::CpuDecoded> stage_as_one_batch(std::vector<gpu::Leaf>& leaves,
+                                                std::vector<std::byte>& host) {
+  (void)gpu::pack_batches(leaves, 1 << 20, 1 << 20, gpu::DecodeCosts{}, 0);
+  host.assign(std::size_t{1} << 20, std::byte{0});
+  return gpu::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);
+}
+
 // The GPU path: its plan asks for the shards' sizes and indexes in a call each, its CPU stage for
 // the inner chunks of each shard in a batch in one call of ranges.
 TEST(BatchedGets, TheGpuPathAsksForShardsInFewCalls) {
@@ -271,23 +288,20 @@ TEST(BatchedGets, TheGpuPathAsksForShardsInFewCalls) {
                     {"configuration", {{"chunk_shape", {64}}, {"codecs", inner}}}}});
   auto array = Array::create(store, "h", array_doc({1024}, {256}, "int32", 0, codecs), false);
   array->write(along(0, 1024), bytes(counting(1024)));
-  std::vector<std::byte> out(1024 * 4);
-  const gpu::ReadTarget target{array.get(), {{0, 1, 1024}}, StridedView{out.data(), {1024}, {4}}};
   store->gets = 0;
   store->sizes = 0;
-  auto leaves = gpu::plan_reads({&target, 1}, gpu::DeviceDecoders{}, GpuDecode::kChecked,
-                                engine::ThreadPool::shared(2), 2);
+  std::vector<std::byte> out;
+  auto leaves = plan_whole(*array, out);
   ASSERT_EQ(leaves.size(), 16U);
   // The plan asked for the 4 shards' sizes in one call and their indexes in another.
   EXPECT_EQ(store->size_calls, std::vector<std::size_t>{4});
   EXPECT_EQ(store->range_calls, std::vector<std::size_t>{4});
   EXPECT_EQ(store->gets.load(), 0);
   EXPECT_EQ(store->sizes.load(), 0);
-  (void)gpu::pack_batches(leaves, 1 << 20, 1 << 20, gpu::DecodeCosts{}, 0);
   store->gets = 0;
   store->range_calls.clear();
-  std::vector<std::byte> host(1 << 20);
-  EXPECT_TRUE(gpu::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2).empty());
+  std::vector<std::byte> host;
+  EXPECT_TRUE(stage_as_one_batch(leaves, host).empty());
   EXPECT_EQ(store->range_calls, (std::vector<std::size_t>{4, 4, 4, 4}));
   EXPECT_EQ(store->gets.load(), 0);
   for (const std::size_t i : {std::size_t{0}, std::size_t{5}, std::size_t{15}}) {
@@ -302,11 +316,9 @@ TEST(BatchedGets, TheGpuPlanNamesAShardTooSmallForItsIndex) {
   auto store = std::make_shared<BatchingStore>();
   auto array = sharded_array(store);
   store->set("s/c/2", test::bytes_of("tiny"));
-  std::vector<std::byte> out(1024 * 4);
-  const gpu::ReadTarget target{array.get(), {{0, 1, 1024}}, StridedView{out.data(), {1024}, {4}}};
+  std::vector<std::byte> out;
   try {
-    (void)gpu::plan_reads({&target, 1}, gpu::DeviceDecoders{}, GpuDecode::kChecked,
-                          engine::ThreadPool::shared(2), 2);
+    (void)plan_whole(*array, out);
     ADD_FAILURE() << "the plan succeeded";
   } catch (const CodecError& e) {
     EXPECT_NE(std::string(e.what()).find("s/c/2"), std::string::npos) << e.what();
@@ -318,22 +330,18 @@ TEST(BatchedGets, TheGpuStageFetchesABatchsChunksInOneCall) {
   const json crc = json::array({{{"name", "bytes"}}, {{"name", "crc32c"}}});
   auto array = Array::create(store, "g", array_doc({64}, {8}, "int32", 0, crc), false);
   array->write(along(0, 64), bytes(counting(64)));
-  std::vector<std::byte> out(64 * 4);
-  const gpu::ReadTarget target{array.get(), {{0, 1, 64}}, StridedView{out.data(), {64}, {4}}};
-  gpu::DeviceDecoders decoders;
   store->sizes = 0;
-  auto leaves = gpu::plan_reads({&target, 1}, decoders, GpuDecode::kChecked,
-                                engine::ThreadPool::shared(2), 2);
+  std::vector<std::byte> out;
+  auto leaves = plan_whole(*array, out);
   ASSERT_EQ(leaves.size(), 8U);
   // The plan asked for the chunks' sizes in one call, none of them one by one.
   EXPECT_EQ(store->size_calls, std::vector<std::size_t>{8});
   EXPECT_EQ(store->sizes.load(), 0);
   EXPECT_EQ(leaves[1].length, 8U * 4 + 4);  // 8 int32 and a crc32c
-  (void)gpu::pack_batches(leaves, 1 << 20, 1 << 20, gpu::DecodeCosts{}, 0);
   store->windows.clear();
   store->gets = 0;
-  std::vector<std::byte> host(1 << 20);
-  EXPECT_TRUE(gpu::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2).empty());
+  std::vector<std::byte> host;
+  EXPECT_TRUE(stage_as_one_batch(leaves, host).empty());
   EXPECT_EQ(store->windows, std::vector<std::size_t>{8});
   EXPECT_EQ(store->gets.load(), 0);
   std::int32_t ninth = 0;

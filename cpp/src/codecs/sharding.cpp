@@ -2,6 +2,8 @@
 // (offset, nbytes) pairs. Decoding checks every index entry before trusting it.
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <utility>
 
 #include "codecs/builtin.hpp"
 #include "codecs/codec_chain.hpp"
@@ -19,6 +21,27 @@ struct IndexEntry {
   std::uint64_t nbytes;
   [[nodiscard]] bool missing() const { return offset == kMissing && nbytes == kMissing; }
 };
+
+// The stored inner chunks that `selection` (of a shard) touches, in the order a decode of it
+// reads them (the grid's C order), as byte ranges of the shard: `stored(i)` is inner chunk i's
+// (offset, nbytes), or nullopt when it is not stored.
+template <typename Stored>
+std::vector<ByteRange> touched_ranges(std::span<const DimSlice> selection,
+                                      std::span<const std::int64_t> inner_shape,
+                                      std::span<const std::int64_t> chunks_per_shard,
+                                      Stored stored) {
+  std::vector<ByteRange> ranges;
+  const place::GridIntersection grid(selection, inner_shape);
+  place::GridIntersection::Item item;
+  for (std::size_t i = 0; i < grid.size(); ++i) {
+    grid.at(i, item);
+    if (const auto entry = stored(place::c_order_index(item.chunk, chunks_per_shard))) {
+      ranges.push_back(
+          {static_cast<std::int64_t>(entry->first), static_cast<std::int64_t>(entry->second)});
+    }
+  }
+  return ranges;
+}
 
 // Shards inside shards are allowed, a few levels deep; metadata nesting them without end must be a
 // FormatError, not a stack overflow. Counts the levels being built on this thread.
@@ -104,17 +127,12 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
     // reader that answers many ranges at once (a remote store) gets up to kWindowBytes of them
     // per request, not a round trip each; another reads one at a time, holding one chunk.
     constexpr std::uint64_t kWindowBytes = std::uint64_t{32} << 20;
-    std::vector<ByteRange> wanted;
-    place::GridIntersection grid(selection, inner_.spec().shape);
-    place::GridIntersection::Item item;
-    for (std::size_t i = 0; i < grid.size(); ++i) {
-      grid.at(i, item);
-      const auto& entry = index[place::c_order_index(item.chunk, chunks_per_shard_)];
-      if (!entry.missing()) {
-        wanted.push_back(
-            {static_cast<std::int64_t>(entry.offset), static_cast<std::int64_t>(entry.nbytes)});
-      }
-    }
+    const auto wanted = touched_ranges(
+        selection, inner_.spec().shape, chunks_per_shard_,
+        [&](std::size_t i) -> std::optional<std::pair<std::uint64_t, std::uint64_t>> {
+          if (index[i].missing()) return std::nullopt;
+          return std::pair{index[i].offset, index[i].nbytes};
+        });
     std::vector<std::optional<Buffer>> window;
     std::size_t window_begin = 0;
     std::size_t next = 0;  // of `wanted`, the next to decode
@@ -374,18 +392,12 @@ std::optional<Buffer> ShardLayout::assemble(std::span<const std::optional<Buffer
 
 std::vector<ByteRange> ShardLayout::wanted_ranges(std::span<const std::optional<Entry>> index,
                                                   std::span<const DimSlice> selection) const {
-  std::vector<ByteRange> wanted;
-  const place::GridIntersection grid(selection, inner().spec().shape);
-  place::GridIntersection::Item item;
-  for (std::size_t i = 0; i < grid.size(); ++i) {
-    grid.at(i, item);
-    const auto& entry = index[place::c_order_index(item.chunk, chunks_per_shard())];
-    if (entry) {
-      wanted.push_back(
-          {static_cast<std::int64_t>(entry->offset), static_cast<std::int64_t>(entry->nbytes)});
-    }
-  }
-  return wanted;
+  return touched_ranges(
+      selection, inner().spec().shape, chunks_per_shard(),
+      [&](std::size_t i) -> std::optional<std::pair<std::uint64_t, std::uint64_t>> {
+        if (!index[i]) return std::nullopt;
+        return std::pair{index[i]->offset, index[i]->nbytes};
+      });
 }
 
 void register_sharding_codec(CodecRegistry& registry) {

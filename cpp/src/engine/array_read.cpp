@@ -165,18 +165,12 @@ std::vector<ByteRange> merged(std::vector<ByteRange> ranges) {
 
 // Reads ranges of a fetched shard from what was fetched, and anything else (nothing, unless a
 // codec asks for more than its index named) from the store.
+// The bytes are in memory already: a range at a time costs nothing more than many at once.
 RangeReader reader_of(const FetchedShard& shard, const Store& store, const std::string& key) {
-  RangeReader::One one = [&shard, &store, &key](std::int64_t offset, std::int64_t length) {
+  return [&shard, &store, &key](std::int64_t offset, std::int64_t length) {
     if (auto fetched = shard.find(offset, length)) return fetched;
     return store.get(key, {offset, length});
   };
-  RangeReader::Many many = [one](std::span<const ByteRange> ranges) {
-    std::vector<std::optional<Buffer>> out;
-    out.reserve(ranges.size());
-    for (const auto& range : ranges) out.push_back(one(range.offset, range.length));
-    return out;
-  };
-  return {std::move(one), std::move(many)};
 }
 
 // A shard a read wants in part, as a window fetches it.
