@@ -9,12 +9,12 @@
 #include <unordered_map>
 
 #include "cuda_check.hpp"
+#include "engine/huge_pages.hpp"
 #include "engine/thread_pool.hpp"
 
 namespace zarr_device::cuda {
 namespace {
 
-constexpr std::size_t kHugePage = std::size_t{2} << 20;
 constexpr std::size_t kPage = 4096;
 // Each thread faults in pieces of this size; smaller allocations are faulted in by the caller.
 constexpr std::size_t kFaultPiece = std::size_t{16} << 20;
@@ -52,18 +52,8 @@ Mappings& mappings() {
 
 // An anonymous mapping of `bytes` starting on a huge page, or null.
 std::byte* map_aligned(std::size_t bytes) {
-  void* raw = ::mmap(nullptr, bytes + kHugePage, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  const auto start = reinterpret_cast<std::uintptr_t>(raw);
-  const std::uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
-  // The slack before and after the aligned span goes back.
-  if (aligned > start) ::munmap(raw, aligned - start);
-  const std::uintptr_t end = start + bytes + kHugePage;
-  if (end > aligned + bytes)
-    ::munmap(reinterpret_cast<void*>(aligned + bytes), end - aligned - bytes);
-  auto* memory = reinterpret_cast<std::byte*>(aligned);
-  ::madvise(memory, bytes, MADV_HUGEPAGE);  // advice only: regular pages where refused
+  std::byte* memory = engine::map_huge_pages(bytes);
+  if (!memory) return nullptr;
   // A forked child gets none of it, as with the driver's own pinned allocations: the parent's
   // pages stay the ones the GPU copies to and from, and the child (which cannot use CUDA) does
   // not copy the staging.
@@ -104,7 +94,7 @@ void* allocate_pinned(std::size_t bytes) {
   fault_in(memory, bytes);
   if (cudaHostRegister(memory, bytes, cudaHostRegisterPortable) != cudaSuccess) {
     cudaGetLastError();  // not sticky: clear it and take the driver's own allocation
-    ::munmap(memory, bytes);
+    engine::unmap_huge_pages(memory, bytes);
     return host_alloc(bytes);
   }
   mappings().add(memory, Mapping{bytes});
@@ -119,7 +109,7 @@ void free_pinned(void* pointer) noexcept {
     return;
   }
   cudaHostUnregister(pointer);
-  ::munmap(pointer, mapping.bytes);
+  engine::unmap_huge_pages(static_cast<std::byte*>(pointer), mapping.bytes);
 }
 
 }  // namespace zarr_device::cuda

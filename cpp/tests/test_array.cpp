@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "test_util.hpp"
@@ -355,6 +358,9 @@ TEST_P(Array, ErrorsNameTheArrayAndTheChunk) {
          Bytes(4 * 4 * 4 + 4, std::byte{1})},
         {"truncated shard", sharded_codecs({2, 2}, json::parse(R"([{"name": "bytes"}])")),
          Bytes(10)},
+        // 64 bytes compress to at most 64 + 8 + 1024: a larger value is refused before it is read.
+        {"larger than any encoding", json::parse(R"([{"name": "bytes"}, {"name": "zstd"}])"),
+         Bytes(4000, std::byte{7})},
     };
     for (const auto& c : cases) {
       SCOPED_TRACE(c.what);
@@ -372,6 +378,9 @@ TEST_P(Array, ErrorsNameTheArrayAndTheChunk) {
       if (std::string(c.what) == "bad checksum") {
         EXPECT_THROW((void)read_all(*a), zd::ChecksumError);
       }
+      if (std::string(c.what) == "larger than any encoding") {
+        EXPECT_TRUE(contains(message, "4000 bytes, more than any encoding")) << message;
+      }
       // Selections that do not touch the damaged chunk still read.
       EXPECT_NO_THROW((void)read(*a, {{0, 1, 8}, {0, 1, 4}}));
       // A partial write into the damaged chunk reads it first, and fails the same way.
@@ -386,6 +395,54 @@ TEST_P(Array, ErrorsNameTheArrayAndTheChunk) {
       EXPECT_NO_THROW((void)read_all(*a));
     }
   }
+}
+
+// A bytes->bytes codec that stores its input as it is and, decoding, waits a little while it
+// counts the decodes running at once.
+struct Overlap {
+  std::atomic<int> now{0};
+  std::atomic<int> most{0};
+};
+Overlap overlap;
+
+class OverlapCodec final : public zd::BytesToBytesCodec {
+ public:
+  [[nodiscard]] std::string_view name() const override { return "test.overlap"; }
+  [[nodiscard]] json to_json() const override { return {{"name", "test.overlap"}}; }
+  [[nodiscard]] zd::Buffer decode(const zd::Buffer& encoded, zd::DecodedSize) const override {
+    const int now = ++overlap.now;
+    for (int most = overlap.most; now > most && !overlap.most.compare_exchange_weak(most, now);) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    --overlap.now;
+    return encoded;
+  }
+  [[nodiscard]] zd::Buffer encode(const zd::Buffer& decoded) const override { return decoded; }
+};
+
+// A read leases a chunk's stored bytes and the buffers its decode makes: chunks decompressed
+// straight into place with a checksum outside take one stored chunk each, so as many decode at
+// once as the budget holds, rather than one at a time for a lease of three times the chunk.
+TEST_P(Array, LargeChunksDecodeSideBySideWithinTheBudget) {
+  static const bool registered = [] {
+    zd::CodecRegistry::instance().add("test.overlap", [](const json&, const zd::CodecContext&) {
+      return std::make_shared<OverlapCodec>();
+    });
+    return true;
+  }();
+  (void)registered;
+  const std::vector<std::int64_t> shape = {8 * 128, 128};  // 8 chunks of 64 KiB
+  auto a = create(array_doc(
+      shape, {128, 128}, "int32", 0,
+      json::parse(R"([{"name": "bytes"}, {"name": "test.overlap"}, {"name": "crc32c"}])")));
+  const Bytes model = zd::test::random_bytes(8 * 128 * 128 * 4, 17);
+  a->write(zd::test::full_selection(shape), model);
+  // A stored chunk: 64 KiB and its checksum. Three and a half of them: three decode at once.
+  constexpr std::size_t kStored = 128 * 128 * 4 + 4;
+  overlap.most = 0;
+  ASSERT_EQ(read_all(*a, IoOptions{8, 3 * kStored + kStored / 2}), model);
+  EXPECT_GE(overlap.most.load(), 2);
+  EXPECT_LE(overlap.most.load(), 3);
 }
 
 TEST_P(Array, ConcurrencyWithATinyByteBudget) {

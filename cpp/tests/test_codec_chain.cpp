@@ -405,6 +405,60 @@ Bytes encode_with(const char* name, const Bytes& payload) {
   return test::to_bytes(codec->encode(Buffer::copy_of(payload)));
 }
 
+// What a read leases for a decode beside the stored bytes follows what decode_into does: nothing
+// for a chunk decompressed straight into place or for a checksum's step, a bound for each buffer
+// made.
+TEST(CodecChain, DecodeScratchCountsTheBuffersADecodeMakes) {
+  register_recording_codec();
+  const std::vector<std::int64_t> shape = {16};
+  const auto spec = make_spec(shape, "uint8");
+  const Bytes logical = test::random_bytes(spec.nbytes(), 5);
+  const auto full = test::full_selection(shape);
+  const std::vector<DimSlice> part = {{0, 2, 8}};
+  Bytes out(spec.nbytes());
+  std::vector<std::byte> wide(2 * spec.nbytes());
+  const StridedView into{out.data(), shape, {1}};
+  const StridedView gapped{wide.data(), shape, {2}};
+  const StridedView into_part{out.data(), {8}, {1}};
+  {
+    // One compressor: the decoded chunk's buffer, unless it decodes into place.
+    const CodecChain chain(json::parse(R"([{"name": "bytes"}, {"name": "test.recording"}])"), spec);
+    const Buffer stored = Buffer::copy_of(logical);
+    for (const auto& [selection, view] :
+         {std::pair{full, into}, std::pair{full, gapped}, std::pair{part, into_part}}) {
+      recording.reset();
+      chain.decode_into(stored, selection, view);
+      const bool into_place = recording.decode_into_calls == 1;
+      EXPECT_EQ(chain.decode_scratch(selection, view), into_place ? 0u : spec.nbytes());
+    }
+    EXPECT_EQ(chain.decode_scratch(full, into), 0u);
+  }
+  {
+    // A checksum outside it: a view of the stored bytes, no buffer of its own.
+    const CodecChain chain(
+        json::parse(R"([{"name": "bytes"}, {"name": "test.recording"}, {"name": "crc32c"}])"),
+        spec);
+    EXPECT_EQ(chain.decode_scratch(full, into), 0u);
+    EXPECT_EQ(chain.decode_scratch(full, gapped), spec.nbytes());
+    EXPECT_EQ(chain.decode_scratch(part, into_part), spec.nbytes());
+  }
+  {
+    // Two compressors: the outer one's output at its bound (16 + 16/8 + 1024), always.
+    const CodecChain chain(
+        json::parse(
+            R"([{"name": "bytes"}, {"name": "test.recording"}, {"name": "test.recording"}])"),
+        spec);
+    EXPECT_EQ(chain.decode_scratch(full, into), 1042u);
+    EXPECT_EQ(chain.decode_scratch(part, into_part), 16u + 1042u);
+    EXPECT_EQ(chain.decode_memory(), 16u + 1042u + 2196u);  // the bound whatever the destination
+  }
+  {
+    // No bytes->bytes codec: the array->bytes codec reads the stored bytes themselves.
+    const CodecChain chain(json::parse(R"([{"name": "bytes"}])"), spec);
+    EXPECT_EQ(chain.decode_scratch(part, into_part), 0u);
+  }
+}
+
 TEST(CodecChain, WrongDecodedSizeRaisesCodecError) {
   register_recording_codec();
   const std::vector<std::int64_t> shape = {4, 4};

@@ -47,6 +47,15 @@ class Buffer {
   std::size_t size_ = 0;
 };
 
+namespace detail {
+// Frees a ByteArray's heap memory, or its mapping of `mapped` bytes (large arrays are mapped as
+// huge pages).
+struct FreeBytes {
+  std::size_t mapped = 0;
+  void operator()(std::byte* data) const noexcept;
+};
+}  // namespace detail
+
 // Uninitialised bytes with one owner, written once and then frozen into a Buffer. Allocation
 // failure raises OutOfMemoryError naming the size.
 class ByteArray {
@@ -64,7 +73,7 @@ class ByteArray {
   [[nodiscard]] Buffer freeze() &&;
 
  private:
-  std::unique_ptr<std::byte[]> data_;
+  std::unique_ptr<std::byte[], detail::FreeBytes> data_;
   std::size_t size_ = 0;
 };
 

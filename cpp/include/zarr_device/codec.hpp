@@ -190,6 +190,9 @@ class BytesToBytesCodec : public Codec {
   [[nodiscard]] virtual std::optional<DeviceDecoding> device_decoding() const {
     return std::nullopt;
   }
+  // Whether decode() returns a part of its input (a checksum stripped) rather than new memory:
+  // what a read holds for that step is nothing beside its input.
+  [[nodiscard]] virtual bool decodes_to_view() const { return false; }
 };
 
 // What a codec factory knows when it builds a codec from metadata.

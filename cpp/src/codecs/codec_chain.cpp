@@ -122,11 +122,8 @@ void CodecChain::decode_into(const Buffer& encoded, std::span<const DimSlice> se
     array_to_bytes_->decode_into(encoded, inner, sel, dest);
     return;
   }
-  // Decompress straight into the destination when it is the whole chunk, laid out as stored.
   const auto layout = array_to_bytes_->plain_layout();
-  const bool native = layout == Endian::kLittle;
-  if (native && place::is_full(sel, inner.shape) &&
-      place::is_c_contiguous(dest, inner.dtype->size)) {
+  if (decompresses_into_place(sel, dest)) {
     Buffer current = encoded;
     for (std::size_t i = bytes_to_bytes_.size(); i-- > 1;) {
       current = bytes_to_bytes_[i]->decode(current, DecodedSize::bounded(level_bounds_[i]));
@@ -141,6 +138,28 @@ void CodecChain::decode_into(const Buffer& encoded, std::span<const DimSlice> se
     current = bytes_to_bytes_[i]->decode(current, size);
   }
   array_to_bytes_->decode_into(current, inner, sel, dest);
+}
+
+bool CodecChain::decompresses_into_place(std::span<const DimSlice> selection,
+                                         const StridedView& destination) const {
+  const ChunkSpec& inner = specs_.back();
+  return !bytes_to_bytes_.empty() && array_to_bytes_->plain_layout() == Endian::kLittle &&
+         place::is_full(selection, inner.shape) &&
+         place::is_c_contiguous(destination, inner.dtype->size);
+}
+
+std::size_t CodecChain::decode_scratch(std::span<const DimSlice> selection,
+                                       const StridedView& destination) const {
+  std::vector<DimSlice> sel(selection.begin(), selection.end());
+  StridedView dest = destination;
+  map_through(array_to_array_, sel, dest);
+  // Codec i decodes into a buffer of at most level_bounds_[i] (codec 0: the decoded chunk).
+  std::size_t total = 0;
+  const std::size_t first = decompresses_into_place(sel, dest) ? 1 : 0;
+  for (std::size_t i = first; i < bytes_to_bytes_.size(); ++i) {
+    if (!bytes_to_bytes_[i]->decodes_to_view()) total += level_bounds_[i];
+  }
+  return total;
 }
 
 void CodecChain::decode_partial(const RangeReader& read, std::uint64_t total_size,

@@ -44,9 +44,16 @@ class CodecChain {
   [[nodiscard]] std::optional<std::size_t> fixed_encoded_size() const;
   // The most bytes any valid stored chunk can take.
   [[nodiscard]] std::size_t max_stored_size() const { return level_bounds_.back(); }
-  // Host memory a whole-chunk decode may hold at once: the stored bytes and every intermediate
-  // buffer between the codecs, at their bounds (what a read's max_inflight_bytes accounts).
+  // Host memory a whole-chunk decode may hold at once, whatever its destination: the stored bytes
+  // and every intermediate buffer between the codecs, at their bounds.
   [[nodiscard]] std::size_t decode_memory() const;
+  // Host memory decode_into(selection, destination) holds beside the stored bytes: the buffers
+  // it makes between the codecs, at their bounds. None for the decoded chunk where the last
+  // decompressor writes straight into the destination, none for a checksum's step (what a read's
+  // max_inflight_bytes accounts, with the stored bytes: a 64 MiB zstd + crc32c chunk decoded into
+  // place holds its stored bytes alone, not three times the chunk).
+  [[nodiscard]] std::size_t decode_scratch(std::span<const DimSlice> selection,
+                                           const StridedView& destination) const;
 
   // For readers that run some stages elsewhere (the GPU path): the codecs of each kind, and the
   // selection and destination rewritten onto the array the array->bytes codec sees (returns
@@ -63,6 +70,11 @@ class CodecChain {
   [[nodiscard]] const ShardLayout* shard_layout() const;
 
  private:
+  // Whether decode_into decompresses straight into `destination` (selection and destination
+  // already mapped through the array->array codecs): the whole chunk, C-contiguous, as stored.
+  [[nodiscard]] bool decompresses_into_place(std::span<const DimSlice> selection,
+                                             const StridedView& destination) const;
+
   ChunkSpec spec_;
   std::vector<std::shared_ptr<const ArrayToArrayCodec>> array_to_array_;
   std::vector<ChunkSpec> specs_;  // spec seen by each array->array codec, then by array->bytes

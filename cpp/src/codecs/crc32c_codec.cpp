@@ -25,6 +25,8 @@ class Crc32cCodec final : public BytesToBytesCodec {
 
   [[nodiscard]] std::string_view name() const override { return "crc32c"; }
 
+  [[nodiscard]] bool decodes_to_view() const override { return true; }
+
   // zarr-python writes no "configuration" for it.
   [[nodiscard]] nlohmann::json to_json() const override { return {{"name", "crc32c"}}; }
 

@@ -48,7 +48,8 @@ void read_chunk(const Array& array, const place::GridIntersection::Item& item,
         place::fill_strided(region, meta.fill_value);
         return;
       }
-      const engine::BudgetLease lease(budget, chain.decode_memory());
+      const engine::BudgetLease lease(
+          budget, (*fetched)->size() + chain.decode_scratch(item.within, region));
       chain.decode_into(**fetched, item.within, region);
       return;
     }
@@ -83,14 +84,24 @@ void read_chunk(const Array& array, const place::GridIntersection::Item& item,
       chain.decode_partial(reader, value->size(), item.within, region);
       return;
     }
-    // The stored chunk and every buffer between its codecs, at their bounds.
-    engine::BudgetLease lease(budget, chain.decode_memory());
-    auto encoded = store.get(key);
-    if (!encoded) {
+    // The stored chunk, whose size is known before it is read, and the buffers its decode makes
+    // (none for a chunk decompressed straight into place): large chunks decode side by side
+    // within the budget instead of one at a time under a bound of three times the chunk. A value
+    // larger than any encoding of the chunk can be is refused before it is read.
+    const auto value = store.open(key);
+    if (!value) {
       place::fill_strided(region, meta.fill_value);
       return;
     }
-    chain.decode_into(*encoded, item.within, region);
+    const std::uint64_t stored = value->size();
+    if (stored > chain.max_stored_size()) {
+      throw CodecError("chunk holds " + std::to_string(stored) +
+                       " bytes, more than any encoding of it can (" +
+                       std::to_string(chain.max_stored_size()) + ")");
+    }
+    const engine::BudgetLease lease(
+        budget, static_cast<std::size_t>(stored) + chain.decode_scratch(item.within, region));
+    chain.decode_into(value->read(0, stored), item.within, region);
   } catch (Error& e) {
     e.add_context(array.describe() + ", chunk '" + key + "'");
     throw;

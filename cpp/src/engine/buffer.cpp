@@ -2,7 +2,19 @@
 
 #include <new>
 
+#include "engine/huge_pages.hpp"
+
 namespace zarr_device {
+namespace {
+
+// Arrays from this size on (large stored chunks read whole, decoded chunks, codec outputs) are
+// mapped as huge pages. glibc maps allocations this large itself, in 4 KiB pages faulted in anew
+// each time; smaller ones it serves from its heaps, whose reuse of freed memory faults nothing in
+// (a stored chunk of 7 MiB mapped anew for each read was slower than the heap's).
+constexpr std::size_t kMappedFrom = std::size_t{32} << 20;
+constexpr std::size_t kPage = 4096;
+
+}  // namespace
 
 Buffer Buffer::copy_of(std::span<const std::byte> bytes) {
   ByteArray array(bytes.size());
@@ -29,10 +41,26 @@ Buffer Buffer::slice(std::size_t offset, std::size_t length) const {
   return {owner_, data_ + offset, length};
 }
 
+void detail::FreeBytes::operator()(std::byte* data) const noexcept {
+  if (mapped) {
+    engine::unmap_huge_pages(data, mapped);
+  } else {
+    delete[] data;
+  }
+}
+
 ByteArray::ByteArray(std::size_t size) : size_(size) {
   if (size == 0) return;
+  if (size >= kMappedFrom) {
+    const std::size_t mapped = (size + kPage - 1) / kPage * kPage;
+    if (std::byte* memory = engine::map_huge_pages(mapped)) {
+      data_ = std::unique_ptr<std::byte[], detail::FreeBytes>(memory, detail::FreeBytes{mapped});
+      return;
+    }
+  }
   try {
-    data_ = std::make_unique_for_overwrite<std::byte[]>(size);
+    data_ =
+        std::unique_ptr<std::byte[], detail::FreeBytes>(new std::byte[size], detail::FreeBytes{});
   } catch (const std::bad_alloc&) {
     throw OutOfMemoryError("could not allocate " + std::to_string(size) + " bytes");
   }
