@@ -4,7 +4,10 @@ zarr-python (float32, its default zstd without a checksum) and by zarr-device (b
 + crc32c), read whole into NumPy by zarr-device and its peers in one process, warm.
 
     python bench/bench_host_chunks.py --out /tmp/bhc [--size 2GiB] [--chunks 1MiB,4MiB,16MiB,64MiB]
-        [--budgets 256MiB,1GiB] [--readers zarr-device,zarr-python,tensorstore] [--repeat 3]
+        [--shards 256MiB] [--budgets 256MiB,1GiB] [--readers zarr-device,zarr-python,tensorstore]
+        [--repeat 3]
+
+With --shards, the chunks are the inner chunks of shards of that size.
 
 zarr-device reads with each in-flight budget of --budgets (``max_inflight_bytes``), into a new
 array each time (``a[...]``, as the peers do) and into one it is given (``read(out=)``). Prints
@@ -41,28 +44,34 @@ def best_of(read: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return best, result
 
 
-def write_arrays(out: str, size: int, chunk: int) -> dict[str, str]:
+def write_arrays(out: str, size: int, chunk: int, shard: int) -> dict[str, str]:
     """{"zarr-python": path, "zarr-device": path} of arrays of `size` bytes in `chunk`-byte chunks
-    (rows of 4096 elements), kept in `out` and reused."""
+    (rows of 4096 elements; inner chunks of `shard`-byte shards unless 0), kept in `out` and
+    reused."""
     import zarr
     import zarr_device as zd
 
     paths = {}
     rows = max(1, size // (COLS * 4))
     chunk_rows = max(1, chunk // (COLS * 4))
-    p = os.path.join(out, f"zarr-python-f32-{rows}-c{chunk_rows}.zarr")
+    shard_rows = max(chunk_rows, shard // (COLS * 4) // chunk_rows * chunk_rows) if shard else 0
+    p = os.path.join(out, f"zarr-python-f32-{rows}-c{chunk_rows}-s{shard_rows}.zarr")
     if not os.path.exists(os.path.join(p, "zarr.json")):
         rng = np.random.default_rng(1)
-        a = zarr.create_array(p, shape=(rows, COLS), chunks=(chunk_rows, COLS), dtype="float32")
-        for start in range(0, rows, chunk_rows * 8):
-            stop = min(rows, start + chunk_rows * 8)
+        a = zarr.create_array(p, shape=(rows, COLS), chunks=(chunk_rows, COLS), dtype="float32",
+                              shards=(shard_rows, COLS) if shard else None)
+        step = max(chunk_rows * 8, shard_rows)
+        for start in range(0, rows, step):
+            stop = min(rows, start + step)
             a[start:stop] = rng.standard_normal((stop - start, COLS), dtype=np.float32)
     paths["zarr-python"] = p
     rows = max(1, size // (COLS * 2))
     chunk_rows = max(1, chunk // (COLS * 2))
-    p = os.path.join(out, f"zarr-device-bf16-{rows}-c{chunk_rows}.zarr")
+    shard_rows = max(chunk_rows, shard // (COLS * 2) // chunk_rows * chunk_rows) if shard else 0
+    p = os.path.join(out, f"zarr-device-bf16-{rows}-c{chunk_rows}-s{shard_rows}.zarr")
     if not os.path.exists(os.path.join(p, "zarr.json")):
-        a = zd.create(p, shape=(rows, COLS), chunks=(chunk_rows, COLS), dtype="bfloat16", compressors=ZSTD_CRC)
+        a = zd.create(p, shape=(rows, COLS), chunks=(chunk_rows, COLS), dtype="bfloat16", compressors=ZSTD_CRC,
+                      **({"shards": (shard_rows, COLS)} if shard else {}))
         a[:] = weights(rows)
     paths["zarr-device"] = p
     return paths
@@ -106,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="directory for the arrays (reused when present)")
     parser.add_argument("--size", type=parse_size, default=2 * GIB)
     parser.add_argument("--chunks", default="1MiB,4MiB,16MiB,64MiB")
+    parser.add_argument("--shards", type=parse_size, default=0, help="shard size (default: unsharded)")
     parser.add_argument("--budgets", default="256MiB,1GiB", help="zarr-device's max_inflight_bytes values")
     parser.add_argument("--readers", default="zarr-device,zarr-python,tensorstore")
     parser.add_argument("--writers", default="zarr-python,zarr-device", help="whose arrays to read")
@@ -123,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = zd.get_config().max_inflight_bytes
     try:
         for chunk in (parse_size(c) for c in args.chunks.split(",")):
-            paths = write_arrays(args.out, args.size, chunk)
+            paths = write_arrays(args.out, args.size, chunk, args.shards)
             for writer in args.writers.split(","):
                 path = paths[writer]
                 expected = None
@@ -143,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     rows.append((fmt_bytes(chunk), writer, name, gbps, gbps / best_peer))
     finally:
         zd.set_config(max_inflight_bytes=previous)
+    if args.shards:
+        print(f"\nchunks are the inner chunks of shards of {fmt_bytes(args.shards)}")
     print(f"\n{'chunk':>8}  {'written by':11}  {'reader':38} {'GB/s':>6}  vs best peer")
     for chunk_text, writer, name, gbps, ratio in rows:
         print(f"{chunk_text:>8}  {writer:11}  {name:38} {gbps:6.2f}  {ratio:5.2f}x")

@@ -423,7 +423,7 @@ class OverlapCodec final : public zd::BytesToBytesCodec {
 // A read leases a chunk's stored bytes and the buffers its decode makes: chunks decompressed
 // straight into place with a checksum outside take one stored chunk each, so as many decode at
 // once as the budget holds, rather than one at a time for a lease of three times the chunk.
-TEST_P(Array, LargeChunksDecodeSideBySideWithinTheBudget) {
+void register_overlap_codec() {
   static const bool registered = [] {
     zd::CodecRegistry::instance().add("test.overlap", [](const json&, const zd::CodecContext&) {
       return std::make_shared<OverlapCodec>();
@@ -431,6 +431,10 @@ TEST_P(Array, LargeChunksDecodeSideBySideWithinTheBudget) {
     return true;
   }();
   (void)registered;
+}
+
+TEST_P(Array, LargeChunksDecodeSideBySideWithinTheBudget) {
+  register_overlap_codec();
   const std::vector<std::int64_t> shape = {8 * 128, 128};  // 8 chunks of 64 KiB
   auto a = create(array_doc(
       shape, {128, 128}, "int32", 0,
@@ -443,6 +447,30 @@ TEST_P(Array, LargeChunksDecodeSideBySideWithinTheBudget) {
   ASSERT_EQ(read_all(*a, IoOptions{8, 3 * kStored + kStored / 2}), model);
   EXPECT_GE(overlap.most.load(), 2);
   EXPECT_LE(overlap.most.load(), 3);
+}
+
+// The inner chunks of one shard decode on several threads: a read of one large shard is not
+// one thread's work.
+TEST_P(Array, TheInnerChunksOfAShardDecodeSideBySide) {
+  register_overlap_codec();
+  const std::vector<std::int64_t> shape = {64, 128};
+  auto a = create(array_doc(
+      shape, {64, 128}, "int32", 0,
+      sharded_codecs({8, 128}, json::parse(R"([{"name": "bytes"}, {"name": "test.overlap"}])"))));
+  Bytes model = zd::test::random_bytes(64 * 128 * 4, 23);
+  a->write(zd::test::full_selection(shape), model);
+  overlap.most = 0;
+  ASSERT_EQ(read_all(*a, IoOptions{4}), model);
+  EXPECT_GE(overlap.most.load(), 2);
+  // Rows 8-15 all fill value: that inner chunk is left out of the shard and reads as fill. A part
+  // of the shard reads as the model says.
+  const std::vector<DimSlice> zeros = {{8, 1, 8}, {0, 1, 128}};
+  const Bytes fill(8 * 128 * 4);
+  a->write(zeros, fill);
+  zd::test::naive_assign(model, shape, zeros, fill, 4);
+  EXPECT_EQ(read_all(*a, IoOptions{4}), model);
+  const std::vector<DimSlice> rows = {{3, 2, 20}, {5, 3, 40}};
+  EXPECT_EQ(read(*a, rows, IoOptions{4}), zd::test::naive_select(model, shape, rows, 4));
 }
 
 TEST_P(Array, ConcurrencyWithATinyByteBudget) {

@@ -23,6 +23,14 @@ constexpr std::size_t kMinRunBytes = 512;
 
 namespace {
 
+// Ranges of one open version of a value.
+RangeReader ranges_of(const ValueReader& value) {
+  return [&value](std::int64_t offset, std::int64_t length) -> std::optional<Buffer> {
+    if (offset < 0 || length < 0) return std::nullopt;
+    return value.read(static_cast<std::uint64_t>(offset), static_cast<std::uint64_t>(length));
+  };
+}
+
 // One target of a host read, prepared: its output as a strided view, its chunks as a grid.
 struct PreparedRead {
   const Array* array;
@@ -76,12 +84,7 @@ void read_chunk(const Array& array, const place::GridIntersection::Item& item,
         place::fill_strided(region, meta.fill_value);
         return;
       }
-      const RangeReader reader = [&](std::int64_t offset,
-                                     std::int64_t length) -> std::optional<Buffer> {
-        if (offset < 0 || length < 0) return std::nullopt;
-        return value->read(static_cast<std::uint64_t>(offset), static_cast<std::uint64_t>(length));
-      };
-      chain.decode_partial(reader, value->size(), item.within, region);
+      chain.decode_partial(ranges_of(*value), value->size(), item.within, region);
       return;
     }
     // The stored chunk, whose size is known before it is read, and the buffers its decode makes
@@ -291,6 +294,100 @@ void read_shard_in_part(const Array& array, const place::GridIntersection::Item&
   }
 }
 
+// The store of a target when its chunks are shards read by range from it (not fetched in
+// batches): its shards' layout; null otherwise.
+const codecs::ShardLayout* shards_by_range(const PreparedRead& read) {
+  return batched_gets(read) ? nullptr : read.array->chain().shard_layout();
+}
+
+// Reads `chunks` (indices as for locate()) of targets whose chunks are shards read by range: the
+// indexes of a window of shards, then every inner chunk wanted of them in one parallel loop. A
+// shard decoded by one thread, as the sharding codec does, held a read of a few large shards
+// (tensorstore writes them of hundreds of MiB) to as many cores, and its lease of the whole
+// shard's decoded size let shards as large as the budget decode one at a time.
+void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size_t> first,
+                  std::span<const std::size_t> chunks, engine::ByteBudget& budget,
+                  engine::ThreadPool& pool, std::size_t workers) {
+  constexpr std::size_t kShardWindow = 64;  // shards open at once (a file each) with their indexes
+  struct OpenShard {
+    std::size_t target = 0;
+    place::GridIntersection::Item item;  // the shard in its array's grid
+    std::string key;
+    std::shared_ptr<const ValueReader> value;  // null: not stored
+    std::vector<std::optional<codecs::ShardLayout::Entry>> index;
+  };
+  for (std::size_t begin = 0; begin < chunks.size(); begin += kShardWindow) {
+    std::vector<OpenShard> shards(std::min(kShardWindow, chunks.size() - begin));
+    pool.parallel_for(shards.size(), workers, [&](std::size_t k) {
+      auto& shard = shards[k];
+      shard.target = locate(reads, first, chunks[begin + k], shard.item);
+      const Array& array = *reads[shard.target].array;
+      shard.key = join_key(array.path(), array.metadata().chunk_key_encoding.key(shard.item.chunk));
+      try {
+        shard.value = array.store()->open(shard.key);
+        if (shard.value) {
+          shard.index = shards_by_range(reads[shard.target])
+                            ->read_index(ranges_of(*shard.value), shard.value->size());
+        }
+      } catch (Error& e) {
+        e.add_context(array.describe() + ", chunk '" + shard.key + "'");
+        throw;
+      }
+    });
+    // One index space over the inner chunks wanted of the window's shards (a shard not stored:
+    // one fill of its region).
+    std::vector<place::GridIntersection> grids;
+    grids.reserve(shards.size());
+    std::vector<std::size_t> inner_first{0};
+    for (const auto& shard : shards) {
+      const auto* layout = shards_by_range(reads[shard.target]);
+      grids.emplace_back(shard.item.within, layout->inner().spec().shape);
+      inner_first.push_back(inner_first.back() + (shard.value ? grids.back().size() : 1));
+    }
+    pool.parallel_for(inner_first.back(), workers, [&](std::size_t i) {
+      const auto k = static_cast<std::size_t>(
+          std::upper_bound(inner_first.begin(), inner_first.end(), i) - inner_first.begin() - 1);
+      const auto& shard = shards[k];
+      const PreparedRead& read = reads[shard.target];
+      const StridedView region = place::subview(read.out, shard.item.out_offset, shard.item.count);
+      if (!shard.value) {
+        place::fill_strided(region, read.array->metadata().fill_value);
+        return;
+      }
+      const auto* layout = shards_by_range(read);
+      place::GridIntersection::Item item;
+      grids[k].at(i - inner_first[k], item);
+      const std::size_t linear = place::c_order_index(item.chunk, layout->chunks_per_shard());
+      const StridedView part = place::subview(region, item.out_offset, item.count);
+      try {
+        try {
+          const auto& entry = shard.index.at(linear);
+          if (!entry) {
+            place::fill_strided(part, read.array->chain().spec().fill_value);
+            return;
+          }
+          const auto& inner = layout->inner();
+          const engine::BudgetLease lease(budget, static_cast<std::size_t>(entry->nbytes) +
+                                                      inner.decode_scratch(item.within, part));
+          const Buffer bytes = shard.value->read(entry->offset, entry->nbytes);
+          if (bytes.size() != entry->nbytes) {
+            throw CodecError("shard is truncated: inner chunk at byte " +
+                             std::to_string(entry->offset) + " of length " +
+                             std::to_string(entry->nbytes) + " is past its end");
+          }
+          inner.decode_into(bytes, item.within, part);
+        } catch (Error& e) {
+          e.add_context("inner chunk " + std::to_string(linear));
+          throw;
+        }
+      } catch (Error& e) {
+        e.add_context(read.array->describe() + ", chunk '" + shard.key + "'");
+        throw;
+      }
+    });
+  }
+}
+
 // Reads `chunks` (indices as for locate()) of targets whose stores fetch in batches: windows of
 // them fetched by one call each, the next window fetched while this one decodes. A window holds
 // values of one store, at most kBatchKeys of them and at most half of max_inflight_bytes decoded
@@ -423,9 +520,10 @@ void read_many(std::span<const ReadRequest> requests, const IoOptions& options) 
   engine::ByteBudget budget(options.max_inflight_bytes);
   const std::size_t workers = engine::worker_count(options.threads);
   auto& pool = engine::ThreadPool::shared(workers);
-  const bool any_batched = std::any_of(
-      reads.begin(), reads.end(), [](const PreparedRead& r) { return batched_gets(r) != nullptr; });
-  if (!any_batched) {
+  const bool all_single = std::all_of(reads.begin(), reads.end(), [](const PreparedRead& r) {
+    return batched_gets(r) == nullptr && shards_by_range(r) == nullptr;
+  });
+  if (all_single) {
     pool.parallel_for(first.back(), workers, [&](std::size_t i) {
       place::GridIntersection::Item item;
       const std::size_t t = locate(reads, first, i, item);
@@ -433,23 +531,22 @@ void read_many(std::span<const ReadRequest> requests, const IoOptions& options) 
     });
     return;
   }
-  // Stores that fetch many values in one call get their chunks' requests in windows; the other
-  // targets' chunks are read one request each, as above.
+  // Stores that fetch many values in one call get their chunks' requests in windows, shards read
+  // by range are read inner chunk by inner chunk, and the other targets' chunks are read one
+  // request each, as above.
   std::vector<std::size_t> batched;
+  std::vector<std::size_t> sharded;
   std::vector<std::size_t> single;
   for (std::size_t t = 0; t < reads.size(); ++t) {
-    const bool batching = batched_gets(reads[t]) != nullptr;
-    place::GridIntersection::Item item;
-    for (std::size_t i = first[t]; i < first[t + 1]; ++i) {
-      reads[t].grid.at(i - first[t], item);
-      (batching ? batched : single).push_back(i);
-    }
+    auto& into = batched_gets(reads[t]) ? batched : shards_by_range(reads[t]) ? sharded : single;
+    for (std::size_t i = first[t]; i < first[t + 1]; ++i) into.push_back(i);
   }
   pool.parallel_for(single.size(), workers, [&](std::size_t k) {
     place::GridIntersection::Item item;
     const std::size_t t = locate(reads, first, single[k], item);
     read_chunk(*reads[t].array, item, reads[t].out, budget);
   });
+  read_sharded(reads, first, sharded, budget, pool, workers);
   read_batched(reads, first, batched, budget, options.max_inflight_bytes, pool, workers);
 }
 
