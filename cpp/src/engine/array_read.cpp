@@ -23,6 +23,16 @@ constexpr std::size_t kMinRunBytes = 512;
 
 namespace {
 
+// A stored chunk larger than any encoding of it can be is refused before it is read: a hostile
+// value (or shard index) would otherwise make a read allocate whatever it claims.
+void refuse_oversized(std::uint64_t stored, const codecs::CodecChain& chain) {
+  if (stored > chain.max_stored_size()) {
+    throw CodecError("stored as " + std::to_string(stored) +
+                     " bytes, more than any encoding of it can take (" +
+                     std::to_string(chain.max_stored_size()) + ")");
+  }
+}
+
 // Ranges of one open version of a value.
 RangeReader ranges_of(const ValueReader& value) {
   return [&value](std::int64_t offset, std::int64_t length) -> std::optional<Buffer> {
@@ -89,19 +99,14 @@ void read_chunk(const Array& array, const place::GridIntersection::Item& item,
     }
     // The stored chunk, whose size is known before it is read, and the buffers its decode makes
     // (none for a chunk decompressed straight into place): large chunks decode side by side
-    // within the budget instead of one at a time under a bound of three times the chunk. A value
-    // larger than any encoding of the chunk can be is refused before it is read.
+    // within the budget instead of one at a time under a bound of three times the chunk.
     const auto value = store.open(key);
     if (!value) {
       place::fill_strided(region, meta.fill_value);
       return;
     }
     const std::uint64_t stored = value->size();
-    if (stored > chain.max_stored_size()) {
-      throw CodecError("chunk holds " + std::to_string(stored) +
-                       " bytes, more than any encoding of it can (" +
-                       std::to_string(chain.max_stored_size()) + ")");
-    }
+    refuse_oversized(stored, chain);
     const engine::BudgetLease lease(
         budget, static_cast<std::size_t>(stored) + chain.decode_scratch(item.within, region));
     chain.decode_into(value->read(0, stored), item.within, region);
@@ -311,6 +316,7 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
   constexpr std::size_t kShardWindow = 64;  // shards open at once (a file each) with their indexes
   struct OpenShard {
     std::size_t target = 0;
+    const codecs::ShardLayout* layout = nullptr;
     place::GridIntersection::Item item;  // the shard in its array's grid
     std::string key;
     std::shared_ptr<const ValueReader> value;  // null: not stored
@@ -321,13 +327,13 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
     pool.parallel_for(shards.size(), workers, [&](std::size_t k) {
       auto& shard = shards[k];
       shard.target = locate(reads, first, chunks[begin + k], shard.item);
+      shard.layout = shards_by_range(reads[shard.target]);
       const Array& array = *reads[shard.target].array;
       shard.key = join_key(array.path(), array.metadata().chunk_key_encoding.key(shard.item.chunk));
       try {
         shard.value = array.store()->open(shard.key);
         if (shard.value) {
-          shard.index = shards_by_range(reads[shard.target])
-                            ->read_index(ranges_of(*shard.value), shard.value->size());
+          shard.index = shard.layout->read_index(ranges_of(*shard.value), shard.value->size());
         }
       } catch (Error& e) {
         e.add_context(array.describe() + ", chunk '" + shard.key + "'");
@@ -340,8 +346,7 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
     grids.reserve(shards.size());
     std::vector<std::size_t> inner_first{0};
     for (const auto& shard : shards) {
-      const auto* layout = shards_by_range(reads[shard.target]);
-      grids.emplace_back(shard.item.within, layout->inner().spec().shape);
+      grids.emplace_back(shard.item.within, shard.layout->inner().spec().shape);
       inner_first.push_back(inner_first.back() + (shard.value ? grids.back().size() : 1));
     }
     pool.parallel_for(inner_first.back(), workers, [&](std::size_t i) {
@@ -354,10 +359,9 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
         place::fill_strided(region, read.array->metadata().fill_value);
         return;
       }
-      const auto* layout = shards_by_range(read);
       place::GridIntersection::Item item;
       grids[k].at(i - inner_first[k], item);
-      const std::size_t linear = place::c_order_index(item.chunk, layout->chunks_per_shard());
+      const std::size_t linear = place::c_order_index(item.chunk, shard.layout->chunks_per_shard());
       const StridedView part = place::subview(region, item.out_offset, item.count);
       try {
         try {
@@ -366,7 +370,8 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
             place::fill_strided(part, read.array->chain().spec().fill_value);
             return;
           }
-          const auto& inner = layout->inner();
+          const auto& inner = shard.layout->inner();
+          refuse_oversized(entry->nbytes, inner);
           const engine::BudgetLease lease(budget, static_cast<std::size_t>(entry->nbytes) +
                                                       inner.decode_scratch(item.within, part));
           const Buffer bytes = shard.value->read(entry->offset, entry->nbytes);
