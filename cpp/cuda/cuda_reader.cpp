@@ -289,7 +289,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
       }
       if ((leaf.route == Route::kCopy || leaf.route == Route::kDeviceDecode) &&
           end - leaf.offset >= kAnnouncedBytes) {
-        leaf.array->store()->will_need(leaf.key, leaf.offset, end - leaf.offset);
+        leaf.source().will_need(leaf.key, leaf.offset, end - leaf.offset);
       }
       i = j;
     }
@@ -536,6 +536,10 @@ void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
     std::vector<gpu::ReadTarget> now;
     now.reserve(pending.size());
     for (const std::size_t t : pending) now.push_back(planned[t]);
+    // Each attempt finds its chunks from a view of the stores taken as it starts (a local
+    // store's root opened once for the read, not per chunk).
+    StoreViews stores;
+    for (auto& target : now) target.store = &stores.of(target.array->store());
     std::vector<bool> handed_on(pending.size(), false);
     std::function<void(std::size_t)> report;
     if (completed) {

@@ -15,6 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "gpu/read_batches.hpp"
+#include "gpu/read_plan.hpp"
+#include "gpu/read_staging.hpp"
 #include "stores/file_tree.hpp"
 #include "test_util.hpp"
 #include "zarr_device/array.hpp"
@@ -206,6 +209,65 @@ TEST(LocalStoreFiles, OnlyRegularFilesAreValues) {
   EXPECT_FALSE(store->exists("arr/c/0/0"));
   EXPECT_FALSE(store->exists("file_as_dir/c/0"));
   EXPECT_EQ(store->get("arr/c/0/1"), std::nullopt);  // simply absent
+}
+
+// Sizes for planning a read come from a stat, not an open beneath the root: they may pass through
+// a link out of the tree, but what they find is never read (the read's open refuses it), and
+// every case but a regular file is answered as size() answers it.
+TEST(LocalStoreFiles, SizesToPlanAreCheckedByTheOpenThatFollows) {
+  test::TempDir dir;
+  const fs::path root = dir.path() / "root";
+  const fs::path outside = dir.path() / "outside";
+  write_file(outside / "c" / "0", "outside");
+  write_file(root / "a" / "c" / "0", "inside!!");
+  fs::create_symlink(outside, root / "arr");
+  fs::create_symlink(outside / "c" / "0", root / "chunk");
+  fs::create_symlink("0", root / "a" / "c" / "1");  // a link inside the tree
+  ASSERT_EQ(::mkfifo((root / "fifo").c_str(), 0644), 0);
+  auto store = make_local_store(root);
+  for (const auto& view : {std::shared_ptr<const Store>(store), for_one_operation(store)}) {
+    EXPECT_EQ(view->size_to_plan("a/c/0"), 8U);
+    EXPECT_EQ(view->size_to_plan("a/c/1"), 8U);
+    EXPECT_EQ(view->size_to_plan("a/c/2"), std::nullopt);
+    EXPECT_THROW((void)view->size_to_plan("chunk"), StoreError);  // a link at the end
+    EXPECT_THROW((void)view->size_to_plan("fifo"), StoreError);
+    EXPECT_THROW((void)view->size_to_plan("a"), StoreError);  // a directory
+    EXPECT_THROW((void)view->size_to_plan("../outside/c/0"), Error);
+    // Through a link out of the tree inside the path: the stat finds the file, the open that
+    // reads it refuses it.
+    EXPECT_EQ(view->size_to_plan("arr/c/0"), 7U);
+    EXPECT_THROW((void)view->open("arr/c/0"), StoreError);
+  }
+}
+
+// The GPU path's host stages read nothing from outside the tree: a chunk directory that is a
+// link out of it is planned from its stat and refused when its batch opens it.
+TEST(LocalStoreFiles, AGpuReadRefusesChunksBehindALinkOutOfTheTree) {
+  test::TempDir dir;
+  const fs::path root = dir.path() / "root";
+  auto store = make_local_store(root);
+  auto array = Array::create(store, "a", test::array_doc({4}, {2}, "int32"), false);
+  const std::vector<std::int32_t> values{1, 2, 3, 4};
+  array->write(test::full_selection(std::vector<std::int64_t>{4}),
+               {reinterpret_cast<const std::byte*>(values.data()), 16});
+  fs::rename(root / "a" / "c", dir.path() / "elsewhere");
+  fs::create_symlink(dir.path() / "elsewhere", root / "a" / "c");
+  std::vector<std::byte> out(16);
+  gpu::ReadTarget target{array.get(), {{0, 1, 4}}, StridedView{out.data(), {4}, {4}}};
+  StoreViews views;
+  target.store = &views.of(array->store());
+  auto leaves = gpu::plan_reads({&target, 1}, gpu::DeviceDecoders{}, GpuDecode::kChecked,
+                                engine::ThreadPool::shared(2), 2);
+  ASSERT_EQ(leaves.size(), 2U);
+  (void)gpu::pack_batches(leaves, 1 << 20, 1 << 20, gpu::DecodeCosts{}, 0);
+  std::vector<std::byte> host(std::size_t{1} << 20);
+  try {
+    (void)gpu::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);
+    ADD_FAILURE() << "the chunks behind the link were read";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("leads out of the store"), std::string::npos) << e.what();
+  }
+  for (const auto b : host) ASSERT_EQ(b, std::byte{0});
 }
 
 TEST(LocalStoreFiles, WritesLeaveNoTemporaryFiles) {

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "zarr_device/buffer.hpp"
@@ -89,6 +90,13 @@ class Store {
                          std::uint64_t /*length*/) const {}
   // The size of the value at `key`, nullopt when there is none. The default reads the value.
   [[nodiscard]] virtual std::optional<std::uint64_t> size(std::string_view key) const;
+  // The size of the value at `key` for planning a read that opens the value afterwards and checks
+  // its size then: nullopt only when there is none, as size() says. A store may find it more
+  // cheaply, leaving its checks to that open (a local store: one stat, not an open beneath the
+  // root; what the stat finds is never read). The default is size().
+  [[nodiscard]] virtual std::optional<std::uint64_t> size_to_plan(std::string_view key) const {
+    return size(key);
+  }
   // Where the store is, for messages ("file:///data/x.zarr", "memory://").
   [[nodiscard]] virtual std::string describe() const = 0;
   // Whether writes are refused (UsageError). A store opened read-only stays so.
@@ -123,6 +131,32 @@ class FileBacked {
   // (O_DIRECT when `direct`, where the file system has it); -1 when there is no value.
   [[nodiscard]] virtual int open_file(std::string_view key, bool direct) const = 0;
   [[nodiscard]] virtual LocalIo io() const = 0;
+};
+
+// An optional capability of stores that find every value from a root directory (local stores):
+// a read-only view of the store for one operation over many keys (a read's plan and fetch), which
+// finds them all from the root as it was when the view was made, opened once, rather than
+// opening the root's path again for every key, which threads contend for. The view must not
+// outlive the operation: a root removed and made again afterwards is not seen through it.
+class HeldRoot {
+ public:
+  virtual ~HeldRoot() = default;
+  // The view; the store itself where its root cannot be opened (none yet: every key is absent).
+  [[nodiscard]] virtual std::shared_ptr<const Store> with_root_held() const = 0;
+};
+
+// `store` viewed for one operation over many keys: its HeldRoot view where it has one, else
+// itself.
+[[nodiscard]] std::shared_ptr<const Store> for_one_operation(const std::shared_ptr<Store>& store);
+
+// The stores of one operation over many keys of several arrays (a read), each viewed once
+// (for_one_operation) and kept while this lives. Not for use from several threads at once.
+class StoreViews {
+ public:
+  [[nodiscard]] const Store& of(const std::shared_ptr<Store>& store);
+
+ private:
+  std::vector<std::pair<const Store*, std::shared_ptr<const Store>>> views_;
 };
 
 // Byte ranges of the value at one key.

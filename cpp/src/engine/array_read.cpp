@@ -46,16 +46,18 @@ struct PreparedRead {
   const Array* array;
   StridedView out;
   place::GridIntersection grid;
+  const Store* store;  // the read's view of the array's store (StoreViews)
 };
 
 // Reads one chunk of a target (item of its grid) into its place in the output. `fetched`: its
 // value, already fetched with others (nullopt inside: there is none); null: ask the store.
-void read_chunk(const Array& array, const place::GridIntersection::Item& item,
-                const StridedView& out, engine::ByteBudget& budget,
-                const std::optional<Buffer>* fetched = nullptr) {
+void read_chunk(const PreparedRead& read, const place::GridIntersection::Item& item,
+                engine::ByteBudget& budget, const std::optional<Buffer>* fetched = nullptr) {
+  const Array& array = *read.array;
+  const StridedView& out = read.out;
   const auto& meta = array.metadata();
   const auto& chain = array.chain();
-  const Store& store = *array.store();
+  const Store& store = *read.store;
   const std::size_t es = meta.dtype->size;
   const std::size_t chunk_bytes = chain.spec().nbytes();
   const std::string key = join_key(array.path(), meta.chunk_key_encoding.key(item.chunk));
@@ -331,7 +333,7 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
       const Array& array = *reads[shard.target].array;
       shard.key = join_key(array.path(), array.metadata().chunk_key_encoding.key(shard.item.chunk));
       try {
-        shard.value = array.store()->open(shard.key);
+        shard.value = reads[shard.target].store->open(shard.key);
         if (shard.value) {
           shard.index = shard.layout->read_index(ranges_of(*shard.value), shard.value->size());
         }
@@ -492,7 +494,7 @@ void read_batched(std::span<const PreparedRead> reads, std::span<const std::size
         place::GridIntersection::Item chunk;
         const std::size_t t = locate(reads, first, chunks[current.begin + k], chunk);
         if (current.whole[k]) {
-          read_chunk(*reads[t].array, chunk, reads[t].out, budget, &current.values[k]);
+          read_chunk(reads[t], chunk, budget, &current.values[k]);
         } else {
           read_shard_in_part(*reads[t].array, chunk, reads[t].out, budget, current.shards[k]);
         }
@@ -509,6 +511,7 @@ void read_batched(std::span<const PreparedRead> reads, std::span<const std::size
 }  // namespace
 
 void read_many(std::span<const ReadRequest> requests, const IoOptions& options) {
+  StoreViews stores;  // a local store's root opened once for the read, not once per chunk
   std::vector<PreparedRead> reads;
   reads.reserve(requests.size());
   std::vector<std::size_t> first{0};  // one index space over every target's chunks
@@ -518,7 +521,8 @@ void read_many(std::span<const ReadRequest> requests, const IoOptions& options) 
     const auto shape = check_selection_and_buffer(r.selection, meta.shape, es, r.out.size(),
                                                   "output buffer holds");
     reads.push_back({r.array, StridedView{r.out.data(), shape, place::c_strides(shape, es)},
-                     place::GridIntersection(r.selection, meta.chunk_shape)});
+                     place::GridIntersection(r.selection, meta.chunk_shape),
+                     &stores.of(r.array->store())});
     first.push_back(first.back() + reads.back().grid.size());
   }
   // One budget and one parallel loop for them all: no target waits for another's slowest chunk.
@@ -532,7 +536,7 @@ void read_many(std::span<const ReadRequest> requests, const IoOptions& options) 
     pool.parallel_for(first.back(), workers, [&](std::size_t i) {
       place::GridIntersection::Item item;
       const std::size_t t = locate(reads, first, i, item);
-      read_chunk(*reads[t].array, item, reads[t].out, budget);
+      read_chunk(reads[t], item, budget);
     });
     return;
   }
@@ -549,7 +553,7 @@ void read_many(std::span<const ReadRequest> requests, const IoOptions& options) 
   pool.parallel_for(single.size(), workers, [&](std::size_t k) {
     place::GridIntersection::Item item;
     const std::size_t t = locate(reads, first, single[k], item);
-    read_chunk(*reads[t].array, item, reads[t].out, budget);
+    read_chunk(reads[t], item, budget);
   });
   read_sharded(reads, first, sharded, budget, pool, workers);
   read_batched(reads, first, batched, budget, options.max_inflight_bytes, pool, workers);

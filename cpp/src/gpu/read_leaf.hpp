@@ -35,6 +35,7 @@ struct Leaf {
   const Array* array = nullptr;  // whose chunk (for messages)
   std::size_t target = 0;        // which output of the read it lands in
   std::string key;
+  const Store* store = nullptr;  // what its bytes are read from: its target's store (source())
   // The version of the stored value read: a shard's, opened when its index was read and shared
   // by its inner chunks; a whole chunk's, opened for its batch.
   std::shared_ptr<const ValueReader> value;
@@ -59,6 +60,8 @@ struct Leaf {
   std::size_t scratch = kInPlace;  // device decodes: offset in the decode scratch, or one of these
   std::size_t decode_scratch = 0;  // device decodes: bytes of decode scratch (0: decoded in place)
 
+  // The store its bytes are read from: the read's view of its array's store, or that store.
+  [[nodiscard]] const Store& source() const { return store ? *store : *array->store(); }
   // "array 'x' in file:///..., chunk 'c/0'", for messages.
   [[nodiscard]] std::string where() const { return array->describe() + ", chunk '" + key + "'"; }
 };

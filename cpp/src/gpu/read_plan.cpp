@@ -12,10 +12,12 @@
 namespace zarr_device::gpu {
 namespace {
 
-Leaf make_leaf(const Array& array, std::string key, const codecs::CodecChain& chain,
-               std::vector<DimSlice> selection, const StridedView& destination) {
+Leaf make_leaf(const Array& array, const Store& store, std::string key,
+               const codecs::CodecChain& chain, std::vector<DimSlice> selection,
+               const StridedView& destination) {
   Leaf leaf;
   leaf.array = &array;
+  leaf.store = &store;
   leaf.key = std::move(key);
   leaf.chain = &chain;
   leaf.decoded_selection = selection;
@@ -41,13 +43,14 @@ void plan_chunk(const ReadTarget& target, const place::GridIntersection::Item& i
   const Array& array = *target.array;
   const auto& meta = array.metadata();
   const auto& chain = array.chain();
-  const Store& store = *array.store();
+  const Store& store = target.store ? *target.store : *array.store();
   const std::string key = join_key(array.path(), meta.chunk_key_encoding.key(item.chunk));
   const StridedView region = place::subview(target.out, item.out_offset, item.count);
   const auto* shard = chain.shard_layout();
   if (!shard) {
-    Leaf leaf = make_leaf(array, key, chain, item.within, region);
-    if (const auto size = prefetched ? prefetched->size : store.size(key)) {
+    Leaf leaf = make_leaf(array, store, key, chain, item.within, region);
+    // Sized for the plan only: the fetch opens the chunk and checks this size (ValueChanged).
+    if (const auto size = prefetched ? prefetched->size : store.size_to_plan(key)) {
       leaf.length = *size;
       choose_route(leaf, decoders, policy);
     }
@@ -60,7 +63,7 @@ void plan_chunk(const ReadTarget& target, const place::GridIntersection::Item& i
                      : prefetched->size ? key_reader(store, key, *prefetched->size)
                                         : nullptr;
   if (!value) {
-    leaves.push_back(make_leaf(array, key, chain, item.within, region));
+    leaves.push_back(make_leaf(array, store, key, chain, item.within, region));
     return;
   }
   const ByteRange index_range =
@@ -78,8 +81,8 @@ void plan_chunk(const ReadTarget& target, const place::GridIntersection::Item& i
   for (std::size_t j = 0; j < inner_grid.size(); ++j) {
     inner_grid.at(j, sub);
     const std::size_t linear = place::c_order_index(sub.chunk, shard->chunks_per_shard());
-    Leaf leaf =
-        make_leaf(array, key, inner, sub.within, place::subview(region, sub.out_offset, sub.count));
+    Leaf leaf = make_leaf(array, store, key, inner, sub.within,
+                          place::subview(region, sub.out_offset, sub.count));
     if (index[linear]) {
       leaf.value = value;
       leaf.offset = index[linear]->offset;

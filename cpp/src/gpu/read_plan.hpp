@@ -18,6 +18,9 @@ struct ReadTarget {
   const Array* array = nullptr;
   std::vector<DimSlice> selection;
   StridedView out;
+  // Where its chunks are read from: a view of the array's store for this one read (StoreViews),
+  // or null for the array's store itself.
+  const Store* store = nullptr;
 };
 
 // The device decoders present (nvCOMP's, on this machine), by kind.

@@ -139,7 +139,7 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
   }
   pool.parallel_for(one_by_one.size(), workers, [&](std::size_t i) {
     auto& leaf = batch[one_by_one[i]];
-    leaf.value = leaf.array->store()->open(leaf.key);
+    leaf.value = leaf.source().open(leaf.key);
     check_opened(leaf);
   });
   // Inner chunks of shards (opened when planned) of such stores: each shard's in the batch in one

@@ -3,9 +3,12 @@
 // own, whatever links sit inside the tree.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -45,10 +48,21 @@ class FileTree {
   [[nodiscard]] const std::filesystem::path& root() const { return root_; }
   [[nodiscard]] Resolver resolver() const { return resolver_; }
 
+  // The same tree with its root opened now and kept open by the copy: every path the copy opens
+  // is resolved from that directory, not from the root's path again. For one operation over many
+  // keys (a read), whose lookups all belong to the moment it started; nullopt when the root
+  // cannot be opened (errno set: ENOENT when there is none yet).
+  [[nodiscard]] std::optional<FileTree> with_root_held() const;
+  [[nodiscard]] bool holds_root() const { return held_ != nullptr; }
+
   // open(2) of `path` (relative, already validated; "" is the root itself) with `flags`; returns
   // the descriptor, or -1 with errno set: ENOENT when nothing is there (or no root yet), EXDEV
   // when the path would leave the tree through a symbolic link, ELOOP for too many links.
   [[nodiscard]] int open(std::string_view path, int flags, mode_t mode = 0) const;
+  // fstatat(2) of `path` (relative, already validated) from the root, not following a link at its
+  // end; false with errno set on failure. Links inside the path are followed wherever they lead:
+  // what it finds must not be trusted as beneath the root until open() opens it.
+  [[nodiscard]] bool stat_unchecked(std::string_view path, struct stat& st) const;
   // A directory descriptor (O_PATH) of `path`, creating it and its missing parents (the root
   // included) as needed; -1 with errno set on failure.
   [[nodiscard]] int open_dir_creating(std::string_view path) const;
@@ -57,9 +71,11 @@ class FileTree {
   [[nodiscard]] int walk(int root, std::string_view path, int flags, mode_t mode) const;
 
   // The root is opened for each operation, not kept: a tree whose root directory is removed and
-  // made again must write into the new one, not into the removed one.
+  // made again must write into the new one, not into the removed one. Only a copy made by
+  // with_root_held, which lives as long as one operation, keeps it (`held_`).
   std::filesystem::path root_;
   Resolver resolver_;
+  std::shared_ptr<const FileHandle> held_;
 };
 
 // Names the local store keeps for itself inside a tree, hidden from listings: temporary files of

@@ -82,6 +82,19 @@ class BufferReader final : public ValueReader {
 
 }  // namespace
 
+std::shared_ptr<const Store> for_one_operation(const std::shared_ptr<Store>& store) {
+  if (const auto* held = dynamic_cast<const HeldRoot*>(store.get())) return held->with_root_held();
+  return store;
+}
+
+const Store& StoreViews::of(const std::shared_ptr<Store>& store) {
+  for (const auto& [viewed, view] : views_) {
+    if (viewed == store.get()) return *view;
+  }
+  views_.emplace_back(store.get(), for_one_operation(store));
+  return *views_.back().second;
+}
+
 std::shared_ptr<const ValueReader> reader_of(Buffer value) {
   return std::make_shared<BufferReader>(std::move(value));
 }
