@@ -416,27 +416,35 @@ TEST_P(Array, ErrorsNameTheArrayAndTheChunk) {
   }
 }
 
-// A bytes->bytes codec that stores its input as it is and, decoding, waits a little while it
-// counts the decodes running at once.
+// A bytes->bytes codec that stores its input as it is and, decoding or encoding, waits a little
+// while it counts the decodes (or encodes) running at once.
 struct Overlap {
   std::atomic<int> now{0};
   std::atomic<int> most{0};
+
+  void wait_counted() {
+    const int running = ++now;
+    for (int seen = most; running > seen && !most.compare_exchange_weak(seen, running);) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    --now;
+  }
 };
-Overlap overlap;
+Overlap overlap;         // decodes
+Overlap encode_overlap;  // encodes
 
 class OverlapCodec final : public zd::BytesToBytesCodec {
  public:
   [[nodiscard]] std::string_view name() const override { return "test.overlap"; }
   [[nodiscard]] json to_json() const override { return {{"name", "test.overlap"}}; }
   [[nodiscard]] zd::Buffer decode(const zd::Buffer& encoded, zd::DecodedSize) const override {
-    const int now = ++overlap.now;
-    for (int most = overlap.most; now > most && !overlap.most.compare_exchange_weak(most, now);) {
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    --overlap.now;
+    overlap.wait_counted();
     return encoded;
   }
-  [[nodiscard]] zd::Buffer encode(const zd::Buffer& decoded) const override { return decoded; }
+  [[nodiscard]] zd::Buffer encode(const zd::Buffer& decoded) const override {
+    encode_overlap.wait_counted();
+    return decoded;
+  }
 };
 
 // A read leases a chunk's stored bytes and the buffers its decode makes: chunks decompressed
@@ -490,6 +498,44 @@ TEST_P(Array, TheInnerChunksOfAShardDecodeSideBySide) {
   EXPECT_EQ(read_all(*a, IoOptions{4}), model);
   const std::vector<DimSlice> rows = {{3, 2, 20}, {5, 3, 40}};
   EXPECT_EQ(read(*a, rows, IoOptions{4}), zd::test::naive_select(model, shape, rows, 4));
+}
+
+// The inner chunks of one shard encode on several threads, even when the budget holds one shard
+// at a time: a write of a large shard is not one thread's work.
+TEST_P(Array, TheInnerChunksOfAShardEncodeSideBySide) {
+  register_overlap_codec();
+  const std::vector<std::int64_t> shape = {128, 128};  // two shards of 8 inner chunks each
+  auto a = create(array_doc(
+      shape, {64, 128}, "int32", 0,
+      sharded_codecs({8, 128}, json::parse(R"([{"name": "bytes"}, {"name": "test.overlap"}])"))));
+  Bytes model = zd::test::random_bytes(128 * 128 * 4, 29);
+  // Rows 8-15 all fill value: that inner chunk is left out of its shard.
+  std::fill(model.begin() + 8 * 128 * 4, model.begin() + 16 * 128 * 4, std::byte{0});
+  encode_overlap.most = 0;
+  a->write(zd::test::full_selection(shape), model, IoOptions{4, 1});
+  EXPECT_GE(encode_overlap.most.load(), 2);
+  EXPECT_EQ(read_all(*a, IoOptions{4}), model);
+  // A write into part of a shard reads it, updates it and encodes it the same way.
+  const std::vector<DimSlice> part = {{60, 1, 10}, {3, 5, 20}};
+  const Bytes values = zd::test::random_bytes(10 * 20 * 4, 31);
+  a->write(part, values, IoOptions{4, 1});
+  zd::test::naive_assign(model, shape, part, values, 4);
+  EXPECT_EQ(read_all(*a, IoOptions{4}), model);
+  // A shard across the array's edge (rows 64-99 of its 128) is filled past the edge first; a
+  // strided selection that covers no shard whole updates both.
+  store_->erase_prefix("");
+  const std::vector<std::int64_t> edge_shape = {100, 128};
+  auto b = create(
+      array_doc(edge_shape, {64, 128}, "int32", 0,
+                sharded_codecs({8, 128}, json::parse(R"([{"name": "bytes"}, {"name": "zstd"}])"))));
+  Bytes edge_model = zd::test::random_bytes(100 * 128 * 4, 37);
+  b->write(zd::test::full_selection(edge_shape), edge_model, IoOptions{4, 1});
+  EXPECT_EQ(read_all(*b, IoOptions{4}), edge_model);
+  const std::vector<DimSlice> strided = {{1, 3, 33}, {0, 2, 64}};
+  const Bytes update = zd::test::random_bytes(33 * 64 * 4, 41);
+  b->write(strided, update, IoOptions{4, 1});
+  zd::test::naive_assign(edge_model, edge_shape, strided, update, 4);
+  EXPECT_EQ(read_all(*b, IoOptions{4}), edge_model);
 }
 
 TEST_P(Array, ConcurrencyWithATinyByteBudget) {

@@ -114,6 +114,16 @@ class ShardLayout {
       std::span<const std::optional<std::size_t>> sizes, const ChunkWriter& write_chunk) const = 0;
   // The same from encoded chunks.
   [[nodiscard]] std::optional<Buffer> assemble(std::span<const std::optional<Buffer>> chunks) const;
+  // Runs body(i) for every i in [0, n), in any order and on any threads, returning when all have.
+  using ForEach = std::function<void(std::size_t n, const std::function<void(std::size_t)>& body)>;
+  // Encodes a shard (of the chain's shape, its elements at `shard` with byte `strides`: the
+  // caller's values, or a C-contiguous copy), as the chain's encode() does, with its inner chunks
+  // encoded through `for_each`: an engine hands its thread pool, so that a shard's chunks are not
+  // one thread's work (encode() runs them one after another). Inner chunks all fill value are
+  // left out; nullopt when all are: nothing to store.
+  [[nodiscard]] virtual std::optional<Buffer> encode_shard(const std::byte* shard,
+                                                           std::span<const std::int64_t> strides,
+                                                           const ForEach& for_each) const = 0;
 };
 
 }  // namespace zarr_device::codecs

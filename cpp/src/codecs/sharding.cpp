@@ -1,6 +1,7 @@
 // sharding_indexed: an array->bytes codec storing a grid of inner chunks plus an index of
 // (offset, nbytes) pairs. Decoding checks every index entry before trusting it.
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -183,23 +184,35 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
 
   std::optional<Buffer> encode(const ChunkSpec& spec,
                                std::span<const std::byte> shard) const override {
-    const auto& inner = inner_.spec();
-    const std::size_t es = spec.dtype->size;
-    const auto shard_strides = place::c_strides(spec.shape, es);
-    ByteArray scratch(inner.nbytes());
-    const StridedView scratch_view{scratch.data(), inner.shape, place::c_strides(inner.shape, es)};
-    std::vector<std::int64_t> coords(chunks_per_shard_.size(), 0);
-    std::vector<std::optional<Buffer>> chunks(num_inner_);
-    for (std::size_t i = 0; i < num_inner_; ++i) {
-      place::c_order_coords(i, chunks_per_shard_, coords);
-      std::int64_t src_offset = 0;
-      for (std::size_t d = 0; d < coords.size(); ++d) {
-        src_offset += coords[d] * inner.shape[d] * shard_strides[d];
-      }
-      place::copy_strided(shard.data() + src_offset, shard_strides, scratch_view, es);
-      if (place::is_all_fill(scratch.span(), inner.fill_value)) continue;
-      chunks[i] = inner_.encode(scratch.span());
+    if (shard.size() != spec.nbytes()) {
+      throw UsageError("a shard of " + std::to_string(spec.nbytes()) + " bytes given " +
+                       std::to_string(shard.size()));
     }
+    return encode_shard(shard.data(), place::c_strides(spec.shape, spec.dtype->size),
+                        [](std::size_t n, const std::function<void(std::size_t)>& body) {
+                          for (std::size_t i = 0; i < n; ++i) body(i);
+                        });
+  }
+
+  std::optional<Buffer> encode_shard(const std::byte* shard, std::span<const std::int64_t> strides,
+                                     const ForEach& for_each) const override {
+    const auto& inner = inner_.spec();
+    const std::size_t es = inner.dtype->size;
+    const auto inner_strides = place::c_strides(inner.shape, es);
+    std::vector<std::optional<Buffer>> chunks(num_inner_);
+    for_each(num_inner_, [&](std::size_t i) {
+      std::vector<std::int64_t> coords(chunks_per_shard_.size(), 0);
+      place::c_order_coords(i, chunks_per_shard_, coords);
+      std::int64_t offset = 0;
+      for (std::size_t d = 0; d < coords.size(); ++d) {
+        offset += coords[d] * inner.shape[d] * strides[d];
+      }
+      ByteArray scratch(inner.nbytes());
+      place::copy_strided(shard + offset, strides,
+                          StridedView{scratch.data(), inner.shape, inner_strides}, es);
+      if (place::is_all_fill(scratch.span(), inner.fill_value)) return;
+      chunks[i] = inner_.encode(scratch.span());
+    });
     return assemble(chunks);
   }
 

@@ -159,29 +159,66 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
   const auto& chunk_shape = metadata_.chunk_shape;
   const auto chunk_strides = place::c_strides(chunk_shape, es);
   const std::size_t chunk_bytes = chain_->spec().nbytes();
-  const std::size_t decode_memory = chain_->decode_memory();
   engine::ByteBudget budget(options.max_inflight_bytes);
   const std::size_t workers = engine::worker_count(options.threads);
+  auto& pool = engine::ThreadPool::shared(workers);
+  // A shard's inner chunks are encoded side by side on the pool (encode_shard), each into a
+  // scratch chunk of its own: as many shards at once as the budget holds take a thread each, and
+  // the other threads encode their chunks, rather than waiting for budget while one thread
+  // encodes a whole shard (a 64 MiB shard of 1 MiB zstd chunks: 64 compressions in a row). A
+  // shard that the values cover, inside the array, encodes straight from them.
+  const auto* shards = chain_->shard_layout();
+  // What encoding holds: a shard's encoded chunks and the shard assembled from them (each at
+  // most the stored bound) and a scratch chunk per thread; a chunk's encoded bytes at most the
+  // chain's buffers (decode_memory bounds them). Plus the chunk itself where it is made here.
+  const std::size_t encode_bytes =
+      shards ? 2 * chain_->max_stored_size() + workers * shards->inner().spec().nbytes()
+             : chain_->decode_memory();
+  const std::size_t chunks_at_once =
+      shards ? std::clamp<std::size_t>(options.max_inflight_bytes / encode_bytes, 1, workers)
+             : workers;
+  const codecs::ShardLayout::ForEach on_pool = [&](std::size_t n,
+                                                   const std::function<void(std::size_t)>& body) {
+    pool.parallel_for(n, workers, body);
+  };
 
-  engine::ThreadPool::shared(workers).parallel_for(grid.size(), workers, [&](std::size_t i) {
+  pool.parallel_for(grid.size(), chunks_at_once, [&](std::size_t i) {
     place::GridIntersection::Item item;
     grid.at(i, item);
     const std::string key = join_key(path_, metadata_.chunk_key_encoding.key(item.chunk));
     try {
-      engine::BudgetLease lease(budget, chunk_bytes + decode_memory);
-      // Every chunk write holds the chunk's lock, so a read-modify-write here or elsewhere never
-      // puts back what it read before another write of the chunk.
-      const auto lock = store_->lock_chunk(path_, key);
-      ByteArray chunk(chunk_bytes);
-      const StridedView chunk_view{chunk.data(), chunk_shape, chunk_strides};
-      // Does the selection cover every element of the chunk inside the array?
+      // Does the selection cover every element of the chunk inside the array, and is the whole
+      // chunk inside it?
       bool covers = true;
+      bool inside_array = true;
+      std::int64_t src_offset = 0;
       for (std::size_t d = 0; d < chunk_shape.size(); ++d) {
         const std::int64_t inside =
             std::min(chunk_shape[d], metadata_.shape[d] - item.chunk[d] * chunk_shape[d]);
         const auto& w = item.within[d];
         if (!(w.start == 0 && w.count == inside && (w.step == 1 || inside == 1))) covers = false;
+        if (inside != chunk_shape[d]) inside_array = false;
+        src_offset += item.out_offset[d] * value_strides[d];
       }
+      const bool from_values = shards && covers && inside_array;
+      engine::BudgetLease lease(budget, encode_bytes + (from_values ? 0 : chunk_bytes));
+      // Every chunk write holds the chunk's lock, so a read-modify-write here or elsewhere never
+      // puts back what it read before another write of the chunk.
+      const auto lock = store_->lock_chunk(path_, key);
+      const auto store_or_erase = [&](const std::optional<Buffer>& encoded) {
+        if (encoded) {
+          store_->set(key, encoded->span());
+        } else {
+          store_->erase(key);
+        }
+      };
+      if (from_values) {
+        // Inner chunks all fill value are left out, and a shard of only those is erased.
+        store_or_erase(shards->encode_shard(values.data() + src_offset, value_strides, on_pool));
+        return;
+      }
+      ByteArray chunk(chunk_bytes);
+      const StridedView chunk_view{chunk.data(), chunk_shape, chunk_strides};
       std::optional<Buffer> existing;
       if (!covers) existing = store_->get(key);
       if (existing) {
@@ -198,21 +235,16 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
         target.data += item.within[d].start * chunk_strides[d];
         target.byte_strides.push_back(item.within[d].step * chunk_strides[d]);
       }
-      std::int64_t src_offset = 0;
-      for (std::size_t d = 0; d < chunk_shape.size(); ++d) {
-        src_offset += item.out_offset[d] * value_strides[d];
-      }
       place::copy_strided(values.data() + src_offset, value_strides, target, es);
+      if (shards) {
+        store_or_erase(shards->encode_shard(chunk.data(), chunk_strides, on_pool));
+        return;
+      }
       if (place::is_all_fill(chunk.span(), metadata_.fill_value)) {
         store_->erase(key);
         return;
       }
-      auto encoded = chain_->encode(chunk.span());
-      if (encoded) {
-        store_->set(key, encoded->span());
-      } else {
-        store_->erase(key);
-      }
+      store_or_erase(chain_->encode(chunk.span()));
     } catch (Error& e) {
       e.add_context(describe() + ", chunk '" + key + "'");
       throw;
