@@ -226,6 +226,7 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
         all.reserve(chunk_shape.size());
         for (auto e : chunk_shape) all.push_back({0, 1, e});
         chain_->decode_into(*existing, all, chunk_view);
+        existing.reset();  // freed before encoding: the lease counts one or the other, not both
       } else {
         place::fill_strided(chunk_view, metadata_.fill_value);
       }
