@@ -410,6 +410,7 @@ void Writer::store(WriteSlot& slot, std::span<WriteItem> items) {
         return std::span{slot.host + leaf.host, leaf_bytes_};
       };
       std::optional<Buffer> value;
+      std::optional<codecs::ShardLayout::Pieces> pieces;  // a shard written as its pieces
       if (shard_ && only_checksums) {
         std::vector<std::optional<std::size_t>> sizes(item.leaves.size());
         for (std::size_t j = 0; j < item.leaves.size(); ++j) {
@@ -432,12 +433,18 @@ void Writer::store(WriteSlot& slot, std::span<WriteItem> items) {
           for (const auto& codec : cpu_codecs) chunk = codec->encode(chunk);
           encoded[j] = std::move(chunk);
         }
-        value = shard_ ? shard_->assemble(encoded) : encoded[0];
+        if (shard_) {
+          pieces = shard_->pieces(std::move(encoded));
+        } else {
+          value = std::move(encoded[0]);
+        }
       }
       // Under the chunk's lock, like every chunk write, so that a read-modify-write of the same
       // chunk elsewhere cannot put back what it read before this write.
       const auto lock = store.lock_chunk(array_.path(), item.key);
-      if (value) {
+      if (pieces) {
+        store.set_pieces(item.key, pieces->parts);
+      } else if (value) {
         store.set(item.key, value->span());
       } else {
         store.erase(item.key);

@@ -9,6 +9,7 @@
 
 #include "codecs/codec_chain.hpp"
 #include "codecs/crc32c.hpp"
+#include "place/strided_copy.hpp"
 #include "test_util.hpp"
 
 namespace zarr_device {
@@ -201,6 +202,44 @@ TEST(Sharding, RoundTripWithIndexAtStartAndEnd) {
       }
     }
   }
+}
+
+// A shard encoded as its pieces (what the engine hands a store to write without copying it
+// whole) holds the stored chunks and the index, in the order of the shard the codec encodes.
+TEST(Sharding, AShardsPiecesAreTheEncodedShardInOrder) {
+  for (const char* location : {"start", "end"}) {
+    SCOPED_TRACE(location);
+    const auto spec = make_spec(kShard, "int32", test::le_bytes(0, 4));
+    const CodecChain chain(sharding(kInner, kPlain, location), spec);
+    const Bytes data = shard_data(kShard, kInner, {2}, 0, 10);
+    const Bytes whole = test::to_bytes(*chain.encode(data));
+    const auto* layout = chain.shard_layout();
+    ASSERT_NE(layout, nullptr);
+    const auto pieces =
+        layout->encode_shard(data.data(), place::c_strides(kShard, 4),
+                             [](std::size_t n, const std::function<void(std::size_t)>& body) {
+                               for (std::size_t i = n; i-- > 0;) body(i);  // any order
+                             });
+    ASSERT_TRUE(pieces.has_value());
+    ASSERT_EQ(pieces->parts.size(), 4U);  // three stored chunks and the index
+    const std::size_t index_part = std::string(location) == "start" ? 0 : 3;
+    EXPECT_EQ(pieces->parts[index_part].size(), 4 * 16 + 4);
+    Bytes joined;
+    for (const auto& part : pieces->parts) joined.insert(joined.end(), part.begin(), part.end());
+    EXPECT_EQ(joined, whole);
+    EXPECT_EQ(pieces->size(), whole.size());
+    EXPECT_EQ(test::to_bytes(pieces->joined()), whole);
+  }
+  // A shard all fill value has no pieces: nothing to store.
+  const auto spec = make_spec(kShard, "int32", test::le_bytes(5, 4));
+  const CodecChain chain(sharding(kInner, kPlain), spec);
+  const Bytes fill = shard_data(kShard, kInner, {0, 1, 2, 3}, 5, 1);
+  EXPECT_FALSE(chain.shard_layout()
+                   ->encode_shard(fill.data(), place::c_strides(kShard, 4),
+                                  [](std::size_t n, const std::function<void(std::size_t)>& body) {
+                                    for (std::size_t i = 0; i < n; ++i) body(i);
+                                  })
+                   .has_value());
 }
 
 TEST(Sharding, AllFillShardEncodesToNothing) {

@@ -87,6 +87,31 @@ TEST_P(Stores, SetGetOverwrite) {
   EXPECT_EQ(get("copy"), "abc");
 }
 
+// A value given as pieces is stored as their concatenation, atomically like set(): empty pieces,
+// one piece, more pieces than one writev takes, and a value replaced by a shorter one.
+TEST_P(Stores, SetPiecesStoresTheJoinedValue) {
+  const auto set_pieces = [&](std::string_view key, const std::vector<std::string>& parts) {
+    std::vector<std::span<const std::byte>> pieces;
+    for (const auto& p : parts) pieces.push_back(std::as_bytes(std::span(p.data(), p.size())));
+    store_->set_pieces(key, pieces);
+  };
+  set_pieces("a/c/0", {"index", "", "chunk one", "", "chunk two"});
+  EXPECT_EQ(get("a/c/0"), "indexchunk onechunk two");
+  set_pieces("a/c/0", {"short"});
+  EXPECT_EQ(get("a/c/0"), "short");
+  set_pieces("a/c/1", {});
+  EXPECT_EQ(get("a/c/1"), "");
+  std::vector<std::string> many;
+  std::string joined;
+  for (int i = 0; i < 3000; ++i) {  // past IOV_MAX (1024)
+    many.push_back(std::to_string(i) + (i % 7 == 0 ? "" : ","));
+    joined += many.back();
+  }
+  set_pieces("a/c/2", many);
+  EXPECT_EQ(get("a/c/2"), joined);
+  EXPECT_THROW(set_pieces("../outside", {"x"}), UsageError);
+}
+
 TEST_P(Stores, ByteRanges) {
   set("k", "0123456789");
   EXPECT_EQ(get("k", {0, -1}), "0123456789");

@@ -75,6 +75,10 @@ class Store {
   [[nodiscard]] virtual std::shared_ptr<const ValueReader> open(std::string_view key) const;
   // Stores a value atomically: readers see the old value or the new one, never a part.
   virtual void set(std::string_view key, std::span<const std::byte> value) = 0;
+  // The same for a value made of pieces, in order (a shard: its inner chunks and its index), so
+  // that a store that can write them as they are needs no copy of the whole value. The default
+  // joins them and calls set().
+  virtual void set_pieces(std::string_view key, std::span<const std::span<const std::byte>> pieces);
   // Removes a value; no error when there is none.
   virtual void erase(std::string_view key) = 0;
   // Removes every key under `prefix` (a directory-like path; "" is everything).

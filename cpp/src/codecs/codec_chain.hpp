@@ -112,16 +112,32 @@ class ShardLayout {
   using ChunkWriter = std::function<void(std::size_t, std::span<std::byte>)>;
   [[nodiscard]] virtual std::optional<Buffer> assemble(
       std::span<const std::optional<std::size_t>> sizes, const ChunkWriter& write_chunk) const = 0;
-  // The same from encoded chunks.
-  [[nodiscard]] std::optional<Buffer> assemble(std::span<const std::optional<Buffer>> chunks) const;
+  // A stored shard as the pieces it is made of, in the order the shard holds them (its index
+  // and its stored inner chunks), so that a store can write it without first copying it whole
+  // into one buffer (Store::set_pieces). `chunks` holds the buffers the parts point into.
+  struct Pieces {
+    std::vector<Buffer> chunks;
+    Buffer index;
+    std::vector<std::span<const std::byte>> parts;
+    [[nodiscard]] std::size_t size() const;
+    [[nodiscard]] Buffer joined() const;
+  };
+  // The pieces of a shard of encoded chunks (C order, nullopt where not stored); nullopt when
+  // none is stored: there is nothing to write.
+  [[nodiscard]] std::optional<Pieces> pieces(std::vector<std::optional<Buffer>> chunks) const;
+  // The encoded index of a shard whose inner chunks take these stored sizes, laid out in C order
+  // (after the index when it comes first); nullopt when none is stored. And where it goes.
+  [[nodiscard]] virtual std::optional<Buffer> encode_index(
+      std::span<const std::optional<std::size_t>> sizes) const = 0;
+  [[nodiscard]] virtual bool index_at_start() const = 0;
   // Runs body(i) for every i in [0, n), in any order and on any threads, returning when all have.
   using ForEach = std::function<void(std::size_t n, const std::function<void(std::size_t)>& body)>;
   // Encodes a shard (of the chain's shape, its elements at `shard` with byte `strides`: the
   // caller's values, or a C-contiguous copy), as the chain's encode() does, with its inner chunks
   // encoded through `for_each`: an engine hands its thread pool, so that a shard's chunks are not
   // one thread's work (encode() runs them one after another). Inner chunks all fill value are
-  // left out; nullopt when all are: nothing to store.
-  [[nodiscard]] virtual std::optional<Buffer> encode_shard(const std::byte* shard,
+  // left out; nullopt when all are: nothing to store. The shard comes as its pieces.
+  [[nodiscard]] virtual std::optional<Pieces> encode_shard(const std::byte* shard,
                                                            std::span<const std::int64_t> strides,
                                                            const ForEach& for_each) const = 0;
 };

@@ -188,13 +188,16 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
       throw UsageError("a shard of " + std::to_string(spec.nbytes()) + " bytes given " +
                        std::to_string(shard.size()));
     }
-    return encode_shard(shard.data(), place::c_strides(spec.shape, spec.dtype->size),
-                        [](std::size_t n, const std::function<void(std::size_t)>& body) {
-                          for (std::size_t i = 0; i < n; ++i) body(i);
-                        });
+    const auto pieces =
+        encode_shard(shard.data(), place::c_strides(spec.shape, spec.dtype->size),
+                     [](std::size_t n, const std::function<void(std::size_t)>& body) {
+                       for (std::size_t i = 0; i < n; ++i) body(i);
+                     });
+    if (!pieces) return std::nullopt;
+    return pieces->joined();
   }
 
-  std::optional<Buffer> encode_shard(const std::byte* shard, std::span<const std::int64_t> strides,
+  std::optional<Pieces> encode_shard(const std::byte* shard, std::span<const std::int64_t> strides,
                                      const ForEach& for_each) const override {
     const auto& inner = inner_.spec();
     const std::size_t es = inner.dtype->size;
@@ -213,37 +216,42 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
       if (place::is_all_fill(scratch.span(), inner.fill_value)) return;
       chunks[i] = inner_.encode(scratch.span());
     });
-    return assemble(chunks);
+    return pieces(std::move(chunks));
   }
 
-  using ShardLayout::assemble;
-  std::optional<Buffer> assemble(std::span<const std::optional<std::size_t>> sizes,
-                                 const ChunkWriter& write_chunk) const override {
+  [[nodiscard]] bool index_at_start() const override { return index_at_start_; }
+
+  std::optional<Buffer> encode_index(
+      std::span<const std::optional<std::size_t>> sizes) const override {
     if (sizes.size() != num_inner_) {
       throw UsageError("a shard of " + std::to_string(num_inner_) + " chunks given " +
                        std::to_string(sizes.size()));
     }
-    std::vector<IndexEntry> index(num_inner_, {kMissing, kMissing});
+    if (std::none_of(sizes.begin(), sizes.end(), [](const auto& n) { return n.has_value(); })) {
+      return std::nullopt;
+    }
+    std::vector<std::uint64_t> flat(num_inner_ * 2, kMissing);
     std::uint64_t offset = index_at_start_ ? index_size_ : 0;
     for (std::size_t i = 0; i < num_inner_; ++i) {
       if (!sizes[i]) continue;
-      index[i] = {offset, *sizes[i]};
+      flat[2 * i] = offset;
+      flat[2 * i + 1] = *sizes[i];
       offset += *sizes[i];
     }
-    if (std::all_of(index.begin(), index.end(), [](const IndexEntry& e) { return e.missing(); })) {
-      return std::nullopt;
-    }
-    std::vector<std::uint64_t> flat(num_inner_ * 2);
-    for (std::size_t i = 0; i < num_inner_; ++i) {
-      flat[2 * i] = index[i].offset;
-      flat[2 * i + 1] = index[i].nbytes;
-    }
-    auto encoded_index = index_.encode(
+    auto encoded = index_.encode(
         {reinterpret_cast<const std::byte*>(flat.data()), flat.size() * sizeof(std::uint64_t)});
-    if (!encoded_index || encoded_index->size() != index_size_) {
+    if (!encoded || encoded->size() != index_size_) {
       throw CodecError("shard index encoded to an unexpected size");
     }
-    const std::size_t data_size = offset - (index_at_start_ ? index_size_ : 0);
+    return encoded;
+  }
+
+  std::optional<Buffer> assemble(std::span<const std::optional<std::size_t>> sizes,
+                                 const ChunkWriter& write_chunk) const override {
+    const auto encoded_index = encode_index(sizes);
+    if (!encoded_index) return std::nullopt;
+    std::size_t data_size = 0;
+    for (const auto& n : sizes) data_size += n.value_or(0);
     ByteArray out(data_size + index_size_);
     std::byte* p = out.data();
     if (index_at_start_) {
@@ -393,14 +401,41 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
 
 }  // namespace
 
-std::optional<Buffer> ShardLayout::assemble(std::span<const std::optional<Buffer>> chunks) const {
+std::optional<ShardLayout::Pieces> ShardLayout::pieces(
+    std::vector<std::optional<Buffer>> chunks) const {
   std::vector<std::optional<std::size_t>> sizes(chunks.size());
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     if (chunks[i]) sizes[i] = chunks[i]->size();
   }
-  return assemble(sizes, [&](std::size_t i, std::span<std::byte> place) {
-    if (!place.empty()) std::memcpy(place.data(), chunks[i]->data(), place.size());
-  });
+  auto index = encode_index(sizes);
+  if (!index) return std::nullopt;
+  Pieces out;
+  out.index = std::move(*index);
+  out.chunks.reserve(chunks.size());
+  for (auto& c : chunks) {
+    if (c) out.chunks.push_back(std::move(*c));
+  }
+  out.parts.reserve(out.chunks.size() + 1);
+  if (index_at_start()) out.parts.push_back(out.index.span());
+  for (const auto& c : out.chunks) out.parts.push_back(c.span());
+  if (!index_at_start()) out.parts.push_back(out.index.span());
+  return out;
+}
+
+std::size_t ShardLayout::Pieces::size() const {
+  std::size_t total = 0;
+  for (const auto& p : parts) total += p.size();
+  return total;
+}
+
+Buffer ShardLayout::Pieces::joined() const {
+  ByteArray out(size());
+  std::byte* p = out.data();
+  for (const auto& part : parts) {
+    if (!part.empty()) std::memcpy(p, part.data(), part.size());
+    p += part.size();
+  }
+  return std::move(out).freeze();
 }
 
 std::vector<ByteRange> ShardLayout::wanted_ranges(std::span<const std::optional<Entry>> index,

@@ -168,11 +168,12 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
   // encodes a whole shard (a 64 MiB shard of 1 MiB zstd chunks: 64 compressions in a row). A
   // shard that the values cover, inside the array, encodes straight from them.
   const auto* shards = chain_->shard_layout();
-  // What encoding holds: a shard's encoded chunks and the shard assembled from them (each at
-  // most the stored bound) and a scratch chunk per thread; a chunk's encoded bytes at most the
-  // chain's buffers (decode_memory bounds them). Plus the chunk itself where it is made here.
+  // What encoding holds: a shard's encoded chunks (at most the stored bound; the store writes
+  // them as they are, with no copy of the whole shard) and a scratch chunk per thread; a chunk's
+  // encoded bytes at most the chain's buffers (decode_memory bounds them). Plus the chunk itself
+  // where it is made here.
   const std::size_t encode_bytes =
-      shards ? 2 * chain_->max_stored_size() + workers * shards->inner().spec().nbytes()
+      shards ? chain_->max_stored_size() + workers * shards->inner().spec().nbytes()
              : chain_->decode_memory();
   const std::size_t chunks_at_once =
       shards ? std::clamp<std::size_t>(options.max_inflight_bytes / encode_bytes, 1, workers)
@@ -212,9 +213,16 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
           store_->erase(key);
         }
       };
+      const auto store_shard = [&](const std::optional<codecs::ShardLayout::Pieces>& shard) {
+        if (shard) {
+          store_->set_pieces(key, shard->parts);
+        } else {
+          store_->erase(key);
+        }
+      };
       if (from_values) {
         // Inner chunks all fill value are left out, and a shard of only those is erased.
-        store_or_erase(shards->encode_shard(values.data() + src_offset, value_strides, on_pool));
+        store_shard(shards->encode_shard(values.data() + src_offset, value_strides, on_pool));
         return;
       }
       ByteArray chunk(chunk_bytes);
@@ -238,7 +246,7 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
       }
       place::copy_strided(values.data() + src_offset, value_strides, target, es);
       if (shards) {
-        store_or_erase(shards->encode_shard(chunk.data(), chunk_strides, on_pool));
+        store_shard(shards->encode_shard(chunk.data(), chunk_strides, on_pool));
         return;
       }
       if (place::is_all_fill(chunk.span(), metadata_.fill_value)) {

@@ -343,11 +343,18 @@ class LocalStore final : public Store, public FileBacked, public HeldRoot {
   }
 
   void set(std::string_view key, std::span<const std::byte> value) override {
+    set_pieces(key, std::span<const std::span<const std::byte>>(&value, 1));
+  }
+
+  // The pieces go to the file as they are (writev): a shard's chunks are not copied into one
+  // buffer first.
+  void set_pieces(std::string_view key,
+                  std::span<const std::span<const std::byte>> pieces) override {
     check_writable();
     validate_key(key);
     const FileHandle dir(tree_.open_dir_creating(path_parent(key)));
     if (!dir.valid()) fail("create the directory of", key, errno);
-    write_replacing(dir.get(), key, value);
+    write_replacing(dir.get(), key, pieces);
   }
 
   void erase(std::string_view key) override {
@@ -506,20 +513,36 @@ class LocalStore final : public Store, public FileBacked, public HeldRoot {
     return value;
   }
 
-  void write_all(int fd, std::span<const std::byte> value, std::string_view key) const {
-    std::size_t done = 0;
-    while (done < value.size()) {
-      const auto n = ::write(fd, value.data() + done, value.size() - done);
+  // Writes the pieces in order, as many at a time as one writev takes, resuming after a short
+  // write.
+  void write_all(int fd, std::span<const std::span<const std::byte>> pieces,
+                 std::string_view key) const {
+    std::vector<iovec> left;
+    left.reserve(pieces.size());
+    for (const auto& p : pieces) {
+      // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): iovec has no const variant
+      if (!p.empty()) left.push_back({const_cast<std::byte*>(p.data()), p.size()});
+    }
+    std::size_t first = 0;
+    while (first < left.size()) {
+      const int count = static_cast<int>(std::min<std::size_t>(left.size() - first, IOV_MAX));
+      const auto n = ::writev(fd, left.data() + first, count);
       if (n < 0) {
         if (errno == EINTR) continue;
         fail("write", key, errno);
       }
-      done += static_cast<std::size_t>(n);
+      auto done = static_cast<std::size_t>(n);
+      while (first < left.size() && done >= left[first].iov_len) done -= left[first++].iov_len;
+      if (done > 0) {
+        left[first].iov_base = static_cast<std::byte*>(left[first].iov_base) + done;
+        left[first].iov_len -= done;
+      }
     }
   }
 
-  // Writes `value` into a file of its own in `dir`, then renames it over the key's name.
-  void write_replacing(int dir, std::string_view key, std::span<const std::byte> value) const {
+  // Writes the value into a file of its own in `dir`, then renames it over the key's name.
+  void write_replacing(int dir, std::string_view key,
+                       std::span<const std::span<const std::byte>> value) const {
     const std::string name(path_name(key));
     const std::string temporary = stores::temporary_name(name);
     if (unnamed_files_.load(std::memory_order_relaxed)) {

@@ -138,6 +138,22 @@ std::optional<std::size_t> Store::get_into(std::string_view key,
   return total;
 }
 
+void Store::set_pieces(std::string_view key, std::span<const std::span<const std::byte>> pieces) {
+  if (pieces.size() == 1) {
+    set(key, pieces[0]);
+    return;
+  }
+  std::size_t total = 0;
+  for (const auto& p : pieces) total += p.size();
+  ByteArray joined(total);
+  std::byte* dst = joined.data();
+  for (const auto& p : pieces) {
+    if (!p.empty()) std::memcpy(dst, p.data(), p.size());
+    dst += p.size();
+  }
+  set(key, joined.span());
+}
+
 std::optional<std::size_t> Store::get_range_into(std::string_view key, std::uint64_t offset,
                                                  std::span<std::byte> out) const {
   // Offsets past what a signed range can name are past any value's end.
