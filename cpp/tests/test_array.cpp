@@ -538,6 +538,35 @@ TEST_P(Array, TheInnerChunksOfAShardEncodeSideBySide) {
   EXPECT_EQ(read_all(*b, IoOptions{4}), edge_model);
 }
 
+// A chunk that is one run of the values (it spans their trailing dimensions) is encoded from
+// them, without a copy; others are copied first. Both read back, with chunks all fill value
+// left out, whole and in part, under a budget of one byte and of plenty.
+TEST_P(Array, ChunksThatAreOneRunOfTheValuesAreWrittenFromThem) {
+  const std::vector<std::int64_t> shape = {64, 48};
+  for (const std::vector<std::int64_t> chunks :
+       {std::vector<std::int64_t>{8, 48}, {8, 16}, {1, 48}, {64, 48}}) {
+    SCOPED_TRACE(std::to_string(chunks[0]) + "x" + std::to_string(chunks[1]));
+    store_->erase_prefix("");
+    auto a = create(
+        array_doc(shape, chunks, "int32", 0,
+                  json::parse(R"([{"name": "bytes"}, {"name": "zstd"}, {"name": "crc32c"}])")));
+    Bytes model = zd::test::random_bytes(64 * 48 * 4, 43);
+    std::fill(model.begin(), model.begin() + 48 * 4, std::byte{0});  // row 0 all fill value
+    a->write(zd::test::full_selection(shape), model, IoOptions{4, 1});
+    EXPECT_EQ(read_all(*a, IoOptions{4}), model);
+    EXPECT_EQ(store_->exists("arr/c/0/0"), chunks[0] != 1);  // all fill: not stored
+    // Rows 8-15 whole (one run for 8-row chunks) and a strided part.
+    for (const std::vector<DimSlice>& part :
+         {std::vector<DimSlice>{{8, 1, 8}, {0, 1, 48}}, {{3, 2, 20}, {5, 1, 40}}}) {
+      const Bytes values =
+          zd::test::random_bytes(static_cast<std::size_t>(part[0].count * part[1].count) * 4, 47);
+      a->write(part, values, IoOptions{4, std::size_t{1} << 30});
+      zd::test::naive_assign(model, shape, part, values, 4);
+      EXPECT_EQ(read_all(*a, IoOptions{4}), model);
+    }
+  }
+}
+
 TEST_P(Array, ConcurrencyWithATinyByteBudget) {
   std::mt19937 rng(8);
   const std::vector<std::int64_t> shape = {64, 48};

@@ -192,6 +192,9 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
       // chunk inside it?
       bool covers = true;
       bool inside_array = true;
+      // And are its elements one run of the values (it spans their trailing dimensions)?
+      bool one_run = true;
+      bool outer = true;  // still among the leading dimensions of one element
       std::int64_t src_offset = 0;
       for (std::size_t d = 0; d < chunk_shape.size(); ++d) {
         const std::int64_t inside =
@@ -199,9 +202,11 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
         const auto& w = item.within[d];
         if (!(w.start == 0 && w.count == inside && (w.step == 1 || inside == 1))) covers = false;
         if (inside != chunk_shape[d]) inside_array = false;
+        if (!outer && chunk_shape[d] != value_shape[d]) one_run = false;
+        if (chunk_shape[d] > 1) outer = false;
         src_offset += item.out_offset[d] * value_strides[d];
       }
-      const bool from_values = shards && covers && inside_array;
+      const bool from_values = covers && inside_array && (shards || one_run);
       engine::BudgetLease lease(budget, encode_bytes + (from_values ? 0 : chunk_bytes));
       // Every chunk write holds the chunk's lock, so a read-modify-write here or elsewhere never
       // puts back what it read before another write of the chunk.
@@ -220,9 +225,19 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
           store_->erase(key);
         }
       };
-      if (from_values) {
+      if (from_values && shards) {
         // Inner chunks all fill value are left out, and a shard of only those is erased.
         store_shard(shards->encode_shard(values.data() + src_offset, value_strides, on_pool));
+        return;
+      }
+      if (from_values) {
+        // The chunk is one run of the values: encoded from them, with no copy of the chunk.
+        const auto run = values.subspan(static_cast<std::size_t>(src_offset), chunk_bytes);
+        if (place::is_all_fill(run, metadata_.fill_value)) {
+          store_->erase(key);
+        } else {
+          store_or_erase(chain_->encode(run));
+        }
         return;
       }
       ByteArray chunk(chunk_bytes);
