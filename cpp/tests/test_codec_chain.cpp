@@ -333,6 +333,50 @@ void register_recording_codec() {
   (void)once;
 }
 
+// A little-endian "bytes" layout hands the chunk itself to the first compressor, so encoding
+// holds no copy of it; what encode returns is never the caller's memory, even from a codec that
+// returns its input as it was. encode_memory counts what encoding holds.
+TEST(CodecChain, EncodeReadsTheChunkInPlaceAndReturnsMemoryOfItsOwn) {
+  register_recording_codec();
+  const std::vector<std::int64_t> shape = {4, 6};
+  const auto spec = make_spec(shape, "float32");
+  const std::size_t n = spec.nbytes();
+  const Bytes logical = test::random_bytes(n, 5);
+  for (const char* codecs : {R"([{"name": "bytes"}, {"name": "test.recording"}])",
+                             R"([{"name": "bytes"}, {"name": "crc32c"}])",
+                             R"([{"name": "bytes"}, {"name": "zstd"}, {"name": "crc32c"}])",
+                             R"([{"name": "bytes", "configuration": {"endian": "big"}},
+                                 {"name": "test.recording"}])",
+                             R"([{"name": "transpose", "configuration": {"order": [1, 0]}},
+                                 {"name": "bytes"}, {"name": "test.recording"}])"}) {
+    SCOPED_TRACE(codecs);
+    const CodecChain chain(json::parse(codecs), spec);
+    Bytes chunk = logical;
+    const auto encoded = chain.encode(chunk);
+    ASSERT_TRUE(encoded.has_value());
+    EXPECT_FALSE(encoded->data() >= chunk.data() && encoded->data() < chunk.data() + n);
+    const Bytes stored = test::to_bytes(*encoded);
+    std::fill(chunk.begin(), chunk.end(), std::byte{0x5a});  // the caller reuses its memory
+    EXPECT_EQ(test::to_bytes(*encoded), stored);
+    EXPECT_EQ(decode_selection(chain, stored, test::full_selection(shape)), logical);
+  }
+  const auto memory = [&](const char* codecs) {
+    return CodecChain(json::parse(codecs), spec).encode_memory();
+  };
+  EXPECT_EQ(memory(R"([{"name": "bytes"}])"), n);
+  EXPECT_EQ(memory(R"([{"name": "bytes"}, {"name": "crc32c"}])"), n + 4);
+  EXPECT_EQ(
+      memory(R"([{"name": "bytes", "configuration": {"endian": "big"}}, {"name": "crc32c"}])"),
+      2 * n + 4);
+  EXPECT_EQ(memory(R"([{"name": "transpose", "configuration": {"order": [1, 0]}},
+                       {"name": "bytes"}, {"name": "crc32c"}])"),
+            2 * n + 4);
+  const CodecChain zstd(json::parse(R"([{"name": "bytes"}, {"name": "zstd"}, {"name": "crc32c"}])"),
+                        spec);
+  EXPECT_LT(zstd.encode_memory(), zstd.decode_memory());
+  EXPECT_GE(zstd.encode_memory(), 2 * n);
+}
+
 TEST(CodecChain, DirectPathDecompressesStraightIntoDestination) {
   register_recording_codec();
   const std::vector<std::int64_t> shape = {4, 6};

@@ -40,6 +40,10 @@ class CodecChain {
   // Encodes a C-contiguous chunk. nullopt: nothing to store (a shard with no non-fill chunks).
   [[nodiscard]] std::optional<Buffer> encode(std::span<const std::byte> chunk) const;
 
+  // Host memory encode() holds at once beside the chunk it is given: scratch copies for the
+  // array->array codecs and each bytes->bytes codec's input and output, at their bounds (none
+  // for a "bytes" layout the first compressor reads from the chunk itself).
+  [[nodiscard]] std::size_t encode_memory() const;
   // The encoded size of a chunk when every codec knows it (shard indexes); nullopt otherwise.
   [[nodiscard]] std::optional<std::size_t> fixed_encoded_size() const;
   // The most bytes any valid stored chunk can take.
@@ -70,6 +74,8 @@ class CodecChain {
   [[nodiscard]] const ShardLayout* shard_layout() const;
 
  private:
+  // Whether encode() hands the chunk's bytes to the first compressor as they are.
+  [[nodiscard]] bool encodes_from_input() const;
   // Whether decode_into decompresses straight into `destination` (selection and destination
   // already mapped through the array->array codecs): the whole chunk, C-contiguous, as stored.
   [[nodiscard]] bool decompresses_into_place(std::span<const DimSlice> selection,

@@ -170,11 +170,11 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
   const auto* shards = chain_->shard_layout();
   // What encoding holds: a shard's encoded chunks (at most the stored bound; the store writes
   // them as they are, with no copy of the whole shard) and a scratch chunk per thread; a chunk's
-  // encoded bytes at most the chain's buffers (decode_memory bounds them). Plus the chunk itself
-  // where it is made here.
+  // encode, the buffers between its codecs (encode_memory). Plus the chunk itself where it is
+  // made here.
   const std::size_t encode_bytes =
       shards ? chain_->max_stored_size() + workers * shards->inner().spec().nbytes()
-             : chain_->decode_memory();
+             : chain_->encode_memory();
   const std::size_t chunks_at_once =
       shards ? std::clamp<std::size_t>(options.max_inflight_bytes / encode_bytes, 1, workers)
              : workers;
