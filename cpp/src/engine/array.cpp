@@ -211,7 +211,11 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
       // Every chunk write holds the chunk's lock, so a read-modify-write here or elsewhere never
       // puts back what it read before another write of the chunk.
       const auto lock = store_->lock_chunk(path_, key);
-      const auto store_or_erase = [&](const std::optional<Buffer>& encoded) {
+      // A chunk all fill value is erased, as zarr-python does by default.
+      const auto store_chunk = [&](std::span<const std::byte> elements) {
+        const auto encoded = place::is_all_fill(elements, metadata_.fill_value)
+                                 ? std::nullopt
+                                 : chain_->encode(elements);
         if (encoded) {
           store_->set(key, encoded->span());
         } else {
@@ -232,12 +236,7 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
       }
       if (from_values) {
         // The chunk is one run of the values: encoded from them, with no copy of the chunk.
-        const auto run = values.subspan(static_cast<std::size_t>(src_offset), chunk_bytes);
-        if (place::is_all_fill(run, metadata_.fill_value)) {
-          store_->erase(key);
-        } else {
-          store_or_erase(chain_->encode(run));
-        }
+        store_chunk(values.subspan(static_cast<std::size_t>(src_offset), chunk_bytes));
         return;
       }
       ByteArray chunk(chunk_bytes);
@@ -264,11 +263,7 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
         store_shard(shards->encode_shard(chunk.data(), chunk_strides, on_pool));
         return;
       }
-      if (place::is_all_fill(chunk.span(), metadata_.fill_value)) {
-        store_->erase(key);
-        return;
-      }
-      store_or_erase(chain_->encode(chunk.span()));
+      store_chunk(chunk.span());
     } catch (Error& e) {
       e.add_context(describe() + ", chunk '" + key + "'");
       throw;
