@@ -307,6 +307,11 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   auto batch_of = [&](std::size_t b) {
     return std::span<Leaf>{leaves.data() + batches[b].begin, batches[b].end - batches[b].begin};
   };
+  auto decodes_in = [&](std::size_t b) {
+    const auto batch = batch_of(b);
+    return std::any_of(batch.begin(), batch.end(),
+                       [](const Leaf& leaf) { return leaf.route == Route::kDeviceDecode; });
+  };
   // Batches [0, finished) are off their slots, checked and handed on.
   std::size_t finished = 0;
   auto finish_through = [&](std::size_t end, bool wait) {
@@ -327,7 +332,14 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     for (std::size_t b = 0; b < batches.size(); ++b) {
       while (started < batches.size() && started <= b + lookahead) {
         if (started >= slots) {
-          finish_through(started - slots + 1, true);  // the slot's last batch
+          // The slot's last batch must be off it. While that batch still decodes, batches already
+          // fetched go to the device first: waiting here would hold them on the host for as long
+          // as a decode takes (a 64 MiB zstd chunk 67 ms on an H200's thread block), and large
+          // chunks would decode in waves of the lookahead. A batch that only copies is off its
+          // slot within a copy's time: waiting for it starts the next fetch soonest.
+          const std::size_t end = started - slots + 1;
+          finish_through(end, started == b || !decodes_in(end - 1));
+          if (finished < end) break;
         } else {
           finish(ctx.slot(base + started));  // an earlier read's last batch, left on the device
         }
