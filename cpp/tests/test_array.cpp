@@ -567,6 +567,90 @@ TEST_P(Array, ChunksThatAreOneRunOfTheValuesAreWrittenFromThem) {
   }
 }
 
+// Forwards to a store and counts the pieces of the shards set through it that point into
+// `watched` (the values of a write) and those that do not (indexes, copies).
+class PieceCountingStore final : public zd::Store {
+ public:
+  explicit PieceCountingStore(std::shared_ptr<zd::Store> inner) : inner_(std::move(inner)) {}
+  std::optional<zd::Buffer> get(std::string_view key, zd::ByteRange range) const override {
+    return inner_->get(key, range);
+  }
+  void set(std::string_view key, std::span<const std::byte> value) override {
+    inner_->set(key, value);
+  }
+  void set_pieces(std::string_view key,
+                  std::span<const std::span<const std::byte>> pieces) override {
+    for (const auto& piece : pieces) {
+      const bool inside =
+          piece.data() >= watched.data() && piece.data() < watched.data() + watched.size();
+      ++(inside ? viewing : other);
+    }
+    inner_->set_pieces(key, pieces);
+  }
+  void erase(std::string_view key) override { inner_->erase(key); }
+  void erase_prefix(std::string_view prefix) override { inner_->erase_prefix(prefix); }
+  std::vector<std::string> list_dir(std::string_view prefix) const override {
+    return inner_->list_dir(prefix);
+  }
+  std::string describe() const override { return "counting pieces of " + inner_->describe(); }
+
+  std::span<const std::byte> watched;
+  std::atomic<int> viewing{0};
+  std::atomic<int> other{0};
+
+ private:
+  std::shared_ptr<zd::Store> inner_;
+};
+
+TEST_P(Array, ShardsOfRunsOfTheValuesAreWrittenFromThem) {
+  const std::vector<std::int64_t> shape = {64, 48};
+  struct Case {
+    std::vector<std::int64_t> shard;
+    std::vector<std::int64_t> inner;
+    json codecs;
+    int views;  // inner chunks of a whole write that are views of its values
+  };
+  const json plain = json::parse(R"([{"name": "bytes"}])");
+  const json checked = json::parse(R"([{"name": "bytes"}, {"name": "crc32c"}])");
+  const json swapped = json::parse(R"([{"name": "bytes", "configuration": {"endian": "big"}}])");
+  // 8 shards of 4 inner chunks of two rows, the first all fill value (a checksum is a piece of
+  // its own after the elements); or inner chunks that are not runs of the values (16 of 48
+  // columns), or whose stored bytes are not the elements.
+  for (const auto& [shard, inner, codecs, views] :
+       {Case{{8, 48}, {2, 48}, plain, 31}, Case{{8, 48}, {2, 48}, checked, 31},
+        Case{{8, 16}, {2, 16}, plain, 0}, Case{{8, 48}, {2, 48}, swapped, 0}}) {
+    SCOPED_TRACE(codecs.dump() + " inner " + std::to_string(inner[1]) + " columns");
+    for (const IoOptions& options : {IoOptions{4, 1}, IoOptions{3, std::size_t{1} << 30}}) {
+      SCOPED_TRACE("budget " + std::to_string(options.max_inflight_bytes));
+      store_->erase_prefix("");
+      auto counting = std::make_shared<PieceCountingStore>(store_);
+      const auto doc = array_doc(shape, shard, "int32", 0, sharded_codecs(inner, codecs));
+      const auto a = zd::Array::create(counting, "arr", doc, false);
+      Bytes model = zd::test::random_bytes(64 * 48 * 4, 53);
+      std::fill(model.begin(), model.begin() + 2 * 48 * 4, std::byte{0});  // rows 0-1: fill value
+      counting->watched = model;
+      a->write(zd::test::full_selection(shape), model, options);
+      EXPECT_EQ(counting->viewing.load(), views);
+      EXPECT_EQ(read_all(*a, IoOptions{4}), model);
+      // A strided part (shards made here, their inner chunks views of them when plain runs).
+      const std::vector<DimSlice> part = {{3, 2, 20}, {5, 1, 40}};
+      const Bytes values = zd::test::random_bytes(20 * 40 * 4, 59);
+      a->write(part, values, options);
+      zd::test::naive_assign(model, shape, part, values, 4);
+      EXPECT_EQ(read_all(*a, IoOptions{4}), model);
+      // Rows 8-15 whole: one shard from the values.
+      const std::vector<DimSlice> rows = {{8, 1, 8}, {0, 1, 48}};
+      const Bytes row_values = zd::test::random_bytes(8 * 48 * 4, 61);
+      counting->watched = row_values;
+      counting->viewing = 0;
+      a->write(rows, row_values, options);
+      EXPECT_EQ(counting->viewing.load(), views == 0 ? 0 : 4);
+      zd::test::naive_assign(model, shape, rows, row_values, 4);
+      EXPECT_EQ(read_all(*a, IoOptions{4}), model);
+    }
+  }
+}
+
 TEST_P(Array, ConcurrencyWithATinyByteBudget) {
   std::mt19937 rng(8);
   const std::vector<std::int64_t> shape = {64, 48};

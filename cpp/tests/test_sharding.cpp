@@ -242,6 +242,62 @@ TEST(Sharding, AShardsPiecesAreTheEncodedShardInOrder) {
                    .has_value());
 }
 
+TEST(Sharding, InnerChunksThatAreRunsOfTheShardAreEncodedWhereTheyAre) {
+  const auto in_order = [](std::size_t n, const std::function<void(std::size_t)>& body) {
+    for (std::size_t i = 0; i < n; ++i) body(i);
+  };
+  const auto points_into = [](std::span<const std::byte> part, const Bytes& data) {
+    return part.data() >= data.data() && part.data() < data.data() + data.size();
+  };
+  const json crc = json::parse(R"([{"name": "bytes", "configuration": {"endian": "little"}},
+                                   {"name": "crc32c"}])");
+  const json big = json::parse(R"([{"name": "bytes", "configuration": {"endian": "big"}}])");
+  struct Case {
+    std::vector<std::int64_t> inner;
+    json codecs;
+    bool views;             // the stored inner chunks are views of the shard
+    std::size_t per_chunk;  // pieces an inner chunk is stored as
+    std::size_t stored;     // inner chunks stored (not all fill value)
+  };
+  // Rows of the shard are one run each (a crc32c is a piece of its own after them); a 4 x 3
+  // inner chunk is not; a big-endian layout changes the bytes.
+  for (const auto& [inner, codecs, views, per_chunk, stored] :
+       {Case{{2, 6}, kPlain, true, 1, 3}, Case{{1, 6}, kPlain, true, 1, 6},
+        Case{{4, 3}, kPlain, false, 1, 4}, Case{{2, 6}, crc, true, 2, 3},
+        Case{{2, 6}, big, false, 1, 3}}) {
+    SCOPED_TRACE(codecs.dump() + " " + std::to_string(inner[0]) + "x" + std::to_string(inner[1]));
+    const auto spec = make_spec(kShard, "int32", test::le_bytes(7, 4));
+    const CodecChain chain(sharding(inner, codecs), spec);
+    const auto* layout = chain.shard_layout();
+    ASSERT_NE(layout, nullptr);
+    EXPECT_EQ(layout->inner().is_plain(), codecs == kPlain);
+    Bytes data = test::random_bytes(spec.nbytes(), 5);
+    // Rows 2-3 all fill value: the inner chunk(s) there are left out, views or not.
+    const Bytes fill = test::le_bytes(7, 4);
+    for (std::size_t i = 2 * 6; i < 4 * 6; ++i) {
+      std::copy_n(fill.begin(), 4, data.begin() + static_cast<std::ptrdiff_t>(4 * i));
+    }
+    const auto strides = place::c_strides(kShard, 4);
+    EXPECT_EQ(layout->runs_of(strides), inner[1] == 6);
+    const auto pieces = layout->encode_shard(data.data(), strides, in_order);
+    ASSERT_TRUE(pieces.has_value());
+    std::size_t viewing = 0;
+    for (const auto& part : pieces->parts) viewing += points_into(part, data) ? 1 : 0;
+    EXPECT_EQ(pieces->parts.size(), stored * per_chunk + 1);  // and the index
+    EXPECT_EQ(viewing, views ? stored : 0);
+    const Bytes joined = test::to_bytes(pieces->joined());
+    EXPECT_EQ(joined, test::to_bytes(*chain.encode(data)));
+    EXPECT_EQ(decode_full(chain, joined, test::full_selection(kShard)), data);
+  }
+  // The shard as the left half of wider values: its rows are no longer runs, so they are copied.
+  const auto spec = make_spec(kShard, "int32", test::le_bytes(0, 4));
+  const CodecChain chain(sharding({2, 6}, kPlain), spec);
+  const std::vector<std::int64_t> wide = {8, 12};
+  const std::vector<std::int64_t> tall = {16, 6};
+  EXPECT_FALSE(chain.shard_layout()->runs_of(place::c_strides(wide, 4)));
+  EXPECT_TRUE(chain.shard_layout()->runs_of(place::c_strides(tall, 4)));
+}
+
 TEST(Sharding, AllFillShardEncodesToNothing) {
   const auto spec = make_spec(kShard, "int32", test::le_bytes(5, 4));
   const CodecChain chain(sharding(kInner, kPlain), spec);

@@ -29,6 +29,8 @@ class Buffer {
       : owner_(std::move(owner)), data_(data), size_(size) {}
 
   static Buffer copy_of(std::span<const std::byte> bytes);
+  // One copy of `pieces`, one after another.
+  static Buffer joined(std::span<const std::span<const std::byte>> pieces);
   static Buffer from_vector(std::vector<std::byte>&& bytes);
   static Buffer from_string(std::string&& bytes);
 

@@ -179,6 +179,14 @@ class BytesToBytesCodec : public Codec {
   // copies; decompressors override it to write straight into `out`.
   virtual void decode_into(const Buffer& encoded, std::span<std::byte> out) const;
   [[nodiscard]] virtual Buffer encode(const Buffer& decoded) const = 0;
+  // For a codec whose encoding is its input followed by bytes made from it (crc32c's checksum):
+  // those bytes, so that a writer stores the input and them as two pieces rather than copying
+  // the input to append them; encode() is the two joined. nullopt for any other codec.
+  [[nodiscard]] virtual std::optional<Buffer> suffix(const Buffer& /*decoded*/) const {
+    return std::nullopt;
+  }
+  // The size of what suffix() returns; 0 when it returns nullopt.
+  [[nodiscard]] virtual std::size_t suffix_size() const { return 0; }
   // The encoded size for a decoded size, for codecs that know it (crc32c adds 4 bytes).
   [[nodiscard]] virtual std::optional<std::size_t> encoded_size(std::size_t /*decoded*/) const {
     return std::nullopt;

@@ -174,53 +174,82 @@ void CodecChain::decode_partial(const RangeReader& read, std::uint64_t total_siz
 }
 
 std::optional<Buffer> CodecChain::encode(std::span<const std::byte> chunk) const {
+  auto pieces = encode_pieces(Buffer({}, chunk.data(), chunk.size()));
+  if (!pieces) return std::nullopt;
+  if (pieces->size() == 1) {
+    // Never a view of memory the caller may free (the chunk itself, or a codec that returned
+    // its input as it was).
+    const auto at = reinterpret_cast<std::uintptr_t>(pieces->front().data());
+    const auto from = reinterpret_cast<std::uintptr_t>(chunk.data());
+    if (!pieces->front().empty() && at >= from && at < from + chunk.size()) {
+      return Buffer::copy_of(pieces->front().span());
+    }
+    return std::move(pieces->front());
+  }
+  std::vector<std::span<const std::byte>> parts;
+  parts.reserve(pieces->size());
+  for (const auto& piece : *pieces) parts.push_back(piece.span());
+  return Buffer::joined(parts);
+}
+
+std::optional<std::vector<Buffer>> CodecChain::encode_pieces(const Buffer& chunk) const {
   if (chunk.size() != spec_.nbytes()) {
     throw UsageError("chunk of " + std::to_string(chunk.size()) +
                      " bytes given to encode, expected " + std::to_string(spec_.nbytes()));
   }
-  std::span<const std::byte> current = chunk;
-  ByteArray scratch[2];
+  Buffer current = chunk;
   for (std::size_t i = 0; i < array_to_array_.size(); ++i) {
-    auto& out = scratch[i % 2];
-    out = ByteArray(spec_.nbytes());
-    array_to_array_[i]->encode(specs_[i], current, out.span());
-    current = {out.data(), out.size()};
+    ByteArray out(spec_.nbytes());
+    array_to_array_[i]->encode(specs_[i], current.span(), out.span());
+    current = std::move(out).freeze();
   }
   std::optional<Buffer> bytes;
-  if (encodes_from_input()) {
-    bytes = Buffer({}, current.data(), current.size());
+  if (layout_in_place()) {
+    bytes = std::move(current);  // the elements as they are: no copy
   } else {
-    bytes = array_to_bytes_->encode(specs_.back(), current);
+    bytes = array_to_bytes_->encode(specs_.back(), current.span());
     if (!bytes) return std::nullopt;
   }
-  for (const auto& c : bytes_to_bytes_) bytes = c->encode(*bytes);
-  // Never a view of memory the caller may free (a codec that returned its input as it was).
-  const auto at = reinterpret_cast<std::uintptr_t>(bytes->data());
-  const auto from = reinterpret_cast<std::uintptr_t>(current.data());
-  if (!bytes->empty() && at >= from && at < from + current.size()) {
-    bytes = Buffer::copy_of(bytes->span());
+  const std::size_t n = bytes_to_bytes_.size();
+  for (std::size_t i = 0; i + 1 < n; ++i) bytes = bytes_to_bytes_[i]->encode(*bytes);
+  std::vector<Buffer> pieces;
+  if (n > 0) {
+    const auto& last = *bytes_to_bytes_.back();
+    if (last.suffix_size() > 0) {
+      auto tail = last.suffix(*bytes);
+      pieces.push_back(std::move(*bytes));
+      pieces.push_back(std::move(*tail));
+      return pieces;
+    }
+    bytes = last.encode(*bytes);
   }
-  return bytes;
+  pieces.push_back(std::move(*bytes));
+  return pieces;
 }
 
-bool CodecChain::encodes_from_input() const {
-  // A little-endian "bytes" layout is the chunk's own bytes: the first compressor reads them
-  // where they are rather than from a copy (a 16 MiB chunk copied into fresh memory costs a tenth
-  // of its zstd compression, and a chunk of memory more in flight).
-  return !bytes_to_bytes_.empty() && array_to_bytes_->plain_layout() == Endian::kLittle;
+bool CodecChain::layout_in_place() const {
+  // A little-endian "bytes" layout is the elements' own bytes: the first compressor (or the
+  // store) reads them where they are rather than from a copy (a 16 MiB chunk copied into fresh
+  // memory costs a tenth of its zstd compression, and a chunk of memory more in flight).
+  return array_to_bytes_->plain_layout() == Endian::kLittle;
 }
+
+bool CodecChain::encodes_from_input() const { return layout_in_place() && array_to_array_.empty(); }
 
 std::size_t CodecChain::encode_memory() const {
   constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
   const auto add = [](std::size_t a, std::size_t b) { return a > kMax - b ? kMax : a + b; };
   // Each bytes->bytes codec holds its input and its output at their bounds; the input is freed
-  // once the output is made, so the most at once is the largest such pair.
-  std::size_t most = encodes_from_input() ? 0 : level_bounds_[0];
+  // once the output is made, so the most at once is the largest such pair. A last codec that
+  // appends a suffix makes only that.
+  std::size_t most = layout_in_place() ? 0 : level_bounds_[0];
   for (std::size_t i = 0; i < bytes_to_bytes_.size(); ++i) {
-    const std::size_t in = (i == 0 && encodes_from_input()) ? 0 : level_bounds_[i];
-    most = std::max(most, add(in, level_bounds_[i + 1]));
+    const std::size_t in = (i == 0 && layout_in_place()) ? 0 : level_bounds_[i];
+    const bool suffix = i + 1 == bytes_to_bytes_.size() && bytes_to_bytes_[i]->suffix_size() > 0;
+    most =
+        std::max(most, add(in, suffix ? bytes_to_bytes_[i]->suffix_size() : level_bounds_[i + 1]));
   }
-  // The array->array codecs' two scratch copies of the chunk live through the whole encode.
+  // The array->array codecs' scratch copies of the chunk live through the whole encode.
   const std::size_t scratch = std::min<std::size_t>(array_to_array_.size(), 2) * spec_.nbytes();
   return add(most, scratch);
 }

@@ -38,12 +38,23 @@ class CodecChain {
   [[nodiscard]] bool is_plain() const;
 
   // Encodes a C-contiguous chunk. nullopt: nothing to store (a shard with no non-fill chunks).
+  // The result is memory of its own, never a view of `chunk`.
   [[nodiscard]] std::optional<Buffer> encode(std::span<const std::byte> chunk) const;
+  // Encodes a chunk as the pieces its stored value is made of, in order, for a store to write as
+  // they are (Store::set_pieces): one, or two where the last codec appends a suffix (crc32c's
+  // checksum) that is then a piece of its own rather than a reason to copy what it follows. A
+  // piece may view `chunk` (a little-endian "bytes" layout is the chunk's own bytes), holding
+  // its owner: the pieces stay valid while `chunk`'s memory does.
+  [[nodiscard]] std::optional<std::vector<Buffer>> encode_pieces(const Buffer& chunk) const;
 
-  // Host memory encode() holds at once beside the chunk it is given: scratch copies for the
-  // array->array codecs and each bytes->bytes codec's input and output, at their bounds (none
-  // for a "bytes" layout the first compressor reads from the chunk itself).
+  // Host memory encode_pieces() holds at once beside the chunk it is given: scratch copies for
+  // the array->array codecs and each bytes->bytes codec's input and output, at their bounds (no
+  // input for a "bytes" layout the first compressor reads from the chunk itself, no output but
+  // its suffix for a last codec that appends one).
   [[nodiscard]] std::size_t encode_memory() const;
+  // Whether encode_pieces() reads the chunk's bytes where they are: a little-endian "bytes"
+  // layout and no array->array codec before it.
+  [[nodiscard]] bool encodes_from_input() const;
   // The encoded size of a chunk when every codec knows it (shard indexes); nullopt otherwise.
   [[nodiscard]] std::optional<std::size_t> fixed_encoded_size() const;
   // The most bytes any valid stored chunk can take.
@@ -74,8 +85,8 @@ class CodecChain {
   [[nodiscard]] const ShardLayout* shard_layout() const;
 
  private:
-  // Whether encode() hands the chunk's bytes to the first compressor as they are.
-  [[nodiscard]] bool encodes_from_input() const;
+  // Whether the array->bytes codec's output is its input as it is (a little-endian "bytes").
+  [[nodiscard]] bool layout_in_place() const;
   // Whether decode_into decompresses straight into `destination` (selection and destination
   // already mapped through the array->array codecs): the whole chunk, C-contiguous, as stored.
   [[nodiscard]] bool decompresses_into_place(std::span<const DimSlice> selection,
@@ -131,6 +142,8 @@ class ShardLayout {
   // The pieces of a shard of encoded chunks (C order, nullopt where not stored); nullopt when
   // none is stored: there is nothing to write.
   [[nodiscard]] std::optional<Pieces> pieces(std::vector<std::optional<Buffer>> chunks) const;
+  // The same for chunks encoded as pieces (CodecChain::encode_pieces; empty where not stored).
+  [[nodiscard]] std::optional<Pieces> pieces(std::vector<std::vector<Buffer>> chunks) const;
   // The encoded index of a shard whose inner chunks take these stored sizes, laid out in C order
   // (after the index when it comes first); nullopt when none is stored. And where it goes.
   [[nodiscard]] virtual std::optional<Buffer> encode_index(
@@ -142,10 +155,15 @@ class ShardLayout {
   // caller's values, or a C-contiguous copy), as the chain's encode() does, with its inner chunks
   // encoded through `for_each`: an engine hands its thread pool, so that a shard's chunks are not
   // one thread's work (encode() runs them one after another). Inner chunks all fill value are
-  // left out; nullopt when all are: nothing to store. The shard comes as its pieces.
+  // left out; nullopt when all are: nothing to store. The shard comes as its pieces. Inner
+  // chunks that are each one run at `shard` (runs_of(strides)), of a chain that reads its chunk
+  // where it is (inner().encodes_from_input()), are encoded from there, and pieces may view
+  // `shard` (CodecChain::encode_pieces): they are valid while `shard` is.
   [[nodiscard]] virtual std::optional<Pieces> encode_shard(const std::byte* shard,
                                                            std::span<const std::int64_t> strides,
                                                            const ForEach& for_each) const = 0;
+  // Whether each inner chunk of a shard whose elements have byte `strides` is one run of them.
+  [[nodiscard]] bool runs_of(std::span<const std::int64_t> strides) const;
 };
 
 }  // namespace zarr_device::codecs

@@ -53,6 +53,14 @@ class Crc32cCodec final : public BytesToBytesCodec {
     return std::move(out).freeze();
   }
 
+  [[nodiscard]] std::size_t suffix_size() const override { return kChecksumSize; }
+
+  [[nodiscard]] std::optional<Buffer> suffix(const Buffer& decoded) const override {
+    ByteArray out(kChecksumSize);
+    store_le32(out.data(), crc32c(decoded.span()));
+    return std::move(out).freeze();
+  }
+
   [[nodiscard]] std::optional<std::size_t> encoded_size(std::size_t decoded) const override {
     return decoded + kChecksumSize;
   }

@@ -202,7 +202,10 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
     const auto& inner = inner_.spec();
     const std::size_t es = inner.dtype->size;
     const auto inner_strides = place::c_strides(inner.shape, es);
-    std::vector<std::optional<Buffer>> chunks(num_inner_);
+    std::vector<std::vector<Buffer>> chunks(num_inner_);
+    // Inner chunks that are each one run at `shard`, of a chain that reads its chunk where it
+    // is, are encoded from `shard` itself: no scratch copy (and, stored as they are, views of it).
+    const bool in_place = inner_.encodes_from_input() && runs_of(strides);
     for_each(num_inner_, [&](std::size_t i) {
       std::vector<std::int64_t> coords(chunks_per_shard_.size(), 0);
       place::c_order_coords(i, chunks_per_shard_, coords);
@@ -210,11 +213,22 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
       for (std::size_t d = 0; d < coords.size(); ++d) {
         offset += coords[d] * inner.shape[d] * strides[d];
       }
+      if (in_place) {
+        const std::span<const std::byte> elements{shard + offset, inner.nbytes()};
+        if (place::is_all_fill(elements, inner.fill_value)) return;
+        if (auto encoded = inner_.encode_pieces(Buffer({}, elements.data(), elements.size()))) {
+          chunks[i] = std::move(*encoded);
+        }
+        return;
+      }
       ByteArray scratch(inner.nbytes());
       place::copy_strided(shard + offset, strides,
                           StridedView{scratch.data(), inner.shape, inner_strides}, es);
       if (place::is_all_fill(scratch.span(), inner.fill_value)) return;
-      chunks[i] = inner_.encode(scratch.span());
+      // Pieces that view the scratch hold it.
+      if (auto encoded = inner_.encode_pieces(std::move(scratch).freeze())) {
+        chunks[i] = std::move(*encoded);
+      }
     });
     return pieces(std::move(chunks));
   }
@@ -403,17 +417,31 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
 
 std::optional<ShardLayout::Pieces> ShardLayout::pieces(
     std::vector<std::optional<Buffer>> chunks) const {
-  std::vector<std::optional<std::size_t>> sizes(chunks.size());
+  std::vector<std::vector<Buffer>> as_pieces(chunks.size());
   for (std::size_t i = 0; i < chunks.size(); ++i) {
-    if (chunks[i]) sizes[i] = chunks[i]->size();
+    if (chunks[i]) as_pieces[i].push_back(std::move(*chunks[i]));
+  }
+  return pieces(std::move(as_pieces));
+}
+
+std::optional<ShardLayout::Pieces> ShardLayout::pieces(
+    std::vector<std::vector<Buffer>> chunks) const {
+  std::vector<std::optional<std::size_t>> sizes(chunks.size());
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    if (chunks[i].empty()) continue;
+    std::size_t size = 0;
+    for (const auto& piece : chunks[i]) size += piece.size();
+    sizes[i] = size;
+    count += chunks[i].size();
   }
   auto index = encode_index(sizes);
   if (!index) return std::nullopt;
   Pieces out;
   out.index = std::move(*index);
-  out.chunks.reserve(chunks.size());
-  for (auto& c : chunks) {
-    if (c) out.chunks.push_back(std::move(*c));
+  out.chunks.reserve(count);
+  for (auto& chunk : chunks) {
+    for (auto& piece : chunk) out.chunks.push_back(std::move(piece));
   }
   out.parts.reserve(out.chunks.size() + 1);
   if (index_at_start()) out.parts.push_back(out.index.span());
@@ -422,21 +450,20 @@ std::optional<ShardLayout::Pieces> ShardLayout::pieces(
   return out;
 }
 
+bool ShardLayout::runs_of(std::span<const std::int64_t> strides) const {
+  const auto& spec = inner().spec();
+  return strides.size() == spec.shape.size() &&
+         place::is_c_contiguous(StridedView{nullptr, spec.shape, {strides.begin(), strides.end()}},
+                                spec.dtype->size);
+}
+
 std::size_t ShardLayout::Pieces::size() const {
   std::size_t total = 0;
   for (const auto& p : parts) total += p.size();
   return total;
 }
 
-Buffer ShardLayout::Pieces::joined() const {
-  ByteArray out(size());
-  std::byte* p = out.data();
-  for (const auto& part : parts) {
-    if (!part.empty()) std::memcpy(p, part.data(), part.size());
-    p += part.size();
-  }
-  return std::move(out).freeze();
-}
+Buffer ShardLayout::Pieces::joined() const { return Buffer::joined(parts); }
 
 std::vector<ByteRange> ShardLayout::wanted_ranges(std::span<const std::optional<Entry>> index,
                                                   std::span<const DimSlice> selection) const {

@@ -175,8 +175,21 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
   const std::size_t encode_bytes =
       shards ? chain_->max_stored_size() + workers * shards->inner().spec().nbytes()
              : chain_->encode_memory();
+  // A shard from the values whose inner chunks are each one run of them, of a chain that reads
+  // its chunk where it is, encodes them there (no scratch): it holds their encodings alone
+  // (nothing beside a checksum for uncompressed chunks, whose pieces view the values) and its
+  // index (16 bytes an inner chunk). So uncompressed shards go a shard per thread at once.
+  const bool inner_in_place =
+      shards && shards->inner().encodes_from_input() && shards->runs_of(value_strides);
+  const std::size_t in_place_bytes = [&]() -> std::size_t {
+    if (!inner_in_place) return 0;
+    const std::size_t inner_chunks = chunk_bytes / shards->inner().spec().nbytes();
+    return inner_chunks * (shards->inner().encode_memory() + 16) + 64;
+  }();
   const std::size_t chunks_at_once =
-      shards ? std::clamp<std::size_t>(options.max_inflight_bytes / encode_bytes, 1, workers)
+      shards ? std::clamp<std::size_t>(
+                   options.max_inflight_bytes / (inner_in_place ? in_place_bytes : encode_bytes), 1,
+                   workers)
              : workers;
   const codecs::ShardLayout::ForEach on_pool = [&](std::size_t n,
                                                    const std::function<void(std::size_t)>& body) {
@@ -207,17 +220,25 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
         src_offset += item.out_offset[d] * value_strides[d];
       }
       const bool from_values = covers && inside_array && (shards || one_run);
-      engine::BudgetLease lease(budget, encode_bytes + (from_values ? 0 : chunk_bytes));
+      engine::BudgetLease lease(budget, from_values && inner_in_place
+                                            ? in_place_bytes
+                                            : encode_bytes + (from_values ? 0 : chunk_bytes));
       // Every chunk write holds the chunk's lock, so a read-modify-write here or elsewhere never
       // puts back what it read before another write of the chunk.
       const auto lock = store_->lock_chunk(path_, key);
       // A chunk all fill value is erased, as zarr-python does by default.
+      // The encoded chunk goes to the store as its pieces (a checksum apart from what it
+      // follows, an uncompressed chunk as the elements where they are): no copy to join them.
       const auto store_chunk = [&](std::span<const std::byte> elements) {
-        const auto encoded = place::is_all_fill(elements, metadata_.fill_value)
-                                 ? std::nullopt
-                                 : chain_->encode(elements);
+        const auto encoded =
+            place::is_all_fill(elements, metadata_.fill_value)
+                ? std::nullopt
+                : chain_->encode_pieces(Buffer({}, elements.data(), elements.size()));
         if (encoded) {
-          store_->set(key, encoded->span());
+          std::vector<std::span<const std::byte>> parts;
+          parts.reserve(encoded->size());
+          for (const auto& piece : *encoded) parts.push_back(piece.span());
+          store_->set_pieces(key, parts);
         } else {
           store_->erase(key);
         }

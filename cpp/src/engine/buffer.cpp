@@ -22,6 +22,18 @@ Buffer Buffer::copy_of(std::span<const std::byte> bytes) {
   return std::move(array).freeze();
 }
 
+Buffer Buffer::joined(std::span<const std::span<const std::byte>> pieces) {
+  std::size_t total = 0;
+  for (const auto& piece : pieces) total += piece.size();
+  ByteArray array(total);
+  std::byte* at = array.data();
+  for (const auto& piece : pieces) {
+    if (!piece.empty()) std::memcpy(at, piece.data(), piece.size());
+    at += piece.size();
+  }
+  return std::move(array).freeze();
+}
+
 Buffer Buffer::from_vector(std::vector<std::byte>&& bytes) {
   auto owner = std::make_shared<std::vector<std::byte>>(std::move(bytes));
   return {owner, owner->data(), owner->size()};

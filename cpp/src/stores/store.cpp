@@ -143,15 +143,7 @@ void Store::set_pieces(std::string_view key, std::span<const std::span<const std
     set(key, pieces[0]);
     return;
   }
-  std::size_t total = 0;
-  for (const auto& p : pieces) total += p.size();
-  ByteArray joined(total);
-  std::byte* dst = joined.data();
-  for (const auto& p : pieces) {
-    if (!p.empty()) std::memcpy(dst, p.data(), p.size());
-    dst += p.size();
-  }
-  set(key, joined.span());
+  set(key, Buffer::joined(pieces).span());
 }
 
 std::optional<std::size_t> Store::get_range_into(std::string_view key, std::uint64_t offset,
