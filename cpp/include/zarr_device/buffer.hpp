@@ -31,6 +31,8 @@ class Buffer {
   static Buffer copy_of(std::span<const std::byte> bytes);
   // One copy of `pieces`, one after another.
   static Buffer joined(std::span<const std::span<const std::byte>> pieces);
+  // The bytes of each buffer, in order (what Store::set_pieces and joined() take).
+  static std::vector<std::span<const std::byte>> spans_of(std::span<const Buffer> buffers);
   static Buffer from_vector(std::vector<std::byte>&& bytes);
   static Buffer from_string(std::string&& bytes);
 

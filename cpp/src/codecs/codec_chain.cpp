@@ -186,10 +186,7 @@ std::optional<Buffer> CodecChain::encode(std::span<const std::byte> chunk) const
     }
     return std::move(pieces->front());
   }
-  std::vector<std::span<const std::byte>> parts;
-  parts.reserve(pieces->size());
-  for (const auto& piece : *pieces) parts.push_back(piece.span());
-  return Buffer::joined(parts);
+  return Buffer::joined(Buffer::spans_of(*pieces));
 }
 
 std::optional<std::vector<Buffer>> CodecChain::encode_pieces(const Buffer& chunk) const {

@@ -213,22 +213,17 @@ class ShardingCodec final : public ArrayToBytesCodec, public ShardLayout {
       for (std::size_t d = 0; d < coords.size(); ++d) {
         offset += coords[d] * inner.shape[d] * strides[d];
       }
+      Buffer elements;  // the inner chunk's elements, C order: where they are, or a scratch copy
       if (in_place) {
-        const std::span<const std::byte> elements{shard + offset, inner.nbytes()};
-        if (place::is_all_fill(elements, inner.fill_value)) return;
-        if (auto encoded = inner_.encode_pieces(Buffer({}, elements.data(), elements.size()))) {
-          chunks[i] = std::move(*encoded);
-        }
-        return;
+        elements = Buffer({}, shard + offset, inner.nbytes());
+      } else {
+        ByteArray scratch(inner.nbytes());
+        place::copy_strided(shard + offset, strides,
+                            StridedView{scratch.data(), inner.shape, inner_strides}, es);
+        elements = std::move(scratch).freeze();  // pieces that view it hold it
       }
-      ByteArray scratch(inner.nbytes());
-      place::copy_strided(shard + offset, strides,
-                          StridedView{scratch.data(), inner.shape, inner_strides}, es);
-      if (place::is_all_fill(scratch.span(), inner.fill_value)) return;
-      // Pieces that view the scratch hold it.
-      if (auto encoded = inner_.encode_pieces(std::move(scratch).freeze())) {
-        chunks[i] = std::move(*encoded);
-      }
+      if (place::is_all_fill(elements.span(), inner.fill_value)) return;
+      if (auto encoded = inner_.encode_pieces(elements)) chunks[i] = std::move(*encoded);
     });
     return pieces(std::move(chunks));
   }

@@ -226,19 +226,16 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
       // Every chunk write holds the chunk's lock, so a read-modify-write here or elsewhere never
       // puts back what it read before another write of the chunk.
       const auto lock = store_->lock_chunk(path_, key);
-      // A chunk all fill value is erased, as zarr-python does by default.
-      // The encoded chunk goes to the store as its pieces (a checksum apart from what it
-      // follows, an uncompressed chunk as the elements where they are): no copy to join them.
+      // A chunk all fill value is erased, as zarr-python does by default; any other goes to the
+      // store as its pieces (a checksum apart from what it follows, an uncompressed chunk as the
+      // elements where they are): no copy to join them.
       const auto store_chunk = [&](std::span<const std::byte> elements) {
         const auto encoded =
             place::is_all_fill(elements, metadata_.fill_value)
                 ? std::nullopt
                 : chain_->encode_pieces(Buffer({}, elements.data(), elements.size()));
         if (encoded) {
-          std::vector<std::span<const std::byte>> parts;
-          parts.reserve(encoded->size());
-          for (const auto& piece : *encoded) parts.push_back(piece.span());
-          store_->set_pieces(key, parts);
+          store_->set_pieces(key, Buffer::spans_of(*encoded));
         } else {
           store_->erase(key);
         }

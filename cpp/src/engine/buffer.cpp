@@ -34,6 +34,13 @@ Buffer Buffer::joined(std::span<const std::span<const std::byte>> pieces) {
   return std::move(array).freeze();
 }
 
+std::vector<std::span<const std::byte>> Buffer::spans_of(std::span<const Buffer> buffers) {
+  std::vector<std::span<const std::byte>> spans;
+  spans.reserve(buffers.size());
+  for (const auto& buffer : buffers) spans.push_back(buffer.span());
+  return spans;
+}
+
 Buffer Buffer::from_vector(std::vector<std::byte>&& bytes) {
   auto owner = std::make_shared<std::vector<std::byte>>(std::move(bytes));
   return {owner, owner->data(), owner->size()};
