@@ -9,6 +9,7 @@ third read of each prints its ``ZARR_DEVICE_TRACE`` line on stderr (batches, dec
 chunks per call, nvCOMP's working memory per chunk).
 
     python bench/bench_large_chunks.py --out /tmp/blc [--size 1GiB] [--chunks 4MiB,16MiB,64MiB]
+        [--variants "default;decode_bytes=8GiB,staging_bytes=4GiB"]
 """
 
 from __future__ import annotations
@@ -34,13 +35,30 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+def parse_variants(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """``default;name=value,name=value;...``: one variant per ``;``, settings by ``,``."""
+    variants: list[tuple[str, dict[str, Any]]] = []
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        if part == "default":
+            variants.append(("default", {}))
+            continue
+        settings = dict(item.split("=", 1) for item in part.split(","))
+        variants.append((", ".join(f"{k} {v}" for k, v in settings.items()), settings))
+    return variants
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--size", type=parse_size, default=GIB)
     parser.add_argument("--chunks", default="4MiB,16MiB,64MiB")
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--out", required=True, help="directory for the arrays (reused when present)")
+    parser.add_argument("--variants", default=None,
+                        help="settings to read under, e.g. 'default;decode_bytes=8GiB' (default: the built-in five)")
     args = parser.parse_args(argv)
+    variants = parse_variants(args.variants) if args.variants else VARIANTS
     import torch
 
     import zarr_device as zd
@@ -54,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               compressors=ZSTD_CRC)
             array[...] = values
         array = zd.open_array(path)
-        for label, settings in VARIANTS:
+        for label, settings in variants:
             previous = zd.set_config(**settings)
             try:
                 best = float("inf")

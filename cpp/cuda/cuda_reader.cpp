@@ -209,10 +209,14 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   const bool may_stream_order = !completed && !complete_on_host && !streams.empty();
   // Reads of few or large zstd chunks end sooner with a share of them decoded on the CPU. A read
   // that does not wait for its decodes is not held up by their latency, and the next read overlaps
-  // them: the GPU is then the faster way however few the chunks.
+  // them: the GPU is then the faster way however few the chunks. Not in a process whose streams
+  // share one hardware queue (gpu::hardware_queues): the next read's copies queue behind the
+  // consumer's wait for these decodes, so such a read is shared as one that waits.
+  static const std::size_t queues =
+      gpu::hardware_queues(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"));
   std::size_t shared = 0;
   if (options_.decode_sharing == DecodeSharing::kAuto &&
-      !(options_.non_blocking && may_stream_order)) {
+      !(options_.non_blocking && may_stream_order && queues > 1)) {
     gpu::DecodeRates rates;
     int sms = 0;
     ZD_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));

@@ -447,6 +447,17 @@ TEST(GpuDecodeShare, NothingMovesWhereTheCpuIsSlower) {
   EXPECT_GT(decode_seconds(0, 64 * big, big, 64 * big, rates), 64 * big / rates.cpu_thread / 3);
 }
 
+TEST(GpuDecodeShare, HardwareQueuesComeFromCudaDeviceMaxConnections) {
+  EXPECT_EQ(hardware_queues(nullptr), 8U);  // CUDA's default
+  EXPECT_EQ(hardware_queues("1"), 1U);
+  EXPECT_EQ(hardware_queues("4"), 4U);
+  EXPECT_EQ(hardware_queues("32"), 32U);
+  // What the driver would not take leaves its default.
+  for (const char* ignored : {"", "0", "33", "-1", "2x", " 2", "abc", "99999999999999999999"}) {
+    EXPECT_EQ(hardware_queues(ignored), 8U) << "'" << ignored << "'";
+  }
+}
+
 TEST(GpuDecodeShare, ChunksThatFillASlotDecodeOnFewThreads) {
   // Chunks as large as a slot: each CPU batch holds one, and only the batches being filled (half
   // the slots, and one) decode at once, however many threads. Sixteen such chunks, 16 threads,

@@ -1,6 +1,8 @@
 #include "gpu/decode_share.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cstring>
 
 namespace zarr_device::gpu {
 
@@ -28,6 +30,16 @@ double decode_seconds(double device_bytes, double cpu_bytes, double largest, dou
                     cpu_bytes / (lanes * rates.cpu_thread), largest / rates.cpu_thread});
   }
   return std::max(device, cpu);
+}
+
+std::size_t hardware_queues(const char* max_connections) {
+  constexpr std::size_t kDefault = 8;
+  if (max_connections == nullptr) return kDefault;
+  const char* end = max_connections + std::strlen(max_connections);
+  std::size_t value = 0;
+  const auto [last, error] = std::from_chars(max_connections, end, value);
+  if (error != std::errc() || last != end || value < 1 || value > 32) return kDefault;
+  return value;
 }
 
 std::size_t share_decodes(std::span<Leaf> leaves, DecodeKind kind, const DecodeRates& rates) {
