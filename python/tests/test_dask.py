@@ -147,3 +147,53 @@ def test_from_array_of_a_zarr_device_array_on_a_cluster(client: Any, tmp_path: P
     data = _zarr_python_array(tmp_path / "a", "uint16")
     x = da.from_array(zarr_device.open_array(tmp_path / "a"), chunks=(10, 30))
     assert_bits_equal(client.compute(x).result(timeout=TIMEOUT_S), data)
+
+
+# -- on a GPU --------------------------------------------------------------------------------------------
+def _needs_cuda() -> Any:
+    if zarr_device.cuda_device_count() == 0:
+        pytest.skip("no CUDA device visible to zarr_device (or a build without CUDA)")
+    return pytest.importorskip("cupy")
+
+
+def _block_kinds(block: Any) -> np.ndarray:
+    # Runs in a worker: where each block was read to, as a 1 x 1 block of the module's name.
+    return np.array([[type(block).__module__.split(".")[0]]], dtype=object)
+
+
+@pytest.mark.gpu
+def test_from_zarr_blocks_land_on_the_gpu_threaded(tmp_path: Path) -> None:
+    cupy = _needs_cuda()
+    data = _zarr_python_array(tmp_path / "a")
+    with zarr_device.enable(device="cuda:0", like="cupy"):
+        x = da.from_zarr(str(tmp_path / "a"))
+        assert isinstance(x._meta, cupy.ndarray)  # noqa: SLF001 - dask's meta comes from a 0-size read
+        kinds = x.map_blocks(_block_kinds, chunks=(1, 1), dtype=object, meta=np.empty((0, 0), object))
+        assert set(kinds.compute(scheduler="threads").ravel()) == {"cupy"}
+        whole = x.compute(scheduler="threads")
+        part = x[5:37:2, 3:].sum(axis=0).compute(scheduler="threads")
+    assert isinstance(whole, cupy.ndarray) and isinstance(part, cupy.ndarray)
+    assert_bits_equal(cupy.asnumpy(whole), data)
+    np.testing.assert_allclose(cupy.asnumpy(part), data[5:37:2, 3:].sum(axis=0), rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_from_zarr_blocks_land_on_the_gpu_in_worker_processes(tmp_path: Path) -> None:
+    cupy = _needs_cuda()
+    data = _zarr_python_array(tmp_path / "a")
+    # Workers of their own (spawned, so each makes its own CUDA context), the plug-in on CUDA there.
+    cluster = distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                       dashboard_address=None, silence_logs=logging.ERROR,
+                                       death_timeout=TIMEOUT_S)
+    try:
+        with distributed.Client(cluster, timeout=TIMEOUT_S) as c:
+            c.register_plugin(EnableOnWorkers(device="cuda:0", like="cupy"))
+            with zarr_device.enable(device="cuda:0", like="cupy"):
+                x = da.from_zarr(str(tmp_path / "a"))
+            kinds = x.map_blocks(_block_kinds, chunks=(1, 1), dtype=object, meta=np.empty((0, 0), object))
+            assert set(c.compute(kinds).result(timeout=TIMEOUT_S).ravel()) == {"cupy"}
+            whole = c.compute(x).result(timeout=TIMEOUT_S)
+    finally:
+        cluster.close(timeout=TIMEOUT_S)
+    assert isinstance(whole, cupy.ndarray)
+    assert_bits_equal(cupy.asnumpy(whole), data)
