@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_gpu import GIB, MIB, parse_size  # noqa: E402
+from bench_gpu import GIB, fmt_bytes, parse_size  # noqa: E402
 from bench_layouts import COLS, ZSTD_CRC, weights  # noqa: E402
 
 VARIANTS: list[tuple[str, dict[str, Any]]] = [
@@ -66,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = args.size // (COLS * 2)
     values = weights(rows)
     for chunk in (parse_size(c) for c in args.chunks.split(",")):
-        path = os.path.join(args.out, f"chunks-{chunk // MIB}MiB.zarr")
+        # Named by both sizes: a run of another size or chunking never reads this one's array.
+        path = os.path.join(args.out, f"chunks-{chunk}-of-{rows * COLS * 2}.zarr")
         if not os.path.isdir(path):
             array = zd.create(path, shape=(rows, COLS), dtype="bfloat16", chunks=(chunk // (COLS * 2), COLS),
                               compressors=ZSTD_CRC)
@@ -86,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     best = min(best, time.perf_counter() - start)
                     os.environ.pop("ZARR_DEVICE_TRACE", None)
                     del out
-                print(f"chunks of {chunk // MIB} MiB, {label}: {array.nbytes / best / 1e9:.2f} GB/s", flush=True)
+                print(f"chunks of {fmt_bytes(chunk)}, {label}: {array.nbytes / best / 1e9:.2f} GB/s", flush=True)
             finally:
                 zd.set_config(**{name: getattr(previous, name) for name in settings})
     return 0
