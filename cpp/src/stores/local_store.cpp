@@ -5,20 +5,17 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <climits>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <mutex>
-#include <system_error>
 #include <utility>
 
+#include "stores/file_io.hpp"
+#include "stores/file_locks.hpp"
 #include "stores/file_tree.hpp"
 #include "stores/process_locks.hpp"
 #include "zarr_device/store.hpp"
@@ -27,10 +24,13 @@ namespace zarr_device {
 namespace {
 
 namespace fs = std::filesystem;
+using stores::errno_text;
 using stores::FileHandle;
+using stores::FileLock;
 using stores::FileTree;
-
-std::string errno_text(int err) { return std::system_category().message(err); }
+using stores::lock_offset;
+using stores::lock_range;
+using stores::read_range;
 
 // Readers hold one open file per shard for the length of a read, and a GPU read may hold many:
 // lift the soft limit on open files to the hard one, as runtimes that open many files do.
@@ -42,109 +42,6 @@ void raise_open_file_limit() {
       limit.rlim_cur = std::min<rlim_t>(limit.rlim_max, rlim_t{1} << 20);
       ::setrlimit(RLIMIT_NOFILE, &limit);
     }
-  });
-}
-
-// Where the lock of one chunk sits in its array's lock file: one byte, at a place named by the
-// chunk's key relative to the array (so stores rooted anywhere above the array agree).
-off_t lock_offset(std::string_view relative_key) {
-  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (const char c : relative_key) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ULL;
-  }
-  return static_cast<off_t>(h >> 2);  // below 2^62: any off_t
-}
-
-// An open-file-description lock, held while the file stays open. Unlike classic POSIX locks it
-// belongs to the open file, not the process, so two threads of one process exclude each other.
-class FileLock final : public KeyLock {
- public:
-  explicit FileLock(FileHandle file) : file_(std::move(file)) {}
-
- private:
-  FileHandle file_;
-};
-
-// Takes a write lock on [start, start + length) of `fd` (length 0: to the end and beyond).
-// Returns false when the file system has no such locks.
-bool lock_range(int fd, off_t start, off_t length, const std::string& what) {
-  struct flock range {};
-  range.l_type = F_WRLCK;
-  range.l_whence = SEEK_SET;
-  range.l_start = start;
-  range.l_len = length;
-  while (::fcntl(fd, F_OFD_SETLKW, &range) != 0) {
-    if (errno == EINTR) continue;
-    if (errno == EINVAL || errno == ENOLCK || errno == EOPNOTSUPP) return false;
-    throw StoreError("could not lock " + what + ": " + errno_text(errno));
-  }
-  return true;
-}
-
-// Reads until `out` is full or the file ends; returns the bytes read.
-std::size_t read_at(int fd, std::span<std::byte> out, std::uint64_t offset,
-                    const std::string& path) {
-  std::size_t done = 0;
-  while (done < out.size()) {
-    const auto n =
-        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw StoreError("could not read " + path + ": " + errno_text(errno));
-    }
-    if (n == 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  return done;
-}
-
-// O_DIRECT reads must start, end and land on block boundaries: read the aligned blocks around
-// [offset, offset + length) into a per-thread aligned buffer and hand `sink` the bytes asked
-// for, in order. Returns how many it handed over (fewer at the end of the file).
-template <typename Sink>
-std::size_t read_direct(int fd, std::uint64_t offset, std::size_t length, const std::string& path,
-                        Sink sink) {
-  constexpr std::size_t kBlock = 4096;
-  constexpr std::size_t kBounce = std::size_t{4} << 20;
-  struct Free {
-    void operator()(std::byte* p) const { std::free(p); }
-  };
-  thread_local std::unique_ptr<std::byte, Free> bounce(
-      static_cast<std::byte*>(std::aligned_alloc(kBlock, kBounce)));
-  if (!bounce) throw OutOfMemoryError("could not allocate an O_DIRECT read buffer");
-  std::uint64_t position = offset / kBlock * kBlock;  // file offset of bounce[0]
-  const std::uint64_t end = offset + length;
-  std::size_t delivered = 0;
-  while (position < end) {
-    const std::size_t want = static_cast<std::size_t>(
-        std::min<std::uint64_t>(kBounce, (end - position + kBlock - 1) / kBlock * kBlock));
-    ssize_t n = 0;
-    do {
-      n = ::pread(fd, bounce.get(), want, static_cast<off_t>(position));
-    } while (n < 0 && errno == EINTR);
-    if (n < 0) throw StoreError("could not read " + path + ": " + errno_text(errno));
-    if (n == 0) break;
-    const std::uint64_t got_end = position + static_cast<std::uint64_t>(n);
-    const std::uint64_t from = std::max(position, offset);
-    const std::uint64_t to = std::min(got_end, end);
-    if (to > from) {
-      sink(bounce.get() + (from - position), static_cast<std::size_t>(to - from));
-      delivered += static_cast<std::size_t>(to - from);
-    }
-    if (static_cast<std::size_t>(n) < want) break;  // end of the file
-    position = got_end;
-  }
-  return delivered;
-}
-
-std::size_t read_range(int fd, bool direct, std::span<std::byte> out, std::uint64_t offset,
-                       const std::string& path) {
-  if (!direct) return read_at(fd, out, offset, path);
-  std::byte* to = out.data();
-  return read_direct(fd, offset, out.size(), path, [&](const std::byte* data, std::size_t n) {
-    std::memcpy(to, data, n);
-    to += n;
   });
 }
 
@@ -238,58 +135,7 @@ class LocalStore final : public Store, public FileBacked, public HeldRoot {
     std::size_t total = 0;
     for (const auto& p : pieces) total += p.size();
     if (value->size != total) return value->size;
-    const int fd = value->file.get();
-    if (value->direct) {
-      std::size_t piece = 0;
-      std::size_t within = 0;
-      return read_direct(fd, 0, total, value->path, [&](const std::byte* data, std::size_t n) {
-        while (n > 0) {
-          const std::size_t take = std::min(n, pieces[piece].size() - within);
-          std::memcpy(pieces[piece].data() + within, data, take);
-          data += take;
-          n -= take;
-          within += take;
-          if (within == pieces[piece].size()) {
-            ++piece;
-            within = 0;
-          }
-        }
-      });
-    }
-    // preadv fills the pieces in order, IOV_MAX of them per call.
-    std::vector<iovec> vec;
-    vec.reserve(std::min<std::size_t>(pieces.size(), IOV_MAX));
-    std::size_t done = 0;
-    std::size_t next = 0;
-    while (next < pieces.size()) {
-      vec.clear();
-      std::size_t batch = 0;
-      for (; next < pieces.size() && vec.size() < IOV_MAX; ++next) {
-        vec.push_back({pieces[next].data(), pieces[next].size()});
-        batch += pieces[next].size();
-      }
-      std::size_t got = 0;
-      std::size_t first = 0;
-      while (got < batch) {
-        const auto n = ::preadv(fd, vec.data() + first, static_cast<int>(vec.size() - first),
-                                static_cast<off_t>(done + got));
-        if (n < 0) {
-          if (errno == EINTR) continue;
-          throw StoreError("could not read " + value->path + ": " + errno_text(errno));
-        }
-        if (n == 0) return done + got;  // the file shrank
-        got += static_cast<std::size_t>(n);
-        // Skip the pieces that are full, trim the one that is partly read.
-        auto left = static_cast<std::size_t>(n);
-        while (first < vec.size() && left >= vec[first].iov_len) left -= vec[first++].iov_len;
-        if (first < vec.size()) {
-          vec[first].iov_base = static_cast<std::byte*>(vec[first].iov_base) + left;
-          vec[first].iov_len -= left;
-        }
-      }
-      done += batch;
-    }
-    return done;
+    return stores::read_pieces(value->file.get(), value->direct, pieces, value->path);
   }
 
   std::optional<std::uint64_t> size(std::string_view key) const override {
@@ -513,33 +359,6 @@ class LocalStore final : public Store, public FileBacked, public HeldRoot {
     return value;
   }
 
-  // Writes the pieces in order, as many at a time as one writev takes, resuming after a short
-  // write.
-  void write_all(int fd, std::span<const std::span<const std::byte>> pieces,
-                 std::string_view key) const {
-    std::vector<iovec> left;
-    left.reserve(pieces.size());
-    for (const auto& p : pieces) {
-      // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): iovec has no const variant
-      if (!p.empty()) left.push_back({const_cast<std::byte*>(p.data()), p.size()});
-    }
-    std::size_t first = 0;
-    while (first < left.size()) {
-      const int count = static_cast<int>(std::min<std::size_t>(left.size() - first, IOV_MAX));
-      const auto n = ::writev(fd, left.data() + first, count);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        fail("write", key, errno);
-      }
-      auto done = static_cast<std::size_t>(n);
-      while (first < left.size() && done >= left[first].iov_len) done -= left[first++].iov_len;
-      if (done > 0) {
-        left[first].iov_base = static_cast<std::byte*>(left[first].iov_base) + done;
-        left[first].iov_len -= done;
-      }
-    }
-  }
-
   // Writes the value into a file of its own in `dir`, then renames it over the key's name.
   void write_replacing(int dir, std::string_view key,
                        std::span<const std::span<const std::byte>> value) const {
@@ -550,7 +369,7 @@ class LocalStore final : public Store, public FileBacked, public HeldRoot {
       // leaves nothing behind.
       FileHandle file(::openat(dir, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644));
       if (file.valid()) {
-        write_all(file.get(), value, key);
+        stores::write_pieces(file.get(), value, path_of(key));
         const std::string self = "/proc/self/fd/" + std::to_string(file.get());
         if (::linkat(AT_FDCWD, self.c_str(), dir, temporary.c_str(), AT_SYMLINK_FOLLOW) == 0) {
           rename_into(dir, temporary, name, key);
@@ -568,7 +387,7 @@ class LocalStore final : public Store, public FileBacked, public HeldRoot {
                              O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (!file.valid()) fail("create a file for", key, errno);
     try {
-      write_all(file.get(), value, key);
+      stores::write_pieces(file.get(), value, path_of(key));
       if (::close(file.release()) != 0) fail("write", key, errno);
     } catch (...) {
       ::unlinkat(dir, temporary.c_str(), 0);

@@ -1,0 +1,164 @@
+#include "stores/file_io.hpp"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <system_error>
+#include <vector>
+
+#include "zarr_device/errors.hpp"
+
+namespace zarr_device::stores {
+
+std::string errno_text(int err) { return std::system_category().message(err); }
+
+std::size_t read_at(int fd, std::span<std::byte> out, std::uint64_t offset,
+                    const std::string& path) {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const auto n =
+        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw StoreError("could not read " + path + ": " + errno_text(errno));
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return done;
+}
+
+std::size_t read_direct(int fd, std::uint64_t offset, std::size_t length, const std::string& path,
+                        const std::function<void(const std::byte*, std::size_t)>& sink) {
+  constexpr std::size_t kBlock = 4096;
+  constexpr std::size_t kBounce = std::size_t{4} << 20;
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<std::byte, Free> bounce(
+      static_cast<std::byte*>(std::aligned_alloc(kBlock, kBounce)));
+  if (!bounce) throw OutOfMemoryError("could not allocate an O_DIRECT read buffer");
+  std::uint64_t position = offset / kBlock * kBlock;  // file offset of bounce[0]
+  const std::uint64_t end = offset + length;
+  std::size_t delivered = 0;
+  while (position < end) {
+    const std::size_t want = static_cast<std::size_t>(
+        std::min<std::uint64_t>(kBounce, (end - position + kBlock - 1) / kBlock * kBlock));
+    ssize_t n = 0;
+    do {
+      n = ::pread(fd, bounce.get(), want, static_cast<off_t>(position));
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) throw StoreError("could not read " + path + ": " + errno_text(errno));
+    if (n == 0) break;
+    const std::uint64_t got_end = position + static_cast<std::uint64_t>(n);
+    const std::uint64_t from = std::max(position, offset);
+    const std::uint64_t to = std::min(got_end, end);
+    if (to > from) {
+      sink(bounce.get() + (from - position), static_cast<std::size_t>(to - from));
+      delivered += static_cast<std::size_t>(to - from);
+    }
+    if (static_cast<std::size_t>(n) < want) break;  // end of the file
+    position = got_end;
+  }
+  return delivered;
+}
+
+std::size_t read_range(int fd, bool direct, std::span<std::byte> out, std::uint64_t offset,
+                       const std::string& path) {
+  if (!direct) return read_at(fd, out, offset, path);
+  std::byte* to = out.data();
+  return read_direct(fd, offset, out.size(), path, [&](const std::byte* data, std::size_t n) {
+    std::memcpy(to, data, n);
+    to += n;
+  });
+}
+
+std::size_t read_pieces(int fd, bool direct, std::span<const std::span<std::byte>> pieces,
+                        const std::string& path) {
+  std::size_t total = 0;
+  for (const auto& p : pieces) total += p.size();
+  if (direct) {
+    std::size_t piece = 0;
+    std::size_t within = 0;
+    return read_direct(fd, 0, total, path, [&](const std::byte* data, std::size_t n) {
+      while (n > 0) {
+        const std::size_t take = std::min(n, pieces[piece].size() - within);
+        std::memcpy(pieces[piece].data() + within, data, take);
+        data += take;
+        n -= take;
+        within += take;
+        if (within == pieces[piece].size()) {
+          ++piece;
+          within = 0;
+        }
+      }
+    });
+  }
+  // preadv fills the pieces in order, IOV_MAX of them per call.
+  std::vector<iovec> vec;
+  vec.reserve(std::min<std::size_t>(pieces.size(), IOV_MAX));
+  std::size_t done = 0;
+  std::size_t next = 0;
+  while (next < pieces.size()) {
+    vec.clear();
+    std::size_t batch = 0;
+    for (; next < pieces.size() && vec.size() < IOV_MAX; ++next) {
+      vec.push_back({pieces[next].data(), pieces[next].size()});
+      batch += pieces[next].size();
+    }
+    std::size_t got = 0;
+    std::size_t first = 0;
+    while (got < batch) {
+      const auto n = ::preadv(fd, vec.data() + first, static_cast<int>(vec.size() - first),
+                              static_cast<off_t>(done + got));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw StoreError("could not read " + path + ": " + errno_text(errno));
+      }
+      if (n == 0) return done + got;  // the file shrank
+      got += static_cast<std::size_t>(n);
+      // Skip the pieces that are full, trim the one that is partly read.
+      auto left = static_cast<std::size_t>(n);
+      while (first < vec.size() && left >= vec[first].iov_len) left -= vec[first++].iov_len;
+      if (first < vec.size()) {
+        vec[first].iov_base = static_cast<std::byte*>(vec[first].iov_base) + left;
+        vec[first].iov_len -= left;
+      }
+    }
+    done += batch;
+  }
+  return done;
+}
+
+void write_pieces(int fd, std::span<const std::span<const std::byte>> pieces,
+                  const std::string& path) {
+  std::vector<iovec> left;
+  left.reserve(pieces.size());
+  for (const auto& p : pieces) {
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): iovec has no const variant
+    if (!p.empty()) left.push_back({const_cast<std::byte*>(p.data()), p.size()});
+  }
+  std::size_t first = 0;
+  while (first < left.size()) {
+    const int count = static_cast<int>(std::min<std::size_t>(left.size() - first, IOV_MAX));
+    const auto n = ::writev(fd, left.data() + first, count);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw StoreError("could not write " + path + ": " + errno_text(errno));
+    }
+    auto done = static_cast<std::size_t>(n);
+    while (first < left.size() && done >= left[first].iov_len) done -= left[first++].iov_len;
+    if (done > 0) {
+      left[first].iov_base = static_cast<std::byte*>(left[first].iov_base) + done;
+      left[first].iov_len -= done;
+    }
+  }
+}
+
+}  // namespace zarr_device::stores
