@@ -9,6 +9,8 @@
 #
 #   scripts/zarr-python-suite.sh                         # the whole suite (~1.5 min on 2 cores)
 #   scripts/zarr-python-suite.sh tests/test_indexing.py -x   # pytest arguments: some of it
+#   ZARR_DEVICE_SUITE_DEVICE=cuda:0 ZARR_DEVICE_SUITE_LIKE=cupy scripts/zarr-python-suite.sh
+#       # on a GPU, with CuPy buffers (expected failures: expected-failures-<version>-cupy.txt)
 #
 # Needs pytest-asyncio (requirements-dev.txt) and, the first time, PyPI.
 set -euo pipefail
@@ -22,7 +24,9 @@ if ! command -v "$python" >/dev/null || ! "$python" -c 'import zarr_device' 2>/d
 fi
 
 version="$("$python" -c 'import zarr; print(zarr.__version__)')"
-expected="$here/expected-failures-$version.txt"
+suffix=""
+[ "${ZARR_DEVICE_SUITE_LIKE:-numpy}" != numpy ] && suffix="-${ZARR_DEVICE_SUITE_LIKE}"
+expected="$here/expected-failures-$version$suffix.txt"
 if [ ! -f "$expected" ]; then
   echo "zarr-python-suite: no list of expected failures for zarr $version ($expected);" \
     "run the suite, study each failure and write one" >&2

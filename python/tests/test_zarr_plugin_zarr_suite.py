@@ -21,8 +21,9 @@ import zarr
 import zarr.storage
 from conftest import assert_bits_equal
 from zarr.codecs import BloscCodec
+from zarr.core.buffer import cpu as cpu_buffer
 from zarr.core.sync import sync
-from zarr.registry import register_codec
+from zarr.registry import register_buffer, register_codec
 from zarr_plugin_helpers import as_numpy, open_off, pipeline_of
 
 import zarr_device
@@ -162,3 +163,42 @@ def test_float8_e8m0fnu_fill_values_are_the_engines_bits(tmp_path: Path) -> None
         assert_bits_equal(open_off(zarr.storage.LocalStore(path))[...], expected, "zarr-python, missing chunks")
         with zarr_device.enable():
             assert_bits_equal(as_numpy(zarr.open_array(str(path))[...]), expected, "plug-in, missing chunks")
+
+
+class _CountedBuffer(cpu_buffer.Buffer):
+    """A host buffer class that counts the values zarr-python's stores make of it: a stand-in for
+    the CuPy buffers that ``zarr.config.enable_gpu()`` names, which copy each value to the GPU."""
+
+    made = 0
+
+    @classmethod
+    def from_buffer(cls, buffer: Any) -> Any:
+        cls.made += 1
+        return super().from_buffer(buffer)
+
+    @classmethod
+    def from_bytes(cls, bytes_like: Any) -> Any:
+        cls.made += 1
+        return super().from_bytes(bytes_like)
+
+
+def test_the_engine_asks_zarr_python_stores_for_host_bytes_whatever_buffer_is_configured() -> None:
+    """zarr-python's suite on a GPU (test_gpu_basic[2-memory]): under enable_gpu() the engine asked
+    a MemoryStore for its values, and their sizes, as CuPy buffers, copying each to the GPU and
+    back (and warning of the slow path). It asks for host buffers whatever the config names."""
+    register_buffer(_CountedBuffer)
+    counted = f"{_CountedBuffer.__module__}.{_CountedBuffer.__qualname__}"
+    store = zarr.storage.MemoryStore()
+    data = np.arange(8 * 9, dtype="float32").reshape(8, 9)
+    with zarr_device.enable():
+        zarr.create_array(store, shape=data.shape, chunks=(4, 4), dtype="float32", zarr_format=2)[...] = data
+    with zarr.config.set({"buffer": counted}):
+        engine = zarr_device.open_array(store)  # its store adapter made under this config
+        with zarr_device.enable():
+            zarr.config.set({"buffer": counted})
+            plugged = zarr.open_array(store)
+            _CountedBuffer.made = 0
+            assert_bits_equal(as_numpy(plugged[...]), data, "plug-in")
+            assert_bits_equal(engine[...], data, "engine")
+            assert_bits_equal(engine[1:7, 2:5], data[1:7, 2:5], "engine, part")
+    assert _CountedBuffer.made == 0

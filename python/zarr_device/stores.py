@@ -113,12 +113,19 @@ class _ZarrStoreCallbacks:
     ZarrStoreAdapter so that the engine's reference to it forms no cycle."""
 
     def __init__(self, store: Any) -> None:
-        from zarr.core.buffer import default_buffer_prototype
+        from zarr.abc.store import Store
+        from zarr.core.buffer import cpu
         from zarr.core.sync import sync
 
         self._store = store
         self._sync = sync
-        self._prototype = default_buffer_prototype()
+        # The engine takes stored bytes in host memory and moves them itself: values are asked for
+        # as host buffers whatever buffer class zarr.config names (zarr.config.enable_gpu() and
+        # enable(like="cupy") name CuPy's, which would copy each value to the GPU and back).
+        self._prototype = cpu.buffer_prototype
+        # Stores without a size query of their own read the whole value to measure it, in the
+        # buffer class the config names; such a store's values are measured here instead.
+        self._measures_by_reading = type(store).getsize is Store.getsize
 
     def get(self, key: str, offset: int, length: int) -> bytes | None:
         from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
@@ -226,16 +233,17 @@ class _ZarrStoreCallbacks:
         return self._together(keys, self._size_of)
 
     async def _size_of(self, key: str) -> int | None:
+        if self._measures_by_reading:
+            value = await self._store.get(key, prototype=self._prototype)
+            return None if value is None else len(value)
         try:
             return int(await self._store.getsize(key))
         except FileNotFoundError:
             return None
 
     def size(self, key: str) -> int | None:
-        try:
-            return int(self._sync(self._store.getsize(key)))
-        except FileNotFoundError:
-            return None
+        size: int | None = self._sync(self._size_of(key))
+        return size
 
     def set(self, key: str, value: bytes) -> None:
         self._sync(self._store.set(key, self._prototype.buffer.from_bytes(value)))

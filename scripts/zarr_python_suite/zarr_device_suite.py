@@ -1,7 +1,8 @@
 """A pytest plug-in that runs zarr-python's own test suite with the zarr-device plug-in on
 (scripts/zarr-python-suite.sh loads it with ``-p zarr_device_suite``).
 
-* At start, ``zarr_device.enable(like="numpy")`` sets zarr-python's config; the values it set are
+* At start, ``zarr_device.enable(like="numpy")`` (or the device and framework that
+  ``ZARR_DEVICE_SUITE_DEVICE`` and ``ZARR_DEVICE_SUITE_LIKE`` name) sets zarr-python's config; the values it set are
   also written into the config's defaults, which ``zarr.config.reset()`` (zarr-python's fixture
   runs it before and after every test) falls back to, and exported as ``ZARR_*`` variables for
   the processes tests start: every array any test opens gets the DevicePipeline.
@@ -113,7 +114,10 @@ def _enable_for_the_session() -> dict[str, Any]:
     import zarr_device
     from zarr_device.zarr_plugin.enable import _CONFIG_KEYS  # the keys enable() sets
 
-    zarr_device.enable(like="numpy")
+    # ZARR_DEVICE_SUITE_DEVICE / _LIKE: the device and framework the suite runs on (the CPU and
+    # NumPy unless told; "cuda:0" and "cupy" on a GPU machine).
+    zarr_device.enable(os.environ.get("ZARR_DEVICE_SUITE_DEVICE", "cpu"),
+                       like=os.environ.get("ZARR_DEVICE_SUITE_LIKE", "numpy"))
     chosen = {key: zarr.config.get(key) for key in _CONFIG_KEYS}
     # reset() is clear() + refresh(): zarr-python's defaults (config.defaults[0], which some tests
     # read) again, then the environment. Both carry the plug-in's settings from here on.
