@@ -265,7 +265,52 @@ def test_what_cannot_be_saved_is_named(tmp_path: Path) -> None:
         zt.save({"a": torch.ones(1)}, tmp_path / "c.zarr", metadata={"x": float("nan")}, progress=False)
     with pytest.raises(zd.UsageError, match="compressors"):
         zt.save({"a": torch.ones(1)}, tmp_path / "c.zarr", compressors="gzip", progress=False)  # type: ignore[arg-type]
+    with pytest.raises(zd.UsageError, match="checksum must be None or 'crc32c'"):
+        zt.save({"a": torch.ones(1)}, tmp_path / "c.zarr", checksum="md5", progress=False)  # type: ignore[arg-type]
     assert not os.listdir(tmp_path)
+
+
+def _stored_files(array_dir: Path) -> list[Path]:
+    return sorted(p for p in array_dir.rglob("*") if p.is_file() and p.name != "zarr.json")
+
+
+@pytest.mark.parametrize(("compressors", "checksum", "codecs"), [
+    (None, None, ["bytes"]),
+    (None, "crc32c", ["bytes", "crc32c"]),
+    ("zstd", None, ["bytes", "zstd", "crc32c"]),
+    ("zstd", "crc32c", ["bytes", "zstd", "crc32c"]),
+])
+def test_checksums_catch_a_changed_byte_naming_the_tensor(
+    tmp_path: Path, compressors: Any, checksum: Any, codecs: list[str]
+) -> None:
+    """A byte changed on the disk: with a crc32c on the chunks (checksum="crc32c", or zstd) the load
+    raises a ChecksumError naming the tensor's array and leaves a module as it was; without one
+    (the uncompressed default) the sizes still match, and only the values differ."""
+    model = TinyLM()
+    path = tmp_path / "m.zarr"
+    zt.save(model, path, compressors=compressors, checksum=checksum, progress=False)
+    state = model.state_dict()
+    assert_bits_equal(zt.load(path)["embed.weight"], state["embed.weight"])
+    inner = json.loads((path / "embed.weight" / "zarr.json").read_text())["codecs"]
+    if inner[0]["name"] == "sharding_indexed":
+        inner = inner[0]["configuration"]["codecs"]
+    assert [c["name"] for c in inner] == codecs
+    stored = _stored_files(path / "embed.weight")
+    data = bytearray(stored[0].read_bytes())
+    data[len(data) // 3] ^= 0x04  # inside the first chunk's elements (or its compressed bytes)
+    stored[0].write_bytes(bytes(data))
+    fresh = TinyLM()
+    before = {name: p.detach().clone() for name, p in fresh.named_parameters()}
+    if "crc32c" not in codecs:
+        loaded = zt.load(path)["embed.weight"]
+        assert not torch.equal(bits(loaded), bits(state["embed.weight"]))  # a wrong value, unnoticed
+        return
+    with pytest.raises(zd.ChecksumError, match="array 'embed.weight'.*checksum mismatch"):
+        zt.load(path)
+    with pytest.raises(zd.ChecksumError, match="array 'embed.weight'"):
+        zt.load_into(fresh, path)
+    assert all(torch.equal(p, before[name]) for name, p in fresh.named_parameters())
+    assert_bits_equal(zt.load(path, keys=["norm.weight"])["norm.weight"], state["norm.weight"])
 
 
 def _edit_root(path: Path, change: Any) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zarr_device.convert import chunks_for_bytes
-from zarr_device.errors import FormatError
+from zarr_device.errors import FormatError, UsageError
 
 __all__ = [
     "FORMAT_VERSION",
@@ -48,6 +48,21 @@ ZSTD_CODECS: list[dict[str, Any]] = [
     {"name": "zstd", "configuration": {"level": 1, "checksum": False}},
     {"name": "crc32c"},  # lets GPU reads decode chunks on the GPU
 ]
+#: Uncompressed chunks that reads check: a changed byte is a ChecksumError, not a wrong value.
+CHECKED_CODECS: list[dict[str, Any]] = [{"name": "crc32c"}]
+
+
+def checkpoint_codecs(compressors: str | None, checksum: str | None) -> list[dict[str, Any]] | None:
+    """The codecs after ``bytes`` of a checkpoint's chunks: ``compressors`` None (stored as they
+    are) or "zstd" (level 1, always with a crc32c), ``checksum`` None or "crc32c" (a crc32c on
+    uncompressed chunks too). UsageError for anything else."""
+    if compressors not in (None, "zstd"):
+        raise UsageError(f"compressors must be None or 'zstd', not {compressors!r}")
+    if checksum not in (None, "crc32c"):
+        raise UsageError(f"checksum must be None or 'crc32c', not {checksum!r}")
+    if compressors == "zstd":
+        return ZSTD_CODECS
+    return CHECKED_CODECS if checksum == "crc32c" else None
 
 # Characters kept as they are in a path; every other is %-encoded (UTF-8 bytes, upper-case hex).
 _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")

@@ -29,7 +29,7 @@ import torch
 from zarr_device import placement
 from zarr_device.convert import ConvertSummary, SourceTree, _check_destination, _inside, _local_path
 from zarr_device.errors import FormatError, UsageError
-from zarr_device.torch.format import FILES_KEY, ZSTD_CODECS, encode_name
+from zarr_device.torch.format import FILES_KEY, checkpoint_codecs, encode_name
 from zarr_device.torch.load import iter_load, open_checkpoint
 from zarr_device.progress import Progress, progress_bar
 from zarr_device.torch.save import TensorEntry, _plan, write_checkpoint
@@ -263,7 +263,7 @@ def convert_to_checkpoint(
                     shutil.copyfile(path, partial / folder / path.name)
 
         write_checkpoint(dest, data.entries, data.tied, data.metadata,
-                         codecs=ZSTD_CODECS if compressors == "zstd" else None, overwrite=overwrite,
+                         codecs=checkpoint_codecs(compressors if compressors == "zstd" else None, None), overwrite=overwrite,
                          progress=progress, desc="converting", extra=extra, add_files=add_files)
     total = sum(e.nbytes for e in data.entries)
     return _summary(source, dest, len(data.entries), 1, total, _tree_size(dest), started)

@@ -25,9 +25,9 @@ from zarr_device.stores import LocalStore
 from zarr_device.torch.format import (
     ROOT_ATTRIBUTE,
     TENSOR_ATTRIBUTE,
-    ZSTD_CODECS,
     Manifest,
     check_path,
+    checkpoint_codecs,
     encode_name,
     layout,
 )
@@ -214,6 +214,7 @@ def save(
     path: PathLike,
     *,
     compressors: Literal["zstd"] | None = None,
+    checksum: Literal["crc32c"] | None = None,
     metadata: Any = None,
     overwrite: bool = False,
     progress: Progress = None,
@@ -226,7 +227,11 @@ def save(
     tensors are copied to the host in turn. Tied tensors (views of the same elements, such as a
     shared embedding and output layer) are stored once. ``compressors``: None stores the bytes as
     they are (the fastest to read); "zstd" stores zstd level 1 chunks with a crc32c each (which
-    GPU reads decode on the GPU). ``metadata``: JSON the checkpoint carries (read it with
+    GPU reads decode on the GPU). ``checksum``: "crc32c" ends uncompressed chunks with a crc32c
+    too, which every read verifies, so that a byte changed on the disk is a ChecksumError naming
+    the tensor rather than a wrong weight (without it a load checks sizes, not values, as
+    safetensors and torch.save files do); such chunks are no longer 4 KiB-aligned for O_DIRECT
+    reads. ``metadata``: JSON the checkpoint carries (read it with
     :func:`zarr_device.torch.metadata`). ``overwrite``: replace a checkpoint (any Zarr store) at
     ``path``, once the new one is complete. ``progress``: a bar on stderr while writing (None, the default: where stderr is a
     terminal; False: none; or a function told of each tensor's bytes).
@@ -235,8 +240,7 @@ def save(
     and renamed into place; a failure leaves ``path`` as it was. Raises UsageError for what
     cannot be saved (naming the tensor) or an existing ``path`` without ``overwrite``.
     """
-    if compressors not in (None, "zstd"):
-        raise UsageError(f"compressors must be None or 'zstd', not {compressors!r}")
+    codecs = checkpoint_codecs(compressors, checksum)
     try:
         metadata_json = json.loads(json.dumps(metadata, allow_nan=False))
     except (TypeError, ValueError, RecursionError) as e:
@@ -245,7 +249,6 @@ def save(
     dest = placement.local_destination(path)
     placement.check_replaceable(dest, overwrite)
     entries, tied = _plan(state)
-    codecs = ZSTD_CODECS if compressors == "zstd" else None
     write_checkpoint(dest, entries, tied, metadata_json, codecs=codecs, overwrite=overwrite, progress=progress)
 
 
