@@ -375,8 +375,8 @@ def test_cuda_save_and_load(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("compressors", [None, "zstd"])
-def test_saved_from_the_gpu_equals_saved_from_the_host(tmp_path: Path, compressors: Any) -> None:
+@pytest.mark.parametrize(("compressors", "checksum"), [(None, None), (None, "crc32c"), ("zstd", None)])
+def test_saved_from_the_gpu_equals_saved_from_the_host(tmp_path: Path, compressors: Any, checksum: Any) -> None:
     if not torch.cuda.is_available() or zd.cuda_device_count() == 0:
         pytest.skip("no CUDA device")
     g = torch.Generator().manual_seed(3)
@@ -390,13 +390,17 @@ def test_saved_from_the_gpu_equals_saved_from_the_host(tmp_path: Path, compresso
         "empty": torch.zeros(0, 4),
     }
     zt.save({k: v.to("cuda") for k, v in state.items()}, tmp_path / "gpu.zarr", compressors=compressors,
-            progress=False)
-    zt.save(state, tmp_path / "host.zarr", compressors=compressors, progress=False)
+            checksum=checksum, progress=False)
+    zt.save(state, tmp_path / "host.zarr", compressors=compressors, checksum=checksum, progress=False)
     from_gpu, from_host = zt.load(tmp_path / "gpu.zarr"), zt.load(tmp_path / "host.zarr")
     for name, tensor in state.items():
         for got in (from_gpu[name], from_host[name]):
             assert got.dtype == tensor.dtype and got.shape == tensor.shape, name
             assert torch.equal(got.contiguous().view(torch.uint8), tensor.contiguous().view(torch.uint8)), name
+    # The crc32c of each chunk the GPU laid out is the one the host computes.
+    if checksum:
+        chunk = _stored_files(tmp_path / "host.zarr" / "w")[0].relative_to(tmp_path / "host.zarr")
+        assert (tmp_path / "gpu.zarr" / chunk).read_bytes() == (tmp_path / "host.zarr" / chunk).read_bytes()
 
 
 @pytest.mark.parametrize(("shape", "dtype"), [((50000, 257), torch.bfloat16), ((3000, 1000), torch.float32),
