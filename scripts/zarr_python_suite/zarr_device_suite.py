@@ -1,11 +1,12 @@
 """A pytest plug-in that runs zarr-python's own test suite with the zarr-device plug-in on
 (scripts/zarr-python-suite.sh loads it with ``-p zarr_device_suite``).
 
-* At start, ``zarr_device.enable(like="numpy")`` (or the device and framework that
-  ``ZARR_DEVICE_SUITE_DEVICE`` and ``ZARR_DEVICE_SUITE_LIKE`` name) sets zarr-python's config; the values it set are
-  also written into the config's defaults, which ``zarr.config.reset()`` (zarr-python's fixture
-  runs it before and after every test) falls back to, and exported as ``ZARR_*`` variables for
-  the processes tests start: every array any test opens gets the DevicePipeline.
+* At start, ``zarr_device.enable(like="numpy")`` (or on the device and framework that
+  ``ZARR_DEVICE_SUITE_DEVICE`` and ``ZARR_DEVICE_SUITE_LIKE`` name) sets zarr-python's config;
+  the values it set are also written into the config's defaults, which ``zarr.config.reset()``
+  (zarr-python's fixture runs it before and after every test) falls back to, and exported as
+  ``ZARR_*`` variables for the processes tests start: every array any test opens gets the
+  DevicePipeline.
 * Every engine read and write, and every fall back to zarr-python's codecs, is counted, and so is
   each test that starts (its fixtures set up) with the pipeline in force; the summary says how
   many arrays the engine served and how many fell back (and why), and the run fails when a test
