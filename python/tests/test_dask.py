@@ -161,6 +161,11 @@ def _block_kinds(block: Any) -> np.ndarray:
     return np.array([[type(block).__module__.split(".")[0]]], dtype=object)
 
 
+def _kinds_of_blocks(x: Any) -> Any:
+    """A dask array of each of ``x``'s blocks' array module ("cupy", "numpy")."""
+    return x.map_blocks(_block_kinds, chunks=(1, 1), dtype=object, meta=np.empty((0, 0), object))
+
+
 @pytest.mark.gpu
 def test_from_zarr_blocks_land_on_the_gpu_threaded(tmp_path: Path) -> None:
     cupy = _needs_cuda()
@@ -168,7 +173,7 @@ def test_from_zarr_blocks_land_on_the_gpu_threaded(tmp_path: Path) -> None:
     with zarr_device.enable(device="cuda:0", like="cupy"):
         x = da.from_zarr(str(tmp_path / "a"))
         assert isinstance(x._meta, cupy.ndarray)  # noqa: SLF001 - dask's meta comes from a 0-size read
-        kinds = x.map_blocks(_block_kinds, chunks=(1, 1), dtype=object, meta=np.empty((0, 0), object))
+        kinds = _kinds_of_blocks(x)
         assert set(kinds.compute(scheduler="threads").ravel()) == {"cupy"}
         whole = x.compute(scheduler="threads")
         part = x[5:37:2, 3:].sum(axis=0).compute(scheduler="threads")
@@ -190,7 +195,7 @@ def test_from_zarr_blocks_land_on_the_gpu_in_worker_processes(tmp_path: Path) ->
             c.register_plugin(EnableOnWorkers(device="cuda:0", like="cupy"))
             with zarr_device.enable(device="cuda:0", like="cupy"):
                 x = da.from_zarr(str(tmp_path / "a"))
-            kinds = x.map_blocks(_block_kinds, chunks=(1, 1), dtype=object, meta=np.empty((0, 0), object))
+            kinds = _kinds_of_blocks(x)
             assert set(c.compute(kinds).result(timeout=TIMEOUT_S).ravel()) == {"cupy"}
             whole = c.compute(x).result(timeout=TIMEOUT_S)
     finally:

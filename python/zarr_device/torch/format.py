@@ -27,6 +27,7 @@ __all__ = [
     "check_path",
     "parse_manifest",
     "layout",
+    "checkpoint_codecs",
 ]
 
 FORMAT_VERSION = 1

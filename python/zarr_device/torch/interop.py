@@ -262,8 +262,8 @@ def convert_to_checkpoint(
                 for path in data.other_files:
                     shutil.copyfile(path, partial / folder / path.name)
 
-        write_checkpoint(dest, data.entries, data.tied, data.metadata,
-                         codecs=checkpoint_codecs(compressors if compressors == "zstd" else None, None), overwrite=overwrite,
+        codecs = checkpoint_codecs("zstd" if compressors == "zstd" else None, checksum=None)
+        write_checkpoint(dest, data.entries, data.tied, data.metadata, codecs=codecs, overwrite=overwrite,
                          progress=progress, desc="converting", extra=extra, add_files=add_files)
     total = sum(e.nbytes for e in data.entries)
     return _summary(source, dest, len(data.entries), 1, total, _tree_size(dest), started)
