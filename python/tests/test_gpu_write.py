@@ -251,3 +251,27 @@ def test_gds_truncated_chunk_is_a_typed_error(tmp_path: Path) -> None:
     gds = zd.open_array(zd.LocalStore(tmp_path / "a", io="gds"))
     with pytest.raises(zd.CodecError, match="c/1/1"):
         gds.read(device=DEV, like="torch")
+
+
+@pytest.mark.parametrize("framework", ["torch", "cupy"])
+@pytest.mark.parametrize("compressors", [None, "zstd"])
+def test_writes_wait_for_values_made_on_the_default_stream(tmp_path: Path, framework: str, compressors: Any) -> None:
+    """Values made by a kernel still queued on the framework's default stream (the legacy one,
+    whose handle is 0) when the write starts: the write waits for it, so it stores the values, not
+    what the memory held before. (Writes once waited for no stream there, and a chunk of -0.0
+    read as the fill value 0.0 was dropped.)"""
+    n = 16 << 20
+    arr = zd.create(tmp_path / "a", shape=(n,), chunks=(n // 8,), dtype="float32", fill_value=0.0,
+                    compressors=compressors)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(400_000_000)  # about 0.2 s of spinning on the legacy default stream
+    if framework == "torch":
+        values: Any = torch.full((n,), -0.0, device=DEV)
+    else:
+        cupy = pytest.importorskip("cupy")
+        with cupy.cuda.Device(0):
+            values = cupy.full((n,), -0.0, dtype="float32")
+    arr[:] = values
+    back = arr.read()
+    assert np.signbit(back).all() and not back.any()
+    assert len(stored_keys(tmp_path / "a") - {".zarr-device.lock"}) == 8

@@ -81,7 +81,8 @@ class Destination:
 @dataclass(frozen=True)
 class CudaSource:
     """Values on CUDA device ``index`` to write: ``nbytes`` at ``address``, produced in order on
-    ``stream``; ``owner`` keeps the memory alive."""
+    ``stream`` (``cudaStreamLegacy``, 1, for the legacy default stream: 0 means no stream, and
+    the write would then not wait for the work that made them); ``owner`` keeps the memory alive."""
 
     index: int
     address: int

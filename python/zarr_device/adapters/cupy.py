@@ -111,6 +111,7 @@ class CupyAdapter(Adapter):
                 raise UsageError(
                     f"values of shape {tuple(values.shape)} do not fit a selection of shape {shape}"
                 ) from None
-            stream = int(cupy.cuda.get_current_stream().ptr)
         address, nbytes = _pointer(source)
-        return CudaSource(index, address, nbytes, stream, source)
+        # The stream the values were made on (see TorchAdapter.cuda_source: the null stream's
+        # handle 0 would mean "none").
+        return CudaSource(index, address, nbytes, self.stream(index), source)

@@ -184,4 +184,7 @@ class TorchAdapter(Adapter):
             raise UsageError(f"values of shape {tuple(values.shape)} do not fit a selection of shape {shape}") from None
         index = int(source.device.index)
         address, nbytes = pointer(source)
-        return CudaSource(index, address, nbytes, int(torch.cuda.current_stream(index).cuda_stream), source)
+        # The stream the values were made on, the legacy default stream as cudaStreamLegacy: its
+        # handle 0 means "none", and the engine's non-blocking streams would then read them before
+        # the kernel that made them has run.
+        return CudaSource(index, address, nbytes, self.stream(index), source)
