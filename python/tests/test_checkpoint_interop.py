@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
+import zarr_device as zd  # noqa: E402
 import zarr_device.torch as zt  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from zarr_device.cli import main  # noqa: E402
@@ -234,7 +235,6 @@ def test_cli_convert_and_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["load", ckpt, "--keys", "b"]) == 0
     assert "1 tensor" in capsys.readouterr().out
     # Any Zarr group: every array below it.
-    import zarr_device as zd
 
     group = zd.create_group(str(tmp_path / "g.zarr"))
     group.create_array("x", shape=(10,), dtype="float32", chunks=(5,))
@@ -244,3 +244,51 @@ def test_cli_convert_and_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     args = ["convert", str(tmp_path / "m.safetensors"), str(tmp_path / "c2.zarr"), "--chunks", "1MiB", "--quiet"]
     assert main(args) == 1  # one layout for checkpoints
     assert "do not apply" in capsys.readouterr().err
+
+
+def _chunk_codec_names(array_dir: Path) -> list[str]:
+    codecs = json.loads((array_dir / "zarr.json").read_text())["codecs"]
+    if codecs[0]["name"] == "sharding_indexed":
+        codecs = codecs[0]["configuration"]["codecs"]
+    return [c["name"] for c in codecs]
+
+
+@pytest.mark.parametrize(("compressor", "checksum", "codecs"), [
+    ("none", None, ["bytes"]),
+    ("none", True, ["bytes", "crc32c"]),
+    ("zstd", None, ["bytes", "zstd", "crc32c"]),
+    ("zstd", True, ["bytes", "zstd", "crc32c"]),
+])
+def test_converted_checkpoints_carry_the_checksum_asked_for(
+    tmp_path: Path, compressor: str, checksum: bool | None, codecs: list[str]
+) -> None:
+    """`convert --checksum` puts a crc32c on an uncompressed checkpoint's chunks (zstd ones always
+    have one), which every read checks: a byte changed on the disk is a ChecksumError naming the
+    tensor; without it, the documented limit: sizes only."""
+    tensors = {"w": random_bytes_tensor(torch.float32, (700, 512), 5), "b": random_bytes_tensor(torch.bfloat16, (9,), 6)}
+    safetensors_torch.save_file(tensors, str(tmp_path / "m.safetensors"))
+    ckpt = tmp_path / "c.zarr"
+    flag = [] if checksum is None else ["--checksum"]
+    assert main(["convert", str(tmp_path / "m.safetensors"), str(ckpt), "--compressor", compressor, "--quiet", *flag]) == 0
+    assert _chunk_codec_names(ckpt / "w") == codecs
+    assert {k: raw(v) for k, v in zt.load(ckpt).items()} == {k: raw(v) for k, v in tensors.items()}
+    stored = sorted(p for p in (ckpt / "w").rglob("*") if p.is_file() and p.name != "zarr.json")
+    data = bytearray(stored[0].read_bytes())
+    data[len(data) // 3] ^= 0x10
+    stored[0].write_bytes(bytes(data))
+    if "crc32c" not in codecs:
+        assert raw(zt.load(ckpt)["w"]) != raw(tensors["w"])  # a wrong value, unnoticed
+        return
+    with pytest.raises(zd.ChecksumError, match="array 'w'"):
+        zt.load(ckpt)
+    assert raw(zt.load(ckpt, keys=["b"])["b"]) == raw(tensors["b"])
+
+
+def test_checkpoint_checksum_options_that_cannot_hold(tmp_path: Path) -> None:
+    safetensors_torch.save_file({"w": torch.ones(4)}, str(tmp_path / "m.safetensors"))
+    with pytest.raises(UsageError, match="always end with a crc32c"):
+        convert(tmp_path / "m.safetensors", tmp_path / "c.zarr", compressors="zstd", checksum=False, progress=False)
+    zt.save({"w": torch.ones(4)}, tmp_path / "d.zarr", progress=False)
+    with pytest.raises(UsageError, match="checksum do not apply"):
+        convert(tmp_path / "d.zarr", tmp_path / "d.safetensors", checksum=True, progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["d.zarr", "m.safetensors"]

@@ -348,7 +348,7 @@ def convert(
     path: str = "",
     compressors: Compressors = "zstd",
     level: int | None = None,
-    checksum: bool = True,
+    checksum: bool | None = None,
     chunks: Layout = None,
     shards: Layout = None,
     max_bytes: int | str = 256 << 20,
@@ -362,7 +362,7 @@ def convert(
 
     ``compressors``: "zstd" (level 1 unless ``level``), "gzip", "blosc", "none"/None, or codec
     dicts. ``checksum``: end every chunk's codecs with crc32c, which GPU reads need to decode
-    chunks on the GPU. ``chunks``: None keeps each array's chunk shape (the inner chunks of a
+    chunks on the GPU (None: yes, for arrays). ``chunks``: None keeps each array's chunk shape (the inner chunks of a
     sharded source); a byte size (``"2MiB"``) picks about that many bytes, splitting leading
     dimensions; a shape (-1: the whole dimension) is used as given. ``shards``: None (unsharded),
     a byte size or a shape, in whole chunks. ``max_bytes``: the most one copied region holds,
@@ -375,7 +375,9 @@ def convert(
     ``torch.save`` file (``.pt``, ``.pth``, ``.bin``, ``.ckpt``) is written as a checkpoint, and a
     checkpoint is written as one safetensors file when ``destination`` ends in ``.safetensors``
     (zarr_device.torch.interop; needs torch and safetensors). Only ``compressors`` ("zstd" or
-    none), ``overwrite`` and ``progress`` apply to those.
+    none), ``checksum`` (into a checkpoint: None keeps the checkpoint's default, a crc32c with zstd
+    and sizes only without, as ``zarr_device.torch.save``; True adds a crc32c to uncompressed
+    chunks), ``overwrite`` and ``progress`` apply to those.
 
     The destination appears (or is replaced) at once and complete, or not at all: a failure
     leaves it as it was and removes the partial copy. Threads and in-flight memory come from
@@ -389,7 +391,9 @@ def convert(
             from zarr_device.torch import interop
         except ImportError as e:
             raise UsageError(f"converting {kind} checkpoints needs PyTorch and safetensors: {e}") from None
-        summary: ConvertSummary = interop.convert(kind, source, destination, options, compressors, overwrite, progress)
+        summary: ConvertSummary = interop.convert(
+            kind, source, destination, options, compressors, checksum, overwrite, progress
+        )
         return summary
     started = time.perf_counter()
     tree = read_source(source, path)
@@ -401,7 +405,7 @@ def convert(
         if isinstance(node, SourceArray):
             chunk_shape, shard_shape = _layout(node, chunks, shards)
             codecs = _compressor_codecs(compressors, level, node.itemsize)
-            document = _array_document(node, codecs, checksum, chunk_shape, shard_shape)
+            document = _array_document(node, codecs, checksum is not False, chunk_shape, shard_shape)
             plans.append((node, document, shard_shape or chunk_shape))
         else:
             plans.append(node)

@@ -71,8 +71,10 @@ Face model folder (model.safetensors, or shards and model.safetensors.index.json
 files, config.json and tokenizer files, are copied into the checkpoint's files/ folder) or a
 torch.save state dict (.pt, .pth, .bin, .ckpt; loaded with weights_only=True); DEST is then a
 checkpoint. A DEST ending in .safetensors makes a checkpoint SOURCE one safetensors file. Values
-are copied bit for bit, one tensor at a time; only --compressor (zstd or none), --overwrite,
---quiet and --json apply.
+are copied bit for bit, one tensor at a time; only --compressor (zstd or none), --checksum,
+--overwrite, --quiet and --json apply. A zstd checkpoint's chunks always end with a crc32c; an
+uncompressed one's only with --checksum (checked on every read, as zstd's; without it, reads
+check sizes only, as safetensors does).
 
 --chunks and --shards take a shape (1024,4096; 4096, for one dimension; -1 for a whole
 dimension) or a byte size (2MiB: about that many bytes, split along the leading dimensions).
@@ -83,6 +85,7 @@ examples:
   zarr-device convert in.zarr out.zarr --path model/layers --compressor gzip --level 6
   zarr-device convert in.zarr out.zarr --compressor none --no-checksum --overwrite --json
   zarr-device convert model.safetensors model.zarr --compressor none
+  zarr-device convert model.safetensors model.zarr --compressor none --checksum
   zarr-device convert ./Llama-3.2-1B model.zarr         (a Hugging Face model folder)
   zarr-device convert model.zarr model.safetensors"""
 
@@ -110,8 +113,9 @@ def add_command(commands: Any) -> None:
         help="the compressor's level (default: 1 for zstd, 5 for gzip and blosc)",
     )
     command.add_argument(
-        "--checksum", action=argparse.BooleanOptionalAction, default=True,
-        help="end each chunk with a crc32c checksum, which GPU decoding needs (default: on)",
+        "--checksum", action=argparse.BooleanOptionalAction, default=None,
+        help="end each chunk with a crc32c checksum, which GPU decoding needs (default: on; for "
+        "checkpoints, on with zstd and off without)",
     )
     command.add_argument(
         "--chunks", type=parse_layout, default=None, metavar="SHAPE|BYTES",

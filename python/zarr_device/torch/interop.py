@@ -231,14 +231,20 @@ def _tree_size(root: Path) -> int:
 
 
 def convert_to_checkpoint(
-    source: Path, kind: str, dest: Path, *, compressors: str | None, overwrite: bool,
-    progress: Progress,
+    source: Path, kind: str, dest: Path, *, compressors: str | None, checksum: bool | None = None,
+    overwrite: bool, progress: Progress,
 ) -> ConvertSummary:
     """Writes the safetensors file, model folder or torch.save file (``kind``: "safetensors",
     "huggingface", "torch") at ``source`` as a checkpoint at ``dest`` (checked replaceable by
-    the caller); returns a :class:`zarr_device.convert.ConvertSummary`."""
+    the caller); returns a :class:`zarr_device.convert.ConvertSummary`. ``checksum``: a crc32c
+    on every chunk (True), which zstd checkpoints always have; None: the checkpoint's default
+    (as ``zarr_device.torch.save``: sizes only for uncompressed chunks)."""
     if compressors not in (None, "none", "zstd"):
         raise UsageError(f"a checkpoint's chunks are stored as they are or with zstd, not {compressors!r}")
+    if checksum is False and compressors == "zstd":
+        raise UsageError("a zstd checkpoint's chunks always end with a crc32c: leave the checksum on")
+    # Before anything is read: a bad combination fails at once.
+    codecs = checkpoint_codecs("zstd" if compressors == "zstd" else None, checksum="crc32c" if checksum else None)
     started = time.perf_counter()
     data = _Source([], {}, None)
     with contextlib.ExitStack() as stack:
@@ -262,7 +268,6 @@ def convert_to_checkpoint(
                 for path in data.other_files:
                     shutil.copyfile(path, partial / folder / path.name)
 
-        codecs = checkpoint_codecs("zstd" if compressors == "zstd" else None, checksum=None)
         write_checkpoint(dest, data.entries, data.tied, data.metadata, codecs=codecs, overwrite=overwrite,
                          progress=progress, desc="converting", extra=extra, add_files=add_files)
     total = sum(e.nbytes for e in data.entries)
@@ -325,10 +330,12 @@ def convert_to_safetensors(
 
 
 def convert(kind: str, source: Any, destination: Any, options: Mapping[str, Any],
-            compressors: Any, overwrite: bool, progress: Progress) -> ConvertSummary:
+            compressors: Any, checksum: bool | None, overwrite: bool, progress: Progress) -> ConvertSummary:
     """``zarr_device.convert.convert`` for a checkpoint conversion (``kind``, from
     :func:`zarr_device.convert.checkpoint_kind`): ``options`` are convert's options that do not
-    apply here, refused when given."""
+    apply here, refused when given; ``checksum`` applies to conversions into a checkpoint."""
+    if kind == "to-safetensors":
+        options = {**options, "checksum": checksum}
     unused = [name for name, value in options.items() if value not in (None, "")]
     if unused:
         raise UsageError(f"{', '.join(unused)} do not apply to checkpoint conversions (they have one layout)")
@@ -346,4 +353,5 @@ def convert(kind: str, source: Any, destination: Any, options: Mapping[str, Any]
     dest = _check_destination(destination, SourceTree(str(path), folder, []), overwrite)
     if not isinstance(compressors, (str, type(None))):
         raise UsageError("a checkpoint's compressors are 'zstd' or none, not codec dicts")
-    return convert_to_checkpoint(path, kind, dest, compressors=compressors, overwrite=overwrite, progress=progress)
+    return convert_to_checkpoint(path, kind, dest, compressors=compressors, checksum=checksum, overwrite=overwrite,
+                                 progress=progress)
