@@ -331,14 +331,15 @@ def parse_layout(text: str, size: int) -> dict[str, Any]:
     return layout
 
 
-def write_group(root: str, layout: dict[str, Any], level: int) -> str:
-    """The layout's group at ``root`` holding the array (written once, kept across runs)."""
+def write_group(root: str, layout: dict[str, Any], level: int, checksum: bool) -> str:
+    """The layout's group at ``root`` holding the array (written once, kept across runs);
+    ``checksum``: crc32c after zstd, as zarr-device writes by default (decoded on the GPU)."""
     import zarr_device as zd
 
     if not os.path.exists(os.path.join(root, "zarr.json")):
         zd.create_group(root, mode="w")
     path = os.path.join(root, VARIABLE)
-    seconds = write_array(path, layout, "zstd", level, checksum=False, dimension_names=["y", "x"])
+    seconds = write_array(path, layout, "zstd", level, checksum=checksum, dimension_names=["y", "x"])
     if seconds:
         log(f"  wrote {path} in {seconds:.1f} s")
     return path
@@ -383,6 +384,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--layouts", default=DEFAULT_LAYOUTS,
                         help=f"comma-separated unsharded:CHUNK or sharded:CHUNK/SHARD (default {DEFAULT_LAYOUTS})")
     parser.add_argument("--zstd-level", type=int, default=1)
+    parser.add_argument("--checksum", action="store_true",
+                        help="zstd + crc32c, as zarr-device writes by default (decoded on the GPU under the "
+                             "default gpu_decode='checked'); default: zstd alone, as zarr-python writes it")
     parser.add_argument("--readers", default=",".join(READERS), help=f"default: {','.join(READERS)}")
     parser.add_argument("--repeat", type=int, default=3, help="warm reads per reader, best taken (3)")
     parser.add_argument("--cold", action="store_true", help="also cold reads (drops the page cache: root)")
@@ -407,12 +411,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def describe(layout: dict[str, Any], stored: int) -> str:
+def describe(layout: dict[str, Any], stored: int, checksum: bool = False) -> str:
     grid = (f"shards of {layout['shards']} holding chunks of {layout['chunks']}" if layout["shards"]
             else f"chunks of {layout['chunks']}")
     chunk_bytes = layout["chunks"][0] * layout["chunks"][1] * layout["itemsize"]
+    codecs = "zstd + crc32c" if checksum else "zstd"
     return (f"{layout['name']}: {fmt_bytes(layout['nbytes'])} float32 {tuple(layout['shape'])}, {grid} "
-            f"({fmt_bytes(chunk_bytes)} chunks), zstd, stored {fmt_bytes(stored)} "
+            f"({fmt_bytes(chunk_bytes)} chunks), {codecs}, stored {fmt_bytes(stored)} "
             f"({stored / layout['nbytes']:.2f} of the data)")
 
 
@@ -439,11 +444,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 "like": device.like, "layouts": [], "s3": None}
     try:
         for layout in args.layouts:
-            root = os.path.join(out_dir, layout["name"].replace(":", "-").replace("/", "-"))
+            root = os.path.join(out_dir, layout["name"].replace(":", "-").replace("/", "-")
+                                + ("-crc32c" if args.checksum else ""))
             log(f"layout {layout['name']}")
-            path = write_group(root, layout, args.zstd_level)
+            path = write_group(root, layout, args.zstd_level, args.checksum)
             rows = run_readers(args.readers, lambda: path, lambda: root, layout["nbytes"], device, args)
-            print("\n" + format_rows(describe(layout, stored_bytes(path)), rows), flush=True)
+            print("\n" + format_rows(describe(layout, stored_bytes(path), args.checksum), rows), flush=True)
             document["layouts"].append({"layout": layout, "stored_bytes": stored_bytes(path), "readers": rows,
                                         "ratios_warm": ratios(rows), "ratios_cold": ratios(rows, "cold_gbps")})
         if args.s3:
@@ -468,7 +474,7 @@ def run_s3(args: argparse.Namespace, device: Device, out_dir: str) -> dict[str, 
     layout = args.s3_layout
     root = os.path.join(out_dir, "s3-" + layout["name"].replace(":", "-").replace("/", "-"))
     log(f"S3: layout {layout['name']}")
-    write_group(root, layout, args.zstd_level)
+    write_group(root, layout, args.zstd_level, args.checksum)
     try:
         with s3_copy(os.path.join(root, VARIABLE)) as (server, prefix):
             names = [n for n in ("plugin", "zarr-cpu", "zarr-device") if n in args.readers]
@@ -477,7 +483,7 @@ def run_s3(args: argparse.Namespace, device: Device, out_dir: str) -> dict[str, 
     except Skip as e:
         print(f"\nS3: skipped: {e}")
         return {"skipped": str(e), "readers": {}}
-    title = f"S3 (SeaweedFS on loopback, zarr.storage.ObjectStore / obstore): {describe(layout, stored_bytes(root))}"
+    title = f"S3 (SeaweedFS on loopback, zarr.storage.ObjectStore / obstore): {describe(layout, stored_bytes(root), args.checksum)}"
     print("\n" + format_rows(title, rows), flush=True)
     return {"layout": layout, "readers": rows, "ratios_warm": ratios(rows)}
 

@@ -64,18 +64,26 @@ def _write(ds: Any, path: Path) -> None:
 
 @pytest.fixture
 def engine_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the batches the engine reads for the plug-in (one entry per batch)."""
-    batches: list[int] = []
-    original = DevicePipeline._read_engine  # noqa: SLF001
+    """Counts the reads the engine serves for the plug-in: a batch of chunks (its length) or one
+    box of an array (0)."""
+    reads: list[int] = []
+    batch_read, box_read = DevicePipeline._read_engine, DevicePipeline.read_box  # noqa: SLF001
 
-    def counted(self: DevicePipeline, batch: Any, *args: Any) -> bool:
-        served = original(self, batch, *args)
+    def counted_batch(self: DevicePipeline, batch: Any, *args: Any) -> bool:
+        served = batch_read(self, batch, *args)
         if served:
-            batches.append(len(batch))
+            reads.append(len(batch))
         return served
 
-    monkeypatch.setattr(DevicePipeline, "_read_engine", counted)
-    return batches
+    def counted_box(self: DevicePipeline, *args: Any) -> bool:
+        served = box_read(self, *args)
+        if served:
+            reads.append(0)
+        return served
+
+    monkeypatch.setattr(DevicePipeline, "_read_engine", counted_batch)
+    monkeypatch.setattr(DevicePipeline, "read_box", counted_box)
+    return reads
 
 
 @pytest.mark.parametrize("chunks", ["dask", "none"])

@@ -14,6 +14,10 @@
 * The tests named in the expected-failures file (``ZARR_DEVICE_SUITE_EXPECTED``, one
   ``node id  # reason`` a line) are marked ``xfail(strict=True)``: they must fail (a test that
   passes again must leave the list), and any other failure fails the run.
+* ``ZARR_DEVICE_SUITE_BASELINE=zarr-gpu`` runs the suite without the plug-in, under zarr-python's
+  own GPU mode (the buffers ``zarr.config.enable_gpu()`` names, held the same way): what
+  zarr-python's tests do with GPU buffers before the plug-in changes anything, to compare a run
+  with the plug-in on CuPy buffers against (tests written for host buffers fail in both).
 """
 
 from __future__ import annotations
@@ -90,10 +94,20 @@ def _install_counters() -> None:
         _counts.fallback(reason)
         return fall_back(self, reason, batch)
 
+    read_box = DevicePipeline.read_box
+
+    def counted_read_box(self: Any, *args: Any, **kwargs: Any) -> bool:
+        # A box declined goes on to the batch path, which counts it (engine or fallback).
+        served = read_box(self, *args, **kwargs)
+        if served:
+            _counts.call("read box", self, True)
+        return served
+
     DevicePipeline.__init__ = counted_init  # type: ignore[method-assign]
     DevicePipeline._fall_back = counted_fall_back  # type: ignore[method-assign]  # noqa: SLF001
     DevicePipeline._read_engine = _count("read", DevicePipeline._read_engine)  # type: ignore[method-assign]  # noqa: SLF001
     DevicePipeline._write_engine = _count("write", DevicePipeline._write_engine)  # type: ignore[method-assign]  # noqa: SLF001
+    DevicePipeline.read_box = counted_read_box  # type: ignore[method-assign]
 
 
 def _nested(flat: dict[str, Any]) -> dict[str, Any]:
@@ -108,6 +122,13 @@ def _nested(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _baseline() -> bool:
+    mode = os.environ.get("ZARR_DEVICE_SUITE_BASELINE", "")
+    if mode not in ("", "zarr-gpu"):
+        raise pytest.UsageError(f"ZARR_DEVICE_SUITE_BASELINE={mode!r}: 'zarr-gpu' or unset")
+    return mode == "zarr-gpu"
+
+
 def _enable_for_the_session() -> dict[str, Any]:
     import zarr
     from donfig.config_obj import update as donfig_update  # type: ignore[import-untyped]
@@ -115,11 +136,14 @@ def _enable_for_the_session() -> dict[str, Any]:
     import zarr_device
     from zarr_device.zarr_plugin.enable import _CONFIG_KEYS  # the keys enable() sets
 
-    # ZARR_DEVICE_SUITE_DEVICE / _LIKE: the device and framework the suite runs on (the CPU and
-    # NumPy unless told; "cuda:0" and "cupy" on a GPU machine).
-    zarr_device.enable(os.environ.get("ZARR_DEVICE_SUITE_DEVICE", "cpu"),
-                       like=os.environ.get("ZARR_DEVICE_SUITE_LIKE", "numpy"))
-    chosen = {key: zarr.config.get(key) for key in _CONFIG_KEYS}
+    if _baseline():
+        chosen: dict[str, Any] = {"buffer": "zarr.buffer.gpu.Buffer", "ndbuffer": "zarr.buffer.gpu.NDBuffer"}
+    else:
+        # ZARR_DEVICE_SUITE_DEVICE / _LIKE: the device and framework the suite runs on (the CPU
+        # and NumPy unless told; "cuda:0" and "cupy" on a GPU machine).
+        zarr_device.enable(os.environ.get("ZARR_DEVICE_SUITE_DEVICE", "cpu"),
+                           like=os.environ.get("ZARR_DEVICE_SUITE_LIKE", "numpy"))
+        chosen = {key: zarr.config.get(key) for key in _CONFIG_KEYS}
     # reset() is clear() + refresh(): zarr-python's defaults (config.defaults[0], which some tests
     # read) again, then the environment. Both carry the plug-in's settings from here on.
     donfig_update(zarr.config.defaults[0], _nested(chosen), priority="new")
@@ -179,6 +203,8 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     the plug-in's pipeline in force."""
     import zarr
 
+    if _baseline():
+        return
     if zarr.config.get("codec_pipeline.path") == _PIPELINE_CLASS:
         _counts.tests_in_force += 1
     else:
@@ -211,7 +237,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    engine_calls = _counts.calls["read engine"] + _counts.calls["write engine"]
+    if _baseline():
+        return
+    engine_calls = _counts.calls["read engine"] + _counts.calls["read box engine"] + _counts.calls["write engine"]
     if _counts.tests_without:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         print(f"\nzarr-device plug-in: {len(_counts.tests_without)} tests ran without the plug-in's pipeline")

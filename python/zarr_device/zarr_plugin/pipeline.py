@@ -39,7 +39,8 @@ from zarr_device.devices import DeviceSpec
 from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
 from zarr_device.zarr_plugin.buffers import assign, copy_from_host, host_view, select, working_array
 from zarr_device.zarr_plugin.locate import EngineArrays, key_layout, split_chunk_key, split_chunk_keys
-from zarr_device.zarr_plugin.regions import ChunkPart, as_slices, chunk_part, single_box, tiling_part
+from zarr_device.zarr_plugin import box_reads
+from zarr_device.zarr_plugin.regions import ChunkPart, Region, as_slices, chunk_part, single_box, tiling_part
 from zarr_device.zarr_plugin.support import unsupported_reason
 
 if TYPE_CHECKING:
@@ -255,20 +256,27 @@ class DevicePipeline(CodecPipeline):
                 part = chunk_part(origin, spec.shape, chunk_selection, out_selection)
                 if part is not None:
                     parts.append(part)
-        # The engine's view of the stored metadata is read again when it does not hold the batch
+        array = self._engine_array(store, prefix, [part.region for part in parts])
+        return array if isinstance(array, str) else _Located(array, parts)
+
+    def _engine_array(self, store: Any, prefix: str, regions: Sequence[Region]) -> Array | str:
+        """The engine's array at ``prefix`` in ``store``, holding every region with zarr-python's
+        chunk grid, or why there is none."""
+        grid = _chunk_grid(self.metadata)
+        # The engine's view of the stored metadata is read again when it does not hold the regions
         # (zarr-python resized the array since, say).
         try:
             array = self._arrays.get(store, prefix)
-            if not _serves(array, grid, parts):
+            if not _serves(array, grid, regions):
                 array = self._arrays.get(store, prefix, reopen=True)
         except ZarrDeviceError as e:
             return str(e)
-        if not _serves(array, grid, parts):
+        if not _serves(array, grid, regions):
             return (
                 f"the metadata stored at '{prefix}' (shape {array.shape}, chunks {array.shards or array.chunks}) "
                 f"does not hold this handle's (shape {tuple(self.metadata.shape)}, chunks {grid})"
             )
-        return _Located(array, parts)
+        return array
 
     def _split_one_by_one(self, getters: Sequence[StorePath]) -> tuple[Any, str, list[tuple[int, ...]]] | str:
         """The store, array path and chunk coordinates of a batch's keys, or what is wrong."""
@@ -296,15 +304,12 @@ class DevicePipeline(CodecPipeline):
         if isinstance(located, str):
             return self._fall_back(located, batch)
         array, parts = located.array, located.parts
-        target = working_array(out)
-        where, like = _target_of(target)
         box = single_box(parts, tuple(out.shape)) if not drop_axes else None
         if box is not None:
-            try:
-                array.read(box, out=target)
-            except UsageError:  # memory the engine cannot fill in place (its layout or type): a copy
-                assign(target, Ellipsis, array.read(box, device=where, like=like))
+            _read_into(array, box, out)
             return True
+        target = working_array(out)
+        where, like = _target_of(target)
         results = many.read_many(
             {str(i): (array, as_slices(part.region)) for i, part in enumerate(parts)}, device=where, like=like
         )
@@ -313,6 +318,18 @@ class DevicePipeline(CodecPipeline):
             if drop_axes:
                 values = values.reshape(tuple(n for d, n in enumerate(values.shape) if d not in drop_axes))
             assign(target, part.out_selection, values)
+        return True
+
+    def read_box(self, store: Any, path: str, box: tuple[int | slice, ...], region: Region, out: NDBuffer) -> bool:
+        """Reads one box of the array (zarr-python's selection, without its batch of chunks: see
+        :mod:`box_reads`) into ``out``; False when the batch path must serve the read (an array
+        zarr-python's codecs serve, metadata the engine's does not match)."""
+        if self.reason is not None or self._layout is None:
+            return False
+        array = self._engine_array(store, path, [region])
+        if isinstance(array, str):
+            return False
+        _read_into(array, box, out)
         return True
 
     def _write_engine(self, batch: Sequence[BatchItem], value: NDBuffer, drop_axes: tuple[int, ...]) -> bool:
@@ -373,16 +390,26 @@ def _chunk_grid(metadata: ArrayMetadata) -> tuple[int, ...]:
     return tuple(int(c) for c in grid.chunk_shape)
 
 
-def _serves(array: Array, grid: tuple[int, ...], parts: Sequence[ChunkPart]) -> bool:
-    """Whether the engine's array has zarr-python's chunk grid and holds every part."""
+def _serves(array: Array, grid: tuple[int, ...], regions: Sequence[Region]) -> bool:
+    """Whether the engine's array has zarr-python's chunk grid and holds every region."""
     if (array.shards or array.chunks) != grid:
         return False
     shape = array.shape
     return all(
-        start + step * (count - 1) < extent
-        for part in parts
-        for (start, step, count), extent in zip(part.region, shape)
+        len(region) == len(shape) and all(start + step * (count - 1) < extent
+                                           for (start, step, count), extent in zip(region, shape))
+        for region in regions
     )
+
+
+def _read_into(array: Array, box: tuple[int | slice, ...], out: NDBuffer) -> None:
+    """Reads one box of the array into zarr-python's output buffer of its shape."""
+    target = working_array(out)
+    try:
+        array.read(box, out=target)
+    except UsageError:  # memory the engine cannot fill in place (its layout or type): a copy
+        where, like = _target_of(target)
+        assign(target, Ellipsis, array.read(box, device=where, like=like))
 
 
 def _target_of(array: Any) -> tuple[DeviceSpec | None, Like | None]:
@@ -397,3 +424,4 @@ def _target_of(array: Any) -> tuple[DeviceSpec | None, Like | None]:
 
 
 register_pipeline(DevicePipeline)
+box_reads.install()

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ChunkPart", "chunk_part", "single_box", "tiling_part", "as_slices"]
+__all__ = ["ChunkPart", "Region", "chunk_part", "single_box", "tiling_part", "as_slices"]
 
 #: (start, step, count) per dimension, in array coordinates.
 Region = tuple[tuple[int, int, int], ...]
