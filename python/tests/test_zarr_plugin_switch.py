@@ -70,6 +70,28 @@ def test_enable_is_a_context_manager(tmp_path: Path) -> None:
     assert not isinstance(pipeline_of(zarr.open_array(store, path="a")), DevicePipeline)
 
 
+def test_a_switch_entered_again_is_on_again(tmp_path: Path) -> None:
+    store = zarr.storage.LocalStore(tmp_path)
+    _array(store)
+    before = zarr.config.get("ndbuffer")
+    switch = zarr_device.enable(like="torch", strict=True)
+    with switch:  # already on: entering changes nothing
+        assert zarr.config.get("ndbuffer").endswith("TorchNDBuffer")
+    assert not is_enabled() and zarr.config.get("ndbuffer") == before
+    for _ in range(2):  # a block entered again switches the plug-in on again, with its settings
+        with switch as again:
+            assert again is switch and is_enabled()
+            assert zarr.config.get("ndbuffer").endswith("TorchNDBuffer")
+            assert zarr.config.get("codec_pipeline.strict") is True
+            assert isinstance(pipeline_of(zarr.open_array(store, path="a")), DevicePipeline)
+        assert not is_enabled() and zarr.config.get("ndbuffer") == before
+    with zarr_device.enable():  # a spent switch left inside another block undoes only itself
+        with switch:
+            assert zarr.config.get("ndbuffer").endswith("TorchNDBuffer")
+        assert is_enabled() and zarr.config.get("ndbuffer") == "zarr.buffer.cpu.NDBuffer"
+    assert not is_enabled()
+
+
 @pytest.mark.parametrize(
     ("device", "like"), [("cpu", "cupy"), ("cpu", "tensorflow"), ("mps", "numpy"), ("mps", "cupy")]
 )

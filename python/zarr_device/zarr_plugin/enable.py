@@ -34,21 +34,27 @@ _stack: list[_Saved] = []
 class Enabled:
     """What :func:`enable` returns: the plug-in is already on; as a context manager
     (``with zarr_device.enable(...):``) it is switched off again, to what was there before, on
-    leaving the block."""
+    leaving the block. Entered again after that, it switches the plug-in on again with the same
+    settings (a block entered twice, ``cfg = enable(...)`` then ``with cfg:`` in a loop, is on
+    each time, not silently off)."""
 
-    def __init__(self, depth: int, device: DeviceSpec, like: str) -> None:
+    def __init__(self, depth: int, device: DeviceSpec, like: str, strict: bool) -> None:
         self._depth = depth
         self.device = device
         self.like = like
+        self.strict = strict
 
     def __enter__(self) -> Enabled:
+        if self._depth == 0:  # left once already: on again
+            self._depth = enable(self.device.name, self.like, strict=self.strict)._depth
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        while len(_stack) >= self._depth:
+        while self._depth and len(_stack) >= self._depth:
             disable()
+        self._depth = 0
 
     def __repr__(self) -> str:
         return f"<zarr_device plug-in on {self.device.name}, like={self.like!r}>"
@@ -130,7 +136,7 @@ def enable(device: DeviceLike = "cpu", like: str | None = None, *, strict: bool 
     buffers.set_torch_device(torch_device)
     buffers.set_jax_device(jax_device)
     _stack.append(saved)
-    return Enabled(len(_stack), spec, chosen)
+    return Enabled(len(_stack), spec, chosen, bool(strict))
 
 
 def disable() -> None:
