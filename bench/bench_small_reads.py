@@ -6,6 +6,9 @@ chunk read on its own by 1, 4 and 16 threads, onto the CPU and onto the GPU; bes
 array in one call, through the zarr-python plug-in, and through Dask with one block per chunk.
 
     python bench/bench_small_reads.py [--size 512MiB] [--layout unsharded:1MiB] [--device cuda:0]
+        [--checksum]
+
+--checksum writes zstd + crc32c (which reads onto the GPU may decode there under "checked").
 
 Prints GB/s (decoded bytes per second, 10^9), best of --repeat, warm (the files are read once
 before any figure), and each way's median latency of one read on one thread.
@@ -66,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", default="1,4,16")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--engine-only", action="store_true", help="leave out the plug-in and Dask")
+    parser.add_argument("--checksum", action="store_true", help="zstd + crc32c instead of zstd alone")
     args = parser.parse_args(argv)
 
     import cupy
@@ -74,7 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import zarr_device as zd
 
     layout = parse_layout(args.layout, args.size)
-    path = write_group(os.path.join(args.out, args.layout.replace(":", "-").replace("/", "-")), layout, 1)
+    name = args.layout.replace(":", "-").replace("/", "-") + ("-crc32c" if args.checksum else "")
+    path = write_group(os.path.join(args.out, name), layout, 1, args.checksum)
     compressed = zd.open_array(path)
     plain_path = path + "-plain"
     if not os.path.exists(os.path.join(plain_path, "zarr.json")):
@@ -92,24 +97,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(f"array: {compressed.shape} float32, chunks of {rows} rows ({args.layout}), {nbytes / 2**20:.0f} MiB; "
           f"{len(selections)} single-chunk reads a round; {os.cpu_count()} cores", flush=True)
+    codec = "zstd+crc32c" if args.checksum else "zstd"
     ways: dict[str, Callable[[Any], Any]] = {
-        "zstd, CPU": lambda s: compressed.read(s),
-        "zstd, GPU": lambda s: compressed.read(s, device=device, like="cupy"),
+        f"{codec}, CPU": lambda s: compressed.read(s),
+        f"{codec}, GPU": lambda s: compressed.read(s, device=device, like="cupy"),
         "uncompressed, CPU": lambda s: plain.read(s),
         "uncompressed, GPU": lambda s: plain.read(s, device=device, like="cupy"),
     }
     with zd.enable(device=device, like="cupy"):
         through_zarr = zarr.open_array(path, mode="r")
         if not args.engine_only:
-            ways["zstd, GPU, plug-in"] = lambda s: through_zarr[s]
+            ways[f"{codec}, GPU, plug-in"] = lambda s: through_zarr[s]
         for way, read in ways.items():
             latency = median_latency(read, selections, sync)
             figures = [f"{nbytes / timed_rounds(read, selections, int(t), sync, args.repeat) / 1e9:6.2f}"
                        for t in args.threads.split(",")]
-            print(f"{way:22s} median {1e3 * latency:6.3f} ms; GB/s with {args.threads} threads: "
+            print(f"{way:28s} median {1e3 * latency:6.3f} ms; GB/s with {args.threads} threads: "
                   + " / ".join(figures), flush=True)
     best = timed_rounds(lambda _: compressed.read(device=device, like="cupy"), [None], 1, sync, 3)
-    print(f"{'zstd, GPU, one call':22s} {nbytes / best / 1e9:6.2f} GB/s", flush=True)
+    print(f"{codec + ', GPU, one call':28s} {nbytes / best / 1e9:6.2f} GB/s", flush=True)
     if args.engine_only:
         return 0
     try:
