@@ -5,6 +5,7 @@ read bit for bit, whatever mix of layouts, codecs and data types one call holds,
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,15 @@ def _flip_byte(path: Path, at: int) -> None:
     data = bytearray(path.read_bytes())
     data[at] ^= 0xFF
     path.write_bytes(bytes(data))
+
+
+def _run_threads(work: Callable[[int], None], count: int) -> None:
+    """Runs ``work(0)`` ... ``work(count - 1)`` on threads of their own and waits for them all."""
+    threads = [threading.Thread(target=work, args=(j,)) for j in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def _mixed_arrays(root: Path) -> dict[str, zd.Array]:
@@ -232,11 +242,7 @@ def test_single_chunk_reads_from_more_threads_than_rings(tmp_path: Path, non_blo
         except BaseException as e:  # noqa: BLE001 - reported below
             failures.append(e)
 
-    threads = [threading.Thread(target=work, args=(j,)) for j in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _run_threads(work, 16)
     zd.synchronize()
     assert not failures, failures[0]
 
@@ -510,11 +516,7 @@ def test_reads_that_wait_from_many_threads_each_get_their_own_failures(tmp_path:
             failures.append(e)
 
     try:
-        threads = [threading.Thread(target=work, args=(j,)) for j in range(12)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _run_threads(work, 12)
         assert not failures, failures[0]
         assert raised == [20 if j % 6 == 0 else 0 for j in range(12)], raised
         zd.synchronize()  # every failure went to the read that met it
@@ -525,3 +527,47 @@ def test_reads_that_wait_from_many_threads_each_get_their_own_failures(tmp_path:
 
 def test_synchronize_without_gpu_reads_is_a_no_op() -> None:
     zd.synchronize()
+
+
+@pytest.mark.gpu
+@gpu
+def test_threads_reading_onto_the_shared_default_stream_get_their_values_after_its_work(tmp_path: Path) -> None:
+    """Eight threads read chunks that need no GPU decode (copies, and zstd without a checksum,
+    decoded on CPU threads) into torch's default stream, which every thread shares, and each read
+    may complete in order on it. Each read still waits for the work queued there before writing:
+    an ``out=`` that a fill queued before the read (behind a sleeping kernel) writes to holds the
+    read's values, never the fill's, and every result equals the host's."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(21)
+    values = rng.integers(-(2**31), 2**31 - 1, size=(256, 4096), dtype=np.int32)
+    plain = zd.create(tmp_path / "plain.zarr", shape=values.shape, dtype="int32", chunks=(8, 4096), compressors=None)
+    plain[...] = values
+    packed = zd.create(tmp_path / "zstd.zarr", shape=values.shape, dtype="int32", chunks=(8, 4096), compressors="zstd")
+    packed[...] = values
+    expected = torch.from_numpy(values).to("cuda:0")
+    barrier = threading.Barrier(8)
+    failures: list[BaseException] = []
+
+    def work(job: int) -> None:
+        try:
+            barrier.wait()
+            for i in range(40):
+                start = 8 * ((job * 5 + i) % 30)
+                rows = slice(start, start + 16)
+                source = plain if (job + i) % 2 else packed
+                if i % 4 == 0:
+                    out = torch.full((16, 4096), -7, dtype=torch.int32, device="cuda:0")
+                    if hasattr(torch.cuda, "_sleep"):
+                        torch.cuda._sleep(1_000_000)  # the stream is still busy when the read starts
+                    out.fill_(-9)  # queued before the read: the read's values must land after it
+                    got = source.read(rows, out=out)
+                    assert got is out
+                else:
+                    got = source.read(rows, device="cuda:0", like="torch")
+                assert torch.equal(got, expected[rows]), f"rows {rows} of {source.path}"
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    _run_threads(work, 8)
+    torch.cuda.synchronize()
+    assert not failures, failures[0]

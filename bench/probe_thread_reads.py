@@ -1,0 +1,139 @@
+#!/usr/bin/env python
+"""Single-chunk reads onto a GPU from 1, 4 and 16 threads: the package's read beside the engine's
+own read of the same chunk into a fresh CuPy array, with no consumer stream and with the legacy
+default stream (CuPy's null stream and torch's default stream, which every thread shares), so that
+what lies between them shows.
+
+    python bench/probe_thread_reads.py [--rows 32] [--threads 1,4,16] [--out /tmp/zd-probe-thread-reads] [--layers]
+
+Two float32 arrays of 16384 x 8192 (512 MiB), chunks of --rows rows (32: 1 MiB), uncompressed and
+zstd + crc32c, written once. Each way reads every chunk once a round, one read per chunk; prints
+GB/s and microseconds of wall time per read, best of 3 rounds after one untimed read. --layers
+adds the package's read taken apart, uncompressed only: with the device parsed and the selection
+resolved beforehand, the adapter's allocation with the engine's read, and the allocation alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_small_reads import timed_rounds  # noqa: E402
+
+ROWS, COLS = 16384, 8192
+LEGACY_STREAM = 1  # cudaStreamLegacy
+
+
+def make_arrays(root: str, rows: int) -> dict[str, Any]:
+    import zarr_device as zd
+
+    codecs: dict[str, Any] = {
+        "uncompressed": None,
+        "zstd+crc32c": [{"name": "zstd", "configuration": {"level": 1}}, {"name": "crc32c"}],
+    }
+    arrays = {}
+    for name, compressors in codecs.items():
+        path = os.path.join(root, f"{name}-{rows}.zarr")
+        if not os.path.exists(os.path.join(path, "zarr.json")):
+            array = zd.create(path, shape=(ROWS, COLS), dtype="float32", chunks=(rows, COLS),
+                              compressors=compressors, mode="w")
+            rng = np.random.default_rng(0)
+            for start in range(0, ROWS, 2048):  # weight-like values: half-precision mantissas
+                values = rng.standard_normal((2048, COLS)) * 0.02
+                array[start:start + 2048] = values.astype(np.float16).astype(np.float32)
+        arrays[name] = zd.open_array(path)
+    return arrays
+
+
+def layers(array: Any, rows: int) -> dict[str, Callable[[slice], Any]]:
+    """The package's read onto cuda:0 as CuPy, a layer at a time."""
+    from zarr_device import transfers
+    from zarr_device.adapters import adapter
+    from zarr_device.adapters.base import Target
+    from zarr_device.devices import parse_device
+    from zarr_device.selection import normalize_selection
+
+    core = array._core  # noqa: SLF001 - the layers beneath the package's read
+    device = parse_device("cuda:0")
+    resolved = {start: normalize_selection(slice(start, start + rows), array.shape) for start in range(0, ROWS, rows)}
+    cupy_adapter = adapter("cupy")
+    what = core.describe()
+
+    def parsed(s: slice) -> Any:
+        selection = resolved[s.start]
+        return transfers.read(core, selection.slices, selection.shape, device, "cupy", None)
+
+    def allocate(s: slice) -> Any:
+        return cupy_adapter.allocate(Target(resolved[s.start].shape, core.dtype, device, what))
+
+    def allocate_and_read(s: slice) -> Any:
+        selection = resolved[s.start]
+        into = allocate(s)
+        core.read_cuda(list(selection.slices), 0, into.ptr, into.nbytes, into.stream, False)
+        return into.result
+
+    return {
+        "package, parsed and resolved": parsed,
+        "adapter allocation + engine": allocate_and_read,
+        "adapter allocation alone": allocate,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=32, help="rows per chunk (32 x 8192 float32: 1 MiB)")
+    parser.add_argument("--threads", default="1,4,16")
+    parser.add_argument("--out", default="/tmp/zd-probe-thread-reads")
+    parser.add_argument("--layers", action="store_true", help="also the package's read taken apart")
+    args = parser.parse_args(argv)
+
+    import cupy
+
+    arrays = make_arrays(args.out, args.rows)
+    rows = args.rows
+    selections = [slice(i, i + rows) for i in range(0, ROWS, rows)]
+    nbytes = ROWS * COLS * 4
+    device = cupy.cuda.Device(0)
+
+    def package(array: Any, like: str) -> Callable[[slice], Any]:
+        return lambda s: array.read(s, device="cuda:0", like=like)
+
+    def engine(array: Any, stream: int) -> Callable[[slice], Any]:
+        core = array._core  # noqa: SLF001 - the engine's read, beneath the package
+
+        def read(s: slice) -> Any:
+            out = cupy.empty((rows, COLS), dtype=cupy.float32)
+            core.read_cuda([(s.start, 1, rows), (0, 1, COLS)], 0, out.data.ptr, out.nbytes, stream, False)
+            return out
+
+        return read
+
+    print(f"{len(selections)} single-chunk reads of {rows * COLS * 4 / 2**20:g} MiB a round; {os.cpu_count()} cores",
+          flush=True)
+    for codec, array in arrays.items():
+        ways = {
+            "a.read(like='cupy')": package(array, "cupy"),
+            "a.read(like='torch')": package(array, "torch"),
+            "engine, no consumer stream": engine(array, 0),
+            "engine, legacy default stream": engine(array, LEGACY_STREAM),
+        }
+        if args.layers and codec == "uncompressed":
+            ways.update(layers(array, rows))
+        for way, read in ways.items():
+            figures = []
+            for threads in (int(t) for t in args.threads.split(",")):
+                seconds = timed_rounds(read, selections, threads, device.synchronize, 3)
+                figures.append(f"{threads:2d} threads {nbytes / seconds / 1e9:6.2f} GB/s "
+                               f"({seconds / len(selections) * 1e6:7.1f} us)")
+            print(f"{codec:12s}  {way:30s}  " + " | ".join(figures), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
