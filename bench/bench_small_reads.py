@@ -9,6 +9,8 @@ array in one call, through the zarr-python plug-in, and through Dask with one bl
         [--checksum]
 
 --checksum writes zstd + crc32c (which reads onto the GPU may decode there under "checked").
+--device cpu reads into NumPy only (no CuPy needed): the engine's reads, the plug-in's
+(``zarr.open_array(p)[rows]`` under ``enable(like="numpy")``) and Dask's.
 
 Prints GB/s (decoded bytes per second, 10^9), best of --repeat, warm (the files are read once
 before any figure), and each way's median latency of one read on one thread.
@@ -72,7 +74,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checksum", action="store_true", help="zstd + crc32c instead of zstd alone")
     args = parser.parse_args(argv)
 
-    import cupy
     import zarr
 
     import zarr_device as zd
@@ -91,31 +92,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     selections = [slice(i * rows, (i + 1) * rows) for i in range(compressed.shape[0] // rows)]
     nbytes = len(selections) * rows * compressed.shape[1] * 4
     device = args.device
+    on_gpu = device != "cpu"
+    like = "cupy" if on_gpu else "numpy"
+    where = "GPU" if on_gpu else "CPU"
 
     def sync() -> None:
-        cupy.cuda.Device(int(device.partition(":")[2] or 0)).synchronize()
+        if on_gpu:
+            import cupy
+
+            cupy.cuda.Device(int(device.partition(":")[2] or 0)).synchronize()
 
     print(f"array: {compressed.shape} float32, chunks of {rows} rows ({args.layout}), {nbytes / 2**20:.0f} MiB; "
           f"{len(selections)} single-chunk reads a round; {os.cpu_count()} cores", flush=True)
     codec = "zstd+crc32c" if args.checksum else "zstd"
     ways: dict[str, Callable[[Any], Any]] = {
         f"{codec}, CPU": lambda s: compressed.read(s),
-        f"{codec}, GPU": lambda s: compressed.read(s, device=device, like="cupy"),
         "uncompressed, CPU": lambda s: plain.read(s),
-        "uncompressed, GPU": lambda s: plain.read(s, device=device, like="cupy"),
     }
-    with zd.enable(device=device, like="cupy"):
+    if on_gpu:
+        ways[f"{codec}, GPU"] = lambda s: compressed.read(s, device=device, like="cupy")
+        ways["uncompressed, GPU"] = lambda s: plain.read(s, device=device, like="cupy")
+    with zd.enable(device=device, like=like):
         through_zarr = zarr.open_array(path, mode="r")
+        plain_through_zarr = zarr.open_array(plain_path, mode="r")
         if not args.engine_only:
-            ways[f"{codec}, GPU, plug-in"] = lambda s: through_zarr[s]
+            ways[f"{codec}, {where}, plug-in"] = lambda s: through_zarr[s]
+            ways[f"uncompressed, {where}, plug-in"] = lambda s: plain_through_zarr[s]
         for way, read in ways.items():
             latency = median_latency(read, selections, sync)
             figures = [f"{nbytes / timed_rounds(read, selections, int(t), sync, args.repeat) / 1e9:6.2f}"
                        for t in args.threads.split(",")]
             print(f"{way:28s} median {1e3 * latency:6.3f} ms; GB/s with {args.threads} threads: "
                   + " / ".join(figures), flush=True)
-    best = timed_rounds(lambda _: compressed.read(device=device, like="cupy"), [None], 1, sync, 3)
-    print(f"{codec + ', GPU, one call':28s} {nbytes / best / 1e9:6.2f} GB/s", flush=True)
+    best = timed_rounds(lambda _: compressed.read(device=device, like=like), [None], 1, sync, 3)
+    print(f"{codec + f', {where}, one call':28s} {nbytes / best / 1e9:6.2f} GB/s", flush=True)
     if args.engine_only:
         return 0
     try:
@@ -126,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for plugin in (False, True):
         def compute() -> Any:
             if plugin:
-                with zd.enable(device=device, like="cupy"):
+                with zd.enable(device=device, like=like):
                     return da.from_zarr(zarr.open_array(path, mode="r")).compute()
             return da.from_zarr(zarr.open_array(path, mode="r")).compute()
 

@@ -5,19 +5,27 @@ default stream (CuPy's null stream and torch's default stream, which every threa
 what lies between them shows.
 
     python bench/probe_thread_reads.py [--rows 32] [--threads 1,4,16] [--out /tmp/zd-probe-thread-reads] [--layers]
+        [--diagnose]
 
 Two float32 arrays of 16384 x 8192 (512 MiB), chunks of --rows rows (32: 1 MiB), uncompressed and
 zstd + crc32c, written once. Each way reads every chunk once a round, one read per chunk; prints
 GB/s and microseconds of wall time per read, best of 3 rounds after one untimed read. --layers
 adds the package's read taken apart, uncompressed only: with the device parsed and the selection
 resolved beforehand, the adapter's allocation with the engine's read, and the allocation alone.
+--diagnose adds, uncompressed only, the engine's read with one thing beside it each: a busy loop of
+pure Python as long as the package's own work on one thread, a CuPy device context (which releases
+the GIL for the CUDA calls it makes), CuPy's current-stream lookup, and the package's read under a
+GIL switch interval of 0.1 ms instead of 5. Every figure comes with the process's CPU time and
+context switches per read (getrusage), which say whether the threads wait or spin.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -85,12 +93,85 @@ def layers(array: Any, rows: int) -> dict[str, Callable[[slice], Any]]:
     }
 
 
+def busy_python(microseconds: float) -> Callable[[], None]:
+    """A loop of pure Python (no call that lets the GIL go) taking about ``microseconds`` on one
+    thread."""
+    def spin(n: int) -> int:
+        total = 0
+        for i in range(n):
+            total += i
+        return total
+
+    n = 1000
+    t0 = time.perf_counter()
+    for _ in range(100):
+        spin(n)
+    per_iteration = (time.perf_counter() - t0) / (100 * n)
+    count = max(1, int(microseconds * 1e-6 / per_iteration))
+    return lambda: None if spin(count) < 0 else None
+
+
+def diagnose(array: Any, rows: int, python_us: float) -> dict[str, Callable[[slice], Any]]:
+    """The engine's read with one suspect beside it (see the module's docstring)."""
+    import cupy
+
+    core = array._core  # noqa: SLF001 - the engine's read, beneath the package
+    spin = busy_python(python_us)
+
+    def engine_read(s: slice, stream: int = LEGACY_STREAM) -> Any:
+        out = cupy.empty((rows, COLS), dtype=cupy.float32)
+        core.read_cuda([(s.start, 1, rows), (0, 1, COLS)], 0, out.data.ptr, out.nbytes, stream, False)
+        return out
+
+    def with_python(s: slice) -> Any:
+        spin()
+        return engine_read(s)
+
+    def in_device_context(s: slice) -> Any:
+        with cupy.cuda.Device(0):
+            return engine_read(s)
+
+    def with_stream_lookup(s: slice) -> Any:
+        return engine_read(s, int(cupy.cuda.get_current_stream().ptr) or LEGACY_STREAM)
+
+    def package_short_switch(s: slice) -> Any:
+        return array.read(s, device="cuda:0", like="cupy")
+
+    return {
+        f"engine + {python_us:g} us of pure Python": with_python,
+        "engine in a CuPy device context": in_device_context,
+        "engine + CuPy stream lookup": with_stream_lookup,
+        "a.read(like='cupy'), switch 0.1 ms": package_short_switch,
+    }
+
+
+def timed(read: Callable[[Any], Any], selections: list[Any], threads: int, sync: Callable[[], None],
+          switch_interval: float | None = None) -> tuple[float, float, float]:
+    """Best seconds of 3 rounds (timed_rounds), with the CPU microseconds and context switches
+    (voluntary + involuntary) of the process per read over all of them."""
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    default_interval = sys.getswitchinterval()
+    if switch_interval is not None:
+        sys.setswitchinterval(switch_interval)
+    try:
+        seconds = timed_rounds(read, selections, threads, sync, 3)
+    finally:
+        sys.setswitchinterval(default_interval)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    reads = 3 * len(selections) + 1  # timed_rounds: one untimed read, then 3 rounds
+    cpu = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / reads * 1e6
+    switches = (after.ru_nvcsw + after.ru_nivcsw - before.ru_nvcsw - before.ru_nivcsw) / reads
+    return seconds, cpu, switches
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=32, help="rows per chunk (32 x 8192 float32: 1 MiB)")
     parser.add_argument("--threads", default="1,4,16")
     parser.add_argument("--out", default="/tmp/zd-probe-thread-reads")
     parser.add_argument("--layers", action="store_true", help="also the package's read taken apart")
+    parser.add_argument("--diagnose", action="store_true", help="also the engine's read beside each suspect")
+    parser.add_argument("--python-us", type=float, default=40.0, help="--diagnose: the busy loop's length")
     args = parser.parse_args(argv)
 
     import cupy
@@ -125,12 +206,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         if args.layers and codec == "uncompressed":
             ways.update(layers(array, rows))
+        if args.diagnose and codec == "uncompressed":
+            ways.update(diagnose(array, rows, args.python_us))
         for way, read in ways.items():
             figures = []
             for threads in (int(t) for t in args.threads.split(",")):
-                seconds = timed_rounds(read, selections, threads, device.synchronize, 3)
+                interval = 1e-4 if "switch 0.1 ms" in way else None
+                seconds, cpu, switches = timed(read, selections, threads, device.synchronize, interval)
                 figures.append(f"{threads:2d} threads {nbytes / seconds / 1e9:6.2f} GB/s "
-                               f"({seconds / len(selections) * 1e6:7.1f} us)")
+                               f"({seconds / len(selections) * 1e6:7.1f} us; cpu {cpu:6.1f} us, "
+                               f"{switches:5.1f} cs)")
             print(f"{codec:12s}  {way:30s}  " + " | ".join(figures), flush=True)
     return 0
 

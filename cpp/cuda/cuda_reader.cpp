@@ -178,6 +178,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   ZD_CUDA_CHECK(cudaSetDevice(device_));
   auto leaves =
       gpu::plan_reads(targets, present_decoders(nvcomp_), options_.gpu_decode, pool_, workers_);
+  const auto t_chunks = std::chrono::steady_clock::now();
   const auto gds_files = [](const Leaf& leaf) {
     const auto* files = dynamic_cast<const FileBacked*>(leaf.array->store().get());
     return files && files->io() == LocalIo::kGds;
@@ -330,7 +331,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   std::size_t started = 0;
   double waited_fetch = 0;
   std::vector<AwaitedBatch> awaited;  // batches waited for after the ring is given back
-  char trace[320] = "";
+  char trace[384] = "";
   try {
     hand_on(0);  // targets with nothing to stage (read straight from their files, or empty)
     for (std::size_t b = 0; b < batches.size(); ++b) {
@@ -410,10 +411,11 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
           trace, sizeof(trace),
           "zarr-device read: %zu targets %zu leaves %zu batches (copies %zu B), %zu slots from "
           "%zu, lookahead %zu, %zu decode regions of %zu B, %zu decode calls of %zu chunks, %zu "
-          "shared with the CPU; plan %.2f ms, fetch waits %.2f ms, batches %.2f ms",
+          "shared with the CPU; plan %.2f ms (chunks %.2f), fetch waits %.2f ms, batches %.2f ms",
           targets.size(), leaves.size(), batches.size(), target, slots, base % slots, lookahead,
           ctx.decode_regions(), ctx.decode_budget, decode_calls_, decoded_chunks_, shared,
-          std::chrono::duration<double, std::milli>(t1 - t0).count(), waited_fetch * 1e3,
+          std::chrono::duration<double, std::milli>(t1 - t0).count(),
+          std::chrono::duration<double, std::milli>(t_chunks - t0).count(), waited_fetch * 1e3,
           std::chrono::duration<double, std::milli>(queued - t1).count());
     }
   } catch (...) {

@@ -4,7 +4,10 @@ own reads; every other selection, array and buffer takes the batch path as befor
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,13 @@ from zarr_device.zarr_plugin.pipeline import DevicePipeline, FallbackWarning
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+def box_threads() -> list[int]:
+    """The threads the plug-in's pipeline read boxes on, one entry a box (filled by ``calls``)."""
+    return []
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch, box_threads: list[int]) -> dict[str, int]:
     """How often the plug-in's pipeline was asked for a batch of chunks and for a box."""
     counted = {"batch": 0, "box": 0}
     batch_read, box_read = DevicePipeline.read, DevicePipeline.read_box
@@ -35,6 +44,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
     def read_box(self: DevicePipeline, *args: Any, **kwargs: Any) -> bool:
         counted["box"] += 1
+        box_threads.append(threading.get_ident())
         return box_read(self, *args, **kwargs)
 
     monkeypatch.setattr(DevicePipeline, "read", read)
@@ -93,6 +103,56 @@ def test_blocks_and_orthogonal_slices_are_boxes(tmp_path: Path, calls: dict[str,
     assert_bits_equal(on.blocks[1:3, 2], values[3:9, 8:12])
     assert_bits_equal(on.oindex[2:11, 4:6], values[2:11, 4:6])
     assert calls == {"batch": 0, "box": 2}
+
+
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_synchronous_boxes_are_read_on_the_calling_thread(
+    kind: str, tmp_path: Path, calls: dict[str, int], box_threads: list[int]
+) -> None:
+    # Not on zarr-python's event loop, nor on a worker thread it hands the read to: the caller
+    # waits in any case, and reads from several threads then run at once.
+    import zarr.core.array as zarr_array
+
+    assert set(box_reads.sync_installed()) == {"get_basic_selection", "get_orthogonal_selection", "get_block_selection"}
+    assert zarr_array.Array.get_basic_selection.__wrapped__ is not None
+    store = make_store(kind, tmp_path)
+    _, values = _array(store)
+    on = open_on(store, "a", like="numpy")
+    assert_bits_equal(on[2:17, 5:], values[2:17, 5:])
+    assert_bits_equal(on.oindex[1:4, 3:9], values[1:4, 3:9])
+    assert_bits_equal(on.blocks[2, 1:3], values[6:9, 4:12])
+    assert_bits_equal(on.get_basic_selection(np.s_[3, 4]), values[3, 4])
+    assert calls == {"batch": 0, "box": 4}
+    assert box_threads == [threading.get_ident()] * 4
+
+
+def test_boxes_read_from_many_threads_at_once_equal_zarr_python(tmp_path: Path, box_threads: list[int], calls: dict[str, int]) -> None:
+    store = make_store("local", tmp_path)
+    _, values = _array(store)
+    on = open_on(store, "a", like="numpy")
+    boxes = [np.s_[i % 20 : i % 20 + 1 + i % 7, (i * 5) % 18 :] for i in range(96)]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda box: on[box], boxes))
+    for box, result in zip(boxes, got):
+        assert_bits_equal(result, values[box])
+    assert calls == {"batch": 0, "box": len(boxes)}
+    assert len(set(box_threads)) > 1
+
+
+def test_asynchronous_reads_take_boxes_off_the_event_loop(
+    tmp_path: Path, calls: dict[str, int], box_threads: list[int]
+) -> None:
+    store = make_store("local", tmp_path)
+    _, values = _array(store)
+    on = open_on(store, "a", like="numpy")
+
+    async def read() -> tuple[Any, int]:
+        return await on.async_array.getitem(np.s_[4:9, 2:7]), threading.get_ident()
+
+    got, loop_thread = asyncio.run(read())
+    assert_bits_equal(np.asarray(got), values[4:9, 2:7])
+    assert calls == {"batch": 0, "box": 1}
+    assert box_threads[0] != loop_thread
 
 
 def test_other_selections_take_the_batch(tmp_path: Path, calls: dict[str, int]) -> None:

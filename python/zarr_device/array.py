@@ -35,6 +35,7 @@ class Array:
         self._read_only = read_only or store.read_only
         self._dtype = to_numpy_dtype(core.dtype)
         self._attrs: Attributes | None = None
+        self._shards = self._shards_of(core)
 
     # -- description -------------------------------------------------------------------------
     @property
@@ -73,8 +74,13 @@ class Array:
     @property
     def shards(self) -> tuple[int, ...] | None:
         """The shape of the shards, or None for an unsharded array."""
-        sharded = any(c.get("name") == "sharding_indexed" for c in self.codecs)
-        return tuple(self._core.chunk_shape) if sharded else None
+        return self._shards
+
+    @staticmethod
+    def _shards_of(core: _core.Array) -> tuple[int, ...] | None:
+        # Found once per opening: the plug-in asks for every read it serves.
+        sharded = any(c.get("name") == "sharding_indexed" for c in json.loads(core.codecs_json))
+        return tuple(core.chunk_shape) if sharded else None
 
     @property
     def zarr_format(self) -> int:
@@ -102,6 +108,7 @@ class Array:
     def _reopen(self) -> None:
         # The metadata document changed: the engine's view of it (attributes, document) follows.
         self._core = _core.Array.open(self._store.handle, self.path)
+        self._shards = self._shards_of(self._core)
 
     @property
     def codecs(self) -> list[dict[str, Any]]:

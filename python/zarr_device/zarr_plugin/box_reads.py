@@ -11,13 +11,25 @@ zarr-python's function that reads a selection (``zarr.core.array._get_selection`
 arrays served by a pipeline with ``read_box`` and selections that are one box go to it; every
 other read goes to zarr-python's function unchanged, and so does a box the pipeline declines (an
 array it falls back on, metadata that changed), so that fallback, its warning and its errors stay
-where they are. The wrapper is installed only over a function with the parameters it was written
-for (zarr-python 3.1); with any other, reads take the batch path: the same values, a little slower.
+where they are.
+
+The synchronous reads of ``zarr.Array`` (``get_basic_selection``, ``get_orthogonal_selection``,
+``get_block_selection``, which ``z[...]``, ``z.oindex[...]`` and ``z.blocks[...]`` call) are wrapped
+too: zarr-python runs every one of them as a coroutine on its one event-loop thread, and the
+engine's read then goes to a worker thread and back, three hand-offs between threads per read
+(about 0.45 ms on a 2-core machine, more than a 1 MiB chunk's read), and every thread's reads queue
+on that one loop (Dask's tasks, a loader's threads). A box of a plug-in array is read on the
+calling thread instead, which waits for it in any case; the engine lets the GIL go while it reads,
+so that reads from many threads run at once. Everything else calls zarr-python's method.
+
+The wrappers are installed only over functions with the parameters they were written for
+(zarr-python 3.1); with any other, reads take the batch path: the same values, a little slower.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import threading
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -31,6 +43,14 @@ __all__ = ["BoxReader", "box_of", "install", "installed"]
 
 #: The parameters of zarr-python's ``_get_selection`` the wrapper was written for.
 _EXPECTED_PARAMETERS = ("store_path", "metadata", "codec_pipeline", "config", "indexer", "prototype", "out", "fields")
+#: ``zarr.Array``'s synchronous reads that are wrapped, with the indexer each makes of its selection.
+_SYNC_READS = {
+    "get_basic_selection": "BasicIndexer",
+    "get_orthogonal_selection": "OrthogonalIndexer",
+    "get_block_selection": "BlockIndexer",
+}
+#: Their parameters, in any order, as the wrappers were written for.
+_EXPECTED_SYNC_PARAMETERS = frozenset(("self", "selection", "out", "fields", "prototype"))
 
 Box = tuple[int | slice, ...]
 
@@ -84,13 +104,22 @@ _lock = threading.Lock()
 _original: Any = None
 
 
+_sync_originals: dict[str, Any] = {}
+
+
 def installed() -> bool:
     """Whether reads of one box skip zarr-python's batch."""
     return _original is not None
 
 
+def sync_installed() -> tuple[str, ...]:
+    """The synchronous reads of ``zarr.Array`` that read boxes on the calling thread."""
+    return tuple(_sync_originals)
+
+
 def install() -> bool:
-    """Wraps zarr-python's ``_get_selection`` (once); returns whether the wrapper is in place."""
+    """Wraps zarr-python's ``_get_selection`` and ``zarr.Array``'s synchronous reads (once);
+    returns whether the first wrapper is in place."""
     global _original
     import zarr.core.array as zarr_array
 
@@ -104,7 +133,70 @@ def install() -> bool:
             return False
         _original = found
         zarr_array._get_selection = _get_selection
+        _install_sync_reads(zarr_array)
         return True
+
+
+def _install_sync_reads(zarr_array: Any) -> None:
+    import zarr.core.indexing as indexing
+
+    array_class = getattr(zarr_array, "Array", None)
+    if array_class is None or not hasattr(array_class, "async_array"):
+        return
+    for name, indexer_name in _SYNC_READS.items():
+        method = getattr(array_class, name, None)
+        indexer_class = getattr(indexing, indexer_name, None)
+        if method is None or indexer_class is None:
+            continue
+        if frozenset(inspect.signature(method).parameters) != _EXPECTED_SYNC_PARAMETERS:
+            continue
+        _sync_originals[name] = method
+        setattr(array_class, name, _sync_read(method, indexer_class))
+
+
+def _reads_boxes(pipeline: Any) -> bool:
+    """Whether ``pipeline`` is a :class:`BoxReader` (asked of its class: a protocol's isinstance
+    takes microseconds, which every read would pay)."""
+    return callable(getattr(type(pipeline), "read_box", None))
+
+
+def _on_zarr_loop() -> bool:
+    """Whether this thread runs zarr-python's event loop (whose own calls must stay on it)."""
+    import zarr.core.sync as zarr_sync
+
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return running is getattr(zarr_sync, "loop", [None])[0]
+
+
+def _sync_read(method: Any, indexer_class: Any) -> Any:
+    """``method`` (a synchronous read of ``zarr.Array``), reading a box of a plug-in array on the
+    calling thread."""
+
+    @functools.wraps(method)
+    def read(self: Any, selection: Any = Ellipsis, *, out: Any = None, fields: Any = None, prototype: Any = None) -> Any:
+        async_array = self.async_array
+        pipeline = async_array.codec_pipeline
+        if fields or not _reads_boxes(pipeline) or _on_zarr_loop():
+            return method(self, selection, out=out, fields=fields, prototype=prototype)
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        if prototype is None:
+            prototype = default_buffer_prototype()
+        indexer = indexer_class(selection, self.shape, self.metadata.chunk_grid)
+        found = box_of(indexer)
+        store_path, metadata, config = async_array.store_path, async_array.metadata, async_array.config
+        if found is not None:
+            result = _read_box(pipeline, store_path, metadata, config, indexer, found, prototype, out)
+            if result is not None:
+                return result
+        # What zarr-python's method does with the indexer made already (the box was declined).
+        return sync(_original(store_path, metadata, pipeline, config, indexer, prototype=prototype, out=out, fields=fields))
+
+    return read
 
 
 async def _get_selection(
@@ -118,18 +210,20 @@ async def _get_selection(
     out: Any = None,
     fields: Any = None,
 ) -> Any:
-    if not fields and isinstance(codec_pipeline, BoxReader):  # zarr-python passes [] or None for none
-        found = box_of(indexer)
-        if found is not None and (out is None or tuple(getattr(out, "shape", ())) == tuple(indexer.shape)):
-            result = await _read_box(codec_pipeline, store_path, metadata, config, indexer, found, prototype, out)
-            if result is not None:
-                return result
+    found = box_of(indexer) if not fields and _reads_boxes(codec_pipeline) else None
+    if found is not None:  # zarr-python passes [] or None for no fields
+        # The engine (and stores it calls back into zarr-python's event loop for) runs off the loop.
+        result = await asyncio.to_thread(
+            _read_box, codec_pipeline, store_path, metadata, config, indexer, found, prototype, out
+        )
+        if result is not None:
+            return result
     return await _original(
         store_path, metadata, codec_pipeline, config, indexer, prototype=prototype, out=out, fields=fields
     )
 
 
-async def _read_box(
+def _read_box(
     pipeline: BoxReader,
     store_path: Any,
     metadata: Any,
@@ -139,11 +233,13 @@ async def _read_box(
     prototype: Any,
     out: Any,
 ) -> Any:
-    """The selection read by the pipeline, as zarr-python returns it; None when it declines."""
+    """The box ``found`` (of ``indexer``) read by the pipeline, as zarr-python returns it; None
+    when the pipeline declines. Not on zarr-python's event loop: stores written in Python call
+    back into it."""
     from zarr.core.buffer import NDBuffer
     from zarr.core.indexing import BasicIndexer
 
-    if out is not None and not isinstance(out, NDBuffer):
+    if out is not None and (not isinstance(out, NDBuffer) or tuple(out.shape) != tuple(indexer.shape)):
         return None  # zarr-python's function says what is wrong with it
     if out is None:
         if metadata.zarr_format == 2:
@@ -152,8 +248,7 @@ async def _read_box(
             dtype, order = metadata.data_type.to_native_dtype(), config.order
         out = prototype.nd_buffer.empty(shape=indexer.shape, dtype=dtype, order=order)
     box, region = found
-    # The engine (and stores it calls back into zarr-python's event loop for) runs off the loop.
-    if not await asyncio.to_thread(pipeline.read_box, store_path.store, store_path.path, box, region, out):
+    if not pipeline.read_box(store_path.store, store_path.path, box, region, out):
         return None
     if isinstance(indexer, BasicIndexer) and indexer.shape == ():
         return out.as_scalar()
