@@ -19,11 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from zarr.core.buffer import cpu as cpu_buffer
 from zarr.core.indexing import BasicIndexer, CoordinateIndexer, OrthogonalIndexer
-from zarr_plugin_helpers import STORE_KINDS, make_store, open_off, open_on
+from zarr_plugin_helpers import STORE_KINDS, count_pipeline_calls, make_store, open_off, open_on
 
 import zarr_device
 from zarr_device.zarr_plugin import box_reads
-from zarr_device.zarr_plugin.pipeline import DevicePipeline, FallbackWarning
+from zarr_device.zarr_plugin.pipeline import FallbackWarning
 
 
 @pytest.fixture
@@ -34,22 +34,8 @@ def box_threads() -> list[int]:
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch, box_threads: list[int]) -> dict[str, int]:
-    """How often the plug-in's pipeline was asked for a batch of chunks and for a box."""
-    counted = {"batch": 0, "box": 0}
-    batch_read, box_read = DevicePipeline.read, DevicePipeline.read_box
-
-    async def read(self: DevicePipeline, *args: Any, **kwargs: Any) -> None:
-        counted["batch"] += 1
-        await batch_read(self, *args, **kwargs)
-
-    def read_box(self: DevicePipeline, *args: Any, **kwargs: Any) -> bool:
-        counted["box"] += 1
-        box_threads.append(threading.get_ident())
-        return box_read(self, *args, **kwargs)
-
-    monkeypatch.setattr(DevicePipeline, "read", read)
-    monkeypatch.setattr(DevicePipeline, "read_box", read_box)
-    return counted
+    """How often the plug-in's pipeline was asked to read a batch of chunks and a box."""
+    return count_pipeline_calls(monkeypatch, "read", "read_box", box_threads)
 
 
 def _array(store: Any, **kwargs: Any) -> tuple[zarr.Array, np.ndarray]:

@@ -3,6 +3,7 @@ off and on over the same store, and what a store holds."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,27 @@ def make_store(kind: str, tmp_path: Path) -> Any:
         root.mkdir()
         return zarr.storage.FsspecStore.from_url(f"file://{root}", storage_options={"auto_mkdir": True})
     raise ValueError(kind)
+
+
+def count_pipeline_calls(monkeypatch: Any, batch: str, box: str, box_threads: list[int]) -> dict[str, int]:
+    """Counts the plug-in pipeline's calls of its batch coroutine ``batch`` ("read" or "write")
+    and of its method for one box ``box`` ("read_box" or "write_box"), appending the thread of each
+    box call to ``box_threads``."""
+    counted = {"batch": 0, "box": 0}
+    batch_method, box_method = getattr(DevicePipeline, batch), getattr(DevicePipeline, box)
+
+    async def counted_batch(self: DevicePipeline, *args: Any, **kwargs: Any) -> None:
+        counted["batch"] += 1
+        await batch_method(self, *args, **kwargs)
+
+    def counted_box(self: DevicePipeline, *args: Any, **kwargs: Any) -> bool:
+        counted["box"] += 1
+        box_threads.append(threading.get_ident())
+        return bool(box_method(self, *args, **kwargs))
+
+    monkeypatch.setattr(DevicePipeline, batch, counted_batch)
+    monkeypatch.setattr(DevicePipeline, box, counted_box)
+    return counted
 
 
 def pipeline_of(array: zarr.Array) -> Any:

@@ -94,20 +94,22 @@ def _install_counters() -> None:
         _counts.fallback(reason)
         return fall_back(self, reason, batch)
 
-    read_box = DevicePipeline.read_box
+    def counted_box(kind: str, method: Any) -> Any:
+        def counted(self: Any, *args: Any, **kwargs: Any) -> bool:
+            # A box declined goes on to the batch path, which counts it (engine or fallback).
+            served = bool(method(self, *args, **kwargs))
+            if served:
+                _counts.call(f"{kind} box", self, True)
+            return served
 
-    def counted_read_box(self: Any, *args: Any, **kwargs: Any) -> bool:
-        # A box declined goes on to the batch path, which counts it (engine or fallback).
-        served = read_box(self, *args, **kwargs)
-        if served:
-            _counts.call("read box", self, True)
-        return served
+        return counted
 
     DevicePipeline.__init__ = counted_init  # type: ignore[method-assign]
     DevicePipeline._fall_back = counted_fall_back  # type: ignore[method-assign]  # noqa: SLF001
     DevicePipeline._read_engine = _count("read", DevicePipeline._read_engine)  # type: ignore[method-assign]  # noqa: SLF001
     DevicePipeline._write_engine = _count("write", DevicePipeline._write_engine)  # type: ignore[method-assign]  # noqa: SLF001
-    DevicePipeline.read_box = counted_read_box  # type: ignore[method-assign]
+    DevicePipeline.read_box = counted_box("read", DevicePipeline.read_box)  # type: ignore[method-assign]
+    DevicePipeline.write_box = counted_box("write", DevicePipeline.write_box)  # type: ignore[method-assign]
 
 
 def _nested(flat: dict[str, Any]) -> dict[str, Any]:
@@ -239,7 +241,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _baseline():
         return
-    engine_calls = _counts.calls["read engine"] + _counts.calls["read box engine"] + _counts.calls["write engine"]
+    engine_calls = sum(
+        _counts.calls[f"{kind} engine"] for kind in ("read", "read box", "write", "write box")
+    )
     if _counts.tests_without:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         print(f"\nzarr-device plug-in: {len(_counts.tests_without)} tests ran without the plug-in's pipeline")

@@ -32,6 +32,7 @@ import asyncio
 import functools
 import inspect
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from zarr_device.zarr_plugin.regions import Region
@@ -39,7 +40,7 @@ from zarr_device.zarr_plugin.regions import Region
 if TYPE_CHECKING:
     from zarr.core.buffer import NDBuffer
 
-__all__ = ["BoxReader", "box_of", "install", "installed"]
+__all__ = ["BoxReader", "box_of", "install", "installed", "on_zarr_loop", "sync_installed", "wrap_sync_methods"]
 
 #: The parameters of zarr-python's ``_get_selection`` the wrapper was written for.
 _EXPECTED_PARAMETERS = ("store_path", "metadata", "codec_pipeline", "config", "indexer", "prototype", "out", "fields")
@@ -138,20 +139,34 @@ def install() -> bool:
 
 
 def _install_sync_reads(zarr_array: Any) -> None:
+    wrap_sync_methods(zarr_array, _SYNC_READS, _EXPECTED_SYNC_PARAMETERS, _sync_read, _sync_originals)
+
+
+def wrap_sync_methods(
+    zarr_array: Any,
+    methods: dict[str, str],
+    expected: frozenset[str],
+    wrap: Callable[[Any, Any], Any],
+    originals: dict[str, Any],
+) -> None:
+    """Replaces each of ``zarr.Array``'s ``methods`` (name: the name of the indexer class it
+    makes) by ``wrap(method, indexer_class)``, where the method has the ``expected`` parameters
+    (in any order) and zarr-python the indexer class; records the methods replaced in
+    ``originals``."""
     import zarr.core.indexing as indexing
 
     array_class = getattr(zarr_array, "Array", None)
     if array_class is None or not hasattr(array_class, "async_array"):
         return
-    for name, indexer_name in _SYNC_READS.items():
+    for name, indexer_name in methods.items():
         method = getattr(array_class, name, None)
         indexer_class = getattr(indexing, indexer_name, None)
         if method is None or indexer_class is None:
             continue
-        if frozenset(inspect.signature(method).parameters) != _EXPECTED_SYNC_PARAMETERS:
+        if frozenset(inspect.signature(method).parameters) != expected:
             continue
-        _sync_originals[name] = method
-        setattr(array_class, name, _sync_read(method, indexer_class))
+        originals[name] = method
+        setattr(array_class, name, wrap(method, indexer_class))
 
 
 def _reads_boxes(pipeline: Any) -> bool:
@@ -160,7 +175,7 @@ def _reads_boxes(pipeline: Any) -> bool:
     return callable(getattr(type(pipeline), "read_box", None))
 
 
-def _on_zarr_loop() -> bool:
+def on_zarr_loop() -> bool:
     """Whether this thread runs zarr-python's event loop (whose own calls must stay on it)."""
     import zarr.core.sync as zarr_sync
 
@@ -179,7 +194,7 @@ def _sync_read(method: Any, indexer_class: Any) -> Any:
     def read(self: Any, selection: Any = Ellipsis, *, out: Any = None, fields: Any = None, prototype: Any = None) -> Any:
         async_array = self.async_array
         pipeline = async_array.codec_pipeline
-        if fields or not _reads_boxes(pipeline) or _on_zarr_loop():
+        if fields or not _reads_boxes(pipeline) or on_zarr_loop():
             return method(self, selection, out=out, fields=fields, prototype=prototype)
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.sync import sync

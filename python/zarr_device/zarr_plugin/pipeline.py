@@ -39,7 +39,7 @@ from zarr_device.devices import DeviceSpec
 from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
 from zarr_device.zarr_plugin.buffers import assign, copy_from_host, host_view, select, working_array
 from zarr_device.zarr_plugin.locate import EngineArrays, key_layout, split_chunk_key, split_chunk_keys
-from zarr_device.zarr_plugin import box_reads
+from zarr_device.zarr_plugin import box_reads, box_writes
 from zarr_device.zarr_plugin.regions import ChunkPart, Region, as_slices, chunk_part, single_box, tiling_part
 from zarr_device.zarr_plugin.support import unsupported_reason
 
@@ -332,6 +332,19 @@ class DevicePipeline(CodecPipeline):
         _read_into(array, box, out)
         return True
 
+    def write_box(self, store: Any, path: str, box: tuple[int | slice, ...], region: Region, value: NDBuffer) -> bool:
+        """Writes ``value`` (of the box's shape and the array's data type) into one box of the array
+        from the calling thread (see :mod:`box_writes`); False when the batch path must serve the
+        write (an array zarr-python's codecs serve, which it then says, or metadata the engine's
+        does not match)."""
+        if self.reason is not None or self._layout is None or self.metadata.zarr_format == 2:
+            return False
+        array = self._engine_array(store, path, [region])
+        if isinstance(array, str):
+            return False
+        array.write(box, working_array(value))
+        return True
+
     def _write_engine(self, batch: Sequence[BatchItem], value: NDBuffer, drop_axes: tuple[int, ...]) -> bool:
         """Writes a batch through the engine; False when zarr-python's codecs must."""
         if self.reason is not None:
@@ -425,3 +438,4 @@ def _target_of(array: Any) -> tuple[DeviceSpec | None, Like | None]:
 
 register_pipeline(DevicePipeline)
 box_reads.install()
+box_writes.install()
