@@ -2,8 +2,10 @@
 // one list of leaves, routing each by what its codecs declare, batching into staging slots and
 // decode regions, and the CPU stage that reads and checks a batch into (here, ordinary) memory.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 
 #include "gpu/decode_share.hpp"
@@ -360,6 +362,55 @@ TEST(GpuReadStaging, FetchReadsChecksAndNamesTheChunk) {
   store->set("good/c/1", test::bytes_of("short"));
   EXPECT_THROW((void)fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2),
                ValueChanged);
+}
+
+// A batch of many small chunk files keeps few of them open at once: each is opened by the task
+// that reads it and closed once read, so a read of thousands of small chunks stays within the
+// process's limit on open files (a 64 MiB slot of 16 KiB chunks held 4096 files open, and several
+// batches are fetched at once: "Too many open files").
+TEST(GpuReadStaging, ManySmallChunkFilesKeepFewOpen) {
+  test::TempDir dir;
+  auto store = make_local_store(dir.path());
+  constexpr std::int64_t kChunks = 1024;
+  int n = 0;
+  for (const auto& codecs : {json::array({{{"name", "bytes"}}, {{"name", "crc32c"}}}), kZstdCrc,
+                             json::array({{{"name", "bytes"}}, {{"name", "zstd"}}})}) {
+    auto array = make_array(store, "a" + std::to_string(n++), {kChunks * 4}, {4}, codecs);
+    std::vector<std::byte> out;
+    const ReadTarget target = whole(array, out);
+    auto leaves = plan({&target, 1});
+    const auto batches = pack_batches(leaves, 1 << 20, 1 << 20, DecodeCosts{}, 0);
+    ASSERT_EQ(batches.size(), 1u);
+    std::size_t open_now = 0;
+    for ([[maybe_unused]] const auto& entry :
+         std::filesystem::directory_iterator("/proc/self/fd")) {
+      ++open_now;
+    }
+    rlimit before{};
+    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
+    rlimit lowered = before;
+    lowered.rlim_cur = std::min<rlim_t>(before.rlim_cur, open_now + 64);
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+    std::vector<std::byte> host(1 << 20);
+    std::vector<CpuDecoded> decoded;
+    try {
+      decoded = fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);
+    } catch (...) {
+      setrlimit(RLIMIT_NOFILE, &before);
+      throw;
+    }
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &before), 0);
+    // Every chunk was read: the last one's first element, staged as stored or decoded on the CPU
+    // (compressed chunks for the device are checked by their crc32c).
+    EXPECT_TRUE(decoded.empty());
+    const auto& last = leaves.back();
+    if (last.route != Route::kDeviceDecode) {
+      std::int32_t first = 0;
+      std::memcpy(&first, host.data() + last.staging, 4);
+      EXPECT_EQ(first, (kChunks - 1) * 4 + 1);
+    }
+    for (const auto& leaf : leaves) EXPECT_FALSE(leaf.value);
+  }
 }
 
 // Rates scaled to small test chunks (4 KiB): a device chunk takes 4 ms, a CPU thread 1 ms.

@@ -1,6 +1,8 @@
 // Tests of the stores: one contract, checked on the local (directory) store and the memory store
 // by a parameterised suite, plus what only a local store has (files, atomic renames).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
@@ -405,6 +407,32 @@ TEST_P(Stores, LocalStoreRootMayNotExistYet) {
   EXPECT_NO_THROW(store->erase_prefix(""));
   store->set("zarr.json", bytes_of("{}"));
   EXPECT_TRUE(fs::exists(dir.path() / "new" / "root.zarr" / "zarr.json"));
+}
+
+TEST_P(Stores, TooManyOpenFilesSaysWhatToDo) {
+  if (!GetParam().local) GTEST_SKIP() << "local store only";
+  auto store = make_local_store(dir_->path());
+  store->set("c/0", bytes_of("chunk"));
+  // The lowest free descriptor: a limit there makes the next open fail with EMFILE.
+  const int lowest_free = ::dup(0);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  const auto open_now = static_cast<std::size_t>(lowest_free);
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
+  rlimit lowered = before;
+  lowered.rlim_cur = open_now;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  std::string message;
+  try {
+    (void)store->get("c/0");
+  } catch (const StoreError& e) {
+    message = e.what();
+  }
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &before), 0);
+  EXPECT_NE(message.find("c/0"), std::string::npos) << message;
+  EXPECT_NE(message.find("ulimit -n"), std::string::npos) << message;
+  EXPECT_NE(message.find("may open " + std::to_string(open_now)), std::string::npos) << message;
 }
 
 // No instantiation prefix, so the tests are named Stores.<Test>/<store> and match "Stores.*".

@@ -88,12 +88,17 @@ std::vector<ReadPiece> plan_pieces(std::span<const Leaf> batch) {
 
 std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
                                     engine::ThreadPool& pool, std::size_t workers) {
-  // 0. One open version of each whole chunk (shards were opened when planned), kept while the
-  // batch is read, so every piece of a chunk comes from the same version of it.
+  // 0. One open version of each whole chunk (shards were opened when planned), so every piece of a
+  // chunk comes from the same version of it. A chunk read by one piece alone (whole, or decoded on
+  // the CPU) is opened by that piece and closed once read: held for the whole batch, a batch of
+  // small chunks held a file open for each (a 64 MiB slot of 16 KiB chunks is 4096 files, and
+  // several batches are fetched at once), past the process's limit on open files. Longer chunks,
+  // read in several pieces, are opened here and kept while the batch is read.
   std::vector<std::size_t> opened;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     if (batch[i].route != Route::kFill && !batch[i].value) opened.push_back(i);
   }
+  std::vector<char> opened_by_its_piece(batch.size(), 0);
   struct Close {
     std::span<Leaf> batch;
     const std::vector<std::size_t>& opened;
@@ -137,8 +142,16 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
       check_opened(leaf);
     }
   }
-  pool.parallel_for(one_by_one.size(), workers, [&](std::size_t i) {
-    auto& leaf = batch[one_by_one[i]];
+  std::vector<std::size_t> open_now;
+  for (const std::size_t i : one_by_one) {
+    if (batch[i].route == Route::kCpuDecode || batch[i].length <= kPieceBytes) {
+      opened_by_its_piece[i] = 1;
+    } else {
+      open_now.push_back(i);
+    }
+  }
+  pool.parallel_for(open_now.size(), workers, [&](std::size_t i) {
+    auto& leaf = batch[open_now[i]];
     leaf.value = leaf.source().open(leaf.key);
     check_opened(leaf);
   });
@@ -194,6 +207,17 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
     std::size_t at = piece.first;
     try {
       auto& leaf = batch[at];
+      struct CloseWhenRead {
+        Leaf* leaf;
+        ~CloseWhenRead() {
+          if (leaf) leaf->value.reset();
+        }
+      } close_when_read{nullptr};
+      if (opened_by_its_piece[at]) {
+        leaf.value = leaf.source().open(leaf.key);
+        close_when_read.leaf = &leaf;
+        check_opened(leaf);
+      }
       std::byte* dst = host + leaf.staging;
       switch (leaf.route) {
         case Route::kFill:

@@ -1,5 +1,6 @@
 #include "stores/file_io.hpp"
 
+#include <sys/resource.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -16,7 +17,21 @@
 
 namespace zarr_device::stores {
 
-std::string errno_text(int err) { return std::system_category().message(err); }
+std::string errno_text(int err) {
+  std::string text = std::system_category().message(err);
+  if (err == EMFILE) {
+    // What to do about it: reads keep few files open, but a read of very many shards holds one
+    // for each it touches.
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+      text += " (this process may open " + std::to_string(limit.rlim_cur) + ")";
+    }
+    text +=
+        ": raise the limit (ulimit -n, or Python's resource.setrlimit(resource.RLIMIT_NOFILE, "
+        "...)), or read fewer shards at once";
+  }
+  return text;
+}
 
 std::size_t read_at(int fd, std::span<std::byte> out, std::uint64_t offset,
                     const std::string& path) {

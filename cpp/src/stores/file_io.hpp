@@ -11,7 +11,7 @@
 
 namespace zarr_device::stores {
 
-// The message of an errno value.
+// The message of an errno value (for too many open files, what to do about it).
 std::string errno_text(int err);
 
 // Reads until `out` is full or the file ends; returns the bytes read.
