@@ -399,7 +399,11 @@ TEST(GpuReadStaging, ManySmallChunkFilesKeepFewOpen) {
       setrlimit(RLIMIT_NOFILE, &before);
       throw;
     }
+    rlimit after{};
+    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &after), 0);
     ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &before), 0);
+    // Within the lowered limit: not raised (which the store does when an open reaches it).
+    EXPECT_EQ(after.rlim_cur, lowered.rlim_cur);
     // Every chunk was read: the last one's first element, staged as stored or decoded on the CPU
     // (compressed chunks for the device are checked by their crc32c).
     EXPECT_TRUE(decoded.empty());

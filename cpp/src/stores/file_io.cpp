@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <system_error>
 #include <vector>
 
@@ -31,6 +32,27 @@ std::string errno_text(int err) {
         "...)), or read fewer shards at once";
   }
   return text;
+}
+
+bool raise_open_file_limit() {
+  // Many systems start processes with a soft limit of 1024 open files under a far higher hard
+  // limit; a read of many shards holds one file open for each it touches (the version of the
+  // shard its index was read from). The soft limit is raised once, when it is reached, as far
+  // as the hard limit allows (and Linux's cap on descriptors, fs.nr_open, at most 2^20).
+  static std::mutex mutex;
+  static bool raised = false;
+  const std::lock_guard guard(mutex);
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return false;
+  constexpr rlim_t kCap = rlim_t{1} << 20;
+  const rlim_t wanted = limit.rlim_max == RLIM_INFINITY ? kCap : std::min(limit.rlim_max, kCap);
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= wanted) {
+    return raised;  // by another thread's open meanwhile, which this one may now follow
+  }
+  limit.rlim_cur = wanted;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return false;
+  raised = true;
+  return true;
 }
 
 std::size_t read_at(int fd, std::span<std::byte> out, std::uint64_t offset,

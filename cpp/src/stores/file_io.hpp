@@ -14,6 +14,10 @@ namespace zarr_device::stores {
 // The message of an errno value (for too many open files, what to do about it).
 std::string errno_text(int err);
 
+// Raises this process's limit on open files (RLIMIT_NOFILE) to its hard limit, when an open has
+// failed with EMFILE; true when it was raised (the open may be tried again).
+bool raise_open_file_limit();
+
 // Reads until `out` is full or the file ends; returns the bytes read.
 std::size_t read_at(int fd, std::span<std::byte> out, std::uint64_t offset,
                     const std::string& path);

@@ -13,6 +13,8 @@
 #include <system_error>
 #include <vector>
 
+#include "stores/file_io.hpp"
+
 #if __has_include(<linux/openat2.h>)
 #include <linux/openat2.h>
 #define ZARR_DEVICE_HAVE_OPENAT2 1
@@ -93,6 +95,12 @@ std::optional<FileTree> FileTree::with_root_held() const {
 }
 
 int FileTree::open(std::string_view path, int flags, mode_t mode) const {
+  const int fd = open_once(path, flags, mode);
+  if (fd >= 0 || errno != EMFILE || !raise_open_file_limit()) return fd;
+  return open_once(path, flags, mode);
+}
+
+int FileTree::open_once(std::string_view path, int flags, mode_t mode) const {
   // Opening the root's path for every key does not scale across threads: they contend for the
   // root directory's entry (on a 16-core H200 host, 16 threads opened, read and closed 16384
   // chunk files in 40 ms that way, no faster than 4 threads, and in 21 ms from a held root).

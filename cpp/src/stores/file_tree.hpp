@@ -57,7 +57,9 @@ class FileTree {
 
   // open(2) of `path` (relative, already validated; "" is the root itself) with `flags`; returns
   // the descriptor, or -1 with errno set: ENOENT when nothing is there (or no root yet), EXDEV
-  // when the path would leave the tree through a symbolic link, ELOOP for too many links.
+  // when the path would leave the tree through a symbolic link, ELOOP for too many links. At the
+  // process's limit on open files (EMFILE), the limit is raised to the hard one and the open
+  // tried again (raise_open_file_limit).
   [[nodiscard]] int open(std::string_view path, int flags, mode_t mode = 0) const;
   // fstatat(2) of `path` (relative, already validated) from the root, not following a link at its
   // end; false with errno set on failure. Links inside the path are followed wherever they lead:
@@ -68,6 +70,7 @@ class FileTree {
   [[nodiscard]] int open_dir_creating(std::string_view path) const;
 
  private:
+  [[nodiscard]] int open_once(std::string_view path, int flags, mode_t mode) const;
   [[nodiscard]] int walk(int root, std::string_view path, int flags, mode_t mode) const;
 
   // The root is opened for each operation, not kept: a tree whose root directory is removed and
