@@ -134,12 +134,8 @@ def install() -> bool:
             return False
         _original = found
         zarr_array._get_selection = _get_selection
-        _install_sync_reads(zarr_array)
+        wrap_sync_methods(zarr_array, _SYNC_READS, _EXPECTED_SYNC_PARAMETERS, _sync_read, _sync_originals)
         return True
-
-
-def _install_sync_reads(zarr_array: Any) -> None:
-    wrap_sync_methods(zarr_array, _SYNC_READS, _EXPECTED_SYNC_PARAMETERS, _sync_read, _sync_originals)
 
 
 def wrap_sync_methods(
