@@ -6,10 +6,15 @@
 //   A. whole, into a C-contiguous chunk-sized buffer (the direct decode_into path);
 //   B. whole, into a padded or Fortran-ordered view (the decode-then-place path);
 //   C. a strided partial selection, into a padded or Fortran-ordered view;
+//   D. whole, from pieces of 1 to 64 bytes (`variant` picks the size), where the chain decodes
+//      from pieces (CodecChain::piece_decoder: what host reads do with large chunks);
 // and when A succeeds, the chunk is encoded again and decoded (round trip). Findings besides
-// crashes: A and B (or C, for unsharded chains) disagreeing on success or on the elements, writes
-// outside the selected elements, a round trip that changes the data.
+// crashes: A and B (or C, for unsharded chains, or D) disagreeing on success or on the elements,
+// writes outside the selected elements, a round trip that changes the data, a checksum mismatch
+// whole that is another error from pieces.
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 
 #include "fuzz_common.hpp"
 
@@ -214,6 +219,57 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (ok_c) {
     check_gaps_untouched(p, es, c.label + " (partial)");
     if (ok_a) check_same_elements(whole_view, p, es, c.label + " (partial)");
+  }
+
+  // D: the whole chunk from pieces (skipped for chains that do not decode from pieces).
+  std::vector<std::byte> pieces(spec.nbytes());
+  const StridedView pieces_view{pieces.data(), spec.shape, whole_view.byte_strides};
+  bool tried = false;
+  bool checksum_d = false;
+  const bool ok_d = expect_errors([&] {
+    try {
+      // Making the decoder may raise already: the data's size alone tells it is wrong.
+      auto decoder = chain.piece_decoder(all_elements, pieces_view, chunk.size());
+      if (!decoder) return;
+      tried = true;
+      const std::size_t piece = 1 + variant % 64;
+      for (std::size_t at = 0; at < chunk.size(); at += piece) {
+        decoder->feed(chunk.span().subspan(at, std::min(piece, chunk.size() - at)));
+      }
+      decoder->finish();
+    } catch (const ChecksumError&) {
+      tried = checksum_d = true;
+      throw;
+    } catch (const Error&) {
+      tried = true;
+      throw;
+    }
+  });
+  if (tried) {
+    if (ok_a != ok_d) {
+      finding(c.label + ": whole-chunk decode " + (ok_a ? "succeeds" : "fails") +
+              " but decoding from pieces " + (ok_d ? "succeeds" : "fails"));
+    }
+    if (ok_a && ok_d && pieces != whole) {
+      finding(c.label + ": decoding from pieces gives other elements");
+    }
+    if (!ok_a && !ok_d) {
+      bool checksum_a = false;
+      expect_errors([&] {
+        try {
+          chain.decode_into(chunk, all_elements, whole_view);
+        } catch (const ChecksumError&) {
+          checksum_a = true;
+          throw;
+        }
+      });
+      // A checksum that fails whole fails from pieces. (The reverse may differ: zstd's own
+      // frame checksum fails from pieces where the whole decode's walk over the frames, made
+      // before it decodes, finds a later frame broken first.)
+      if (checksum_a && !checksum_d) {
+        finding(c.label + ": a checksum mismatch whole is another error from pieces");
+      }
+    }
   }
 
   // Round trip of what was decoded.

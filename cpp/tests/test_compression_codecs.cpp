@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "codecs/crc32c.hpp"
+#include "test_util.hpp"
 #include "zarr_device/codec.hpp"
 
 namespace zarr_device {
@@ -385,14 +386,7 @@ Bytes rle_frame(int blocks, std::optional<std::uint32_t> declared, std::byte val
 
 // Compresses with libzstd directly, leaving the content size out of the frame header.
 Bytes zstd_frame_without_size(const Bytes& data, bool checksum) {
-  ZSTD_CCtx* cctx = ZSTD_createCCtx();
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 0);
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, checksum ? 1 : 0);
-  Bytes out(ZSTD_compressBound(data.size()));
-  const std::size_t n = ZSTD_compress2(cctx, out.data(), out.size(), data.data(), data.size());
-  ZSTD_freeCCtx(cctx);
-  EXPECT_FALSE(ZSTD_isError(n));
-  out.resize(n);
+  Bytes out = test::zstd_frame(data, false, checksum);
   EXPECT_EQ(ZSTD_getFrameContentSize(out.data(), out.size()), ZSTD_CONTENTSIZE_UNKNOWN);
   return out;
 }

@@ -78,8 +78,9 @@ TEST(StoreViews, OtherStoresAreTheirOwnView) {
 
 // A memory store whose views count what is asked of them, and which counts what is asked of
 // itself.
-class ViewCountingStore final : public Store, public HeldRoot {
+class ViewCountingStore final : public test::ForwardingStore, public HeldRoot {
  public:
+  ViewCountingStore() : ForwardingStore(make_memory_store()) {}
   struct Counts {
     std::atomic<int> views{0};
     std::atomic<int> opens_through_views{0};
@@ -121,9 +122,6 @@ class ViewCountingStore final : public Store, public HeldRoot {
     ++counts->views;
     return std::make_shared<View>(inner_, counts);
   }
-  std::optional<Buffer> get(std::string_view key, ByteRange range) const override {
-    return inner_->get(key, range);
-  }
   std::shared_ptr<const ValueReader> open(std::string_view key) const override {
     ++counts->direct_opens;
     return inner_->open(key);
@@ -132,20 +130,9 @@ class ViewCountingStore final : public Store, public HeldRoot {
     ++counts->direct_opens;
     return inner_->size(key);
   }
-  void set(std::string_view key, std::span<const std::byte> value) override {
-    inner_->set(key, value);
-  }
-  void erase(std::string_view key) override { inner_->erase(key); }
-  void erase_prefix(std::string_view prefix) override { inner_->erase_prefix(prefix); }
-  std::vector<std::string> list_dir(std::string_view prefix) const override {
-    return inner_->list_dir(prefix);
-  }
   std::string describe() const override { return "counting://"; }
 
   std::shared_ptr<Counts> counts = std::make_shared<Counts>();
-
- private:
-  std::shared_ptr<Store> inner_ = make_memory_store();
 };
 
 const json kZstd = json::array({{{"name", "bytes"}}, {{"name", "zstd"}}});

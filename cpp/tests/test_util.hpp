@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <atomic>
 #include <chrono>
@@ -28,6 +29,7 @@
 #include "zarr_device/codec.hpp"
 #include "zarr_device/dtype.hpp"
 #include "zarr_device/errors.hpp"
+#include "zarr_device/store.hpp"
 
 namespace zarr_device::test {
 
@@ -268,5 +270,47 @@ inline void run_with_deadline(std::chrono::seconds limit, std::function<void()> 
   thread.join();
   done.get();  // rethrows what f threw
 }
+
+// A zstd frame of `data` written by libzstd directly, with or without its content size in the
+// header and with or without zstd's own checksum (frames other writers make).
+inline Bytes zstd_frame(std::span<const std::byte> data, bool content_size, bool checksum) {
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, content_size ? 1 : 0);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, checksum ? 1 : 0);
+  Bytes out(ZSTD_compressBound(data.size()));
+  const std::size_t n = ZSTD_compress2(cctx, out.data(), out.size(), data.data(), data.size());
+  ZSTD_freeCCtx(cctx);
+  EXPECT_FALSE(ZSTD_isError(n));
+  out.resize(ZSTD_isError(n) ? 0 : n);
+  return out;
+}
+
+// A store that hands every call to another: test stores derive from it and override the calls
+// they count or change.
+class ForwardingStore : public Store {
+ public:
+  explicit ForwardingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  std::optional<Buffer> get(std::string_view key, ByteRange range) const override {
+    return inner_->get(key, range);
+  }
+  std::shared_ptr<const ValueReader> open(std::string_view key) const override {
+    return inner_->open(key);
+  }
+  std::optional<std::uint64_t> size(std::string_view key) const override {
+    return inner_->size(key);
+  }
+  void set(std::string_view key, std::span<const std::byte> value) override {
+    inner_->set(key, value);
+  }
+  void erase(std::string_view key) override { inner_->erase(key); }
+  void erase_prefix(std::string_view prefix) override { inner_->erase_prefix(prefix); }
+  std::vector<std::string> list_dir(std::string_view prefix) const override {
+    return inner_->list_dir(prefix);
+  }
+  std::string describe() const override { return inner_->describe(); }
+
+ protected:
+  std::shared_ptr<Store> inner_;
+};
 
 }  // namespace zarr_device::test

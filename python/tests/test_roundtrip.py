@@ -430,6 +430,39 @@ def test_zarr_python_write_zd_read(tmp_path: Path, dtype: str, chain: str) -> No
         assert_bits_equal(np.asarray(arr[sel]), np.asarray(model[sel]), f"zarr_device [{selection_id(sel)}]")
 
 
+@pytest.mark.parametrize("checksum", [False, True], ids=["zstd", "zstd-crc32c"])
+def test_large_chunks_decoded_from_pieces_equal_zarr_python(tmp_path: Path, checksum: bool) -> None:
+    """Chunks stored in more than 8 MiB (read and decoded a piece at a time, within a memory
+    budget smaller than one of them) give zarr-python's values, whole and in part; damage under
+    a crc32c is a ChecksumError naming the chunk."""
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    rng = np.random.default_rng(11)
+    values = rng.integers(0, 2**31, size=(3, 1536, 1536), dtype=np.int32)  # 9 MiB a chunk, barely compressible
+    values[1, :700] = 5  # a chunk that compresses well, beside ones that hardly do
+    compressors = [ZstdCodec(level=1)] + ([Crc32cCodec()] if checksum else [])
+    z = zarr.create_array(str(tmp_path / "a"), shape=values.shape, chunks=(1, 1536, 1536), dtype="int32",
+                          compressors=compressors, fill_value=0)
+    z[...] = values
+    stored = (tmp_path / "a" / "c" / "0" / "0" / "0").stat().st_size
+    assert stored > 8 << 20
+    previous = zd.set_config(max_inflight_bytes=4 << 20)
+    try:
+        arr = zd.open_array(str(tmp_path / "a"))
+        assert_bits_equal(arr[...], np.asarray(z[...]), "whole")
+        assert_bits_equal(arr[2], values[2], "one chunk")
+        assert_bits_equal(arr[:, 3:900:7, 5], values[:, 3:900:7, 5], "part of each chunk")
+        if checksum:
+            chunk = tmp_path / "a" / "c" / "2" / "0" / "0"
+            damaged = bytearray(chunk.read_bytes())
+            damaged[len(damaged) // 3] ^= 0x40
+            chunk.write_bytes(bytes(damaged))
+            with pytest.raises(zd.ChecksumError, match="c/2/0/0"):
+                arr[...]
+    finally:
+        zd.set_config(max_inflight_bytes=previous.max_inflight_bytes)
+
+
 # ----------------------------------------------------------------------------------------------
 # Partial writes: the same sequence of writes through zarr_device and zarr-python
 

@@ -170,8 +170,32 @@ struct DeviceDecoding {
   bool (*accepts)(std::span<const std::byte> stored, std::size_t decoded) = nullptr;
 };
 
+// Decodes a codec's encoded bytes fed in pieces, in order, for a chunk too large to hold whole
+// while it decodes (a host read then holds a piece of it, not all of it). Errors are the codec's
+// own (CodecError, ChecksumError), as the whole chunk's decode would raise them.
+class PieceDecoder {
+ public:
+  virtual ~PieceDecoder() = default;
+  virtual void feed(std::span<const std::byte> piece) = 0;
+  // After the last piece: raises for data that ended early or decoded to another size.
+  virtual void finish() = 0;
+};
+
 class BytesToBytesCodec : public Codec {
  public:
+  // Optional capabilities, for decoding from pieces (nullptr: the codec does not):
+  // a decoder of `encoded_size` bytes into exactly `out` (decompressors that write in place)...
+  [[nodiscard]] virtual std::unique_ptr<PieceDecoder> decoder_into(
+      std::span<std::byte> /*out*/, std::uint64_t /*encoded_size*/) const {
+    return nullptr;
+  }
+  // ...and a decoder of `encoded_size` bytes that hands what it decodes on to `next` (codecs
+  // whose output is a stretch of their input: crc32c's data before its checksum).
+  [[nodiscard]] virtual std::unique_ptr<PieceDecoder> decoder_onto(
+      std::unique_ptr<PieceDecoder> /*next*/, std::uint64_t /*encoded_size*/) const {
+    return nullptr;
+  }
+
   // Decodes `encoded`. Where `size.exact` is known, the result must have that size; otherwise it
   // may not exceed `size.at_most`. CodecError on a mismatch, before allocating what it claims.
   [[nodiscard]] virtual Buffer decode(const Buffer& encoded, DecodedSize size) const = 0;

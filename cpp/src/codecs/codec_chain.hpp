@@ -27,6 +27,15 @@ class CodecChain {
   void decode_into(const Buffer& encoded, std::span<const DimSlice> selection,
                    const StridedView& destination) const;
 
+  // A decoder of a stored chunk of `stored_size` bytes fed in pieces, in order, into
+  // `destination`: where decode_into would decompress straight into place and every
+  // bytes->bytes codec decodes from pieces (zstd, with crc32c checksums after it). nullptr
+  // otherwise. What it raises is what decode_into raises for the same bytes; a checksum mismatch
+  // is reported as such even when the decompressor fails first on the damaged bytes.
+  [[nodiscard]] std::unique_ptr<PieceDecoder> piece_decoder(std::span<const DimSlice> selection,
+                                                            const StridedView& destination,
+                                                            std::uint64_t stored_size) const;
+
   // Whether a chunk can be decoded from byte ranges (a shard without bytes->bytes codecs after it).
   [[nodiscard]] bool supports_partial_decode() const;
   // Decodes from byte ranges of a stored chunk of `total_size` bytes.

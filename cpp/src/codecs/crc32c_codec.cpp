@@ -1,5 +1,8 @@
 // The "crc32c" codec (Zarr v3 core): the data followed by its CRC-32C, 4 bytes little endian.
+#include <algorithm>
+#include <array>
 #include <cstdio>
+#include <exception>
 #include <memory>
 
 #include "codecs/compression_common.hpp"
@@ -16,8 +19,75 @@ std::string hex32(std::uint32_t value) {
   return text;
 }
 
+void check_length(std::uint64_t encoded_size) {
+  if (encoded_size < kChecksumSize) {
+    throw CodecError("crc32c: data is " + std::to_string(encoded_size) +
+                     " bytes, shorter than the 4-byte checksum");
+  }
+}
+
+void check_checksum(std::uint32_t stored, std::uint32_t computed, std::uint64_t size) {
+  if (stored != computed) {
+    throw ChecksumError("crc32c: checksum mismatch: stored " + hex32(stored) + ", computed " +
+                        hex32(computed) + " over " + std::to_string(size) + " bytes");
+  }
+}
+
+// The data before the checksum handed on to `next` as it comes, the checksum computed over it
+// and compared at the end. Damaged data is reported as a checksum mismatch, as when the chunk is
+// verified whole before it is decoded, even where `next` fails on it first: its error waits
+// until the checksum is known.
+class Crc32cPieces final : public PieceDecoder {
+ public:
+  Crc32cPieces(std::unique_ptr<PieceDecoder> next, std::uint64_t encoded_size)
+      : next_(std::move(next)),
+        payload_((check_length(encoded_size), encoded_size - kChecksumSize)) {}
+
+  void feed(std::span<const std::byte> piece) override {
+    const auto data =
+        static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), payload_ - seen_));
+    crc_ = crc32c(piece.first(data), crc_);
+    seen_ += data;
+    if (!failure_ && data > 0) {
+      try {
+        next_->feed(piece.first(data));
+      } catch (const Error&) {
+        failure_ = std::current_exception();
+      }
+    }
+    for (const std::byte b : piece.subspan(data)) {
+      if (trailer_seen_ < kChecksumSize) trailer_[trailer_seen_] = b;
+      ++trailer_seen_;
+    }
+  }
+
+  void finish() override {
+    if (seen_ != payload_ || trailer_seen_ != kChecksumSize) {
+      throw CodecError("crc32c: data is " + std::to_string(seen_ + trailer_seen_) +
+                       " bytes, expected " + std::to_string(payload_ + kChecksumSize));
+    }
+    check_checksum(load_le32(trailer_.data()), crc_, payload_);
+    if (failure_) std::rethrow_exception(failure_);
+    next_->finish();
+  }
+
+ private:
+  std::unique_ptr<PieceDecoder> next_;
+  std::uint64_t payload_;
+  std::uint64_t seen_ = 0;
+  std::uint32_t crc_ = 0;
+  std::array<std::byte, kChecksumSize> trailer_{};
+  std::size_t trailer_seen_ = 0;
+  std::exception_ptr failure_;
+};
+
 class Crc32cCodec final : public BytesToBytesCodec {
  public:
+  [[nodiscard]] std::unique_ptr<PieceDecoder> decoder_onto(
+      std::unique_ptr<PieceDecoder> next, std::uint64_t encoded_size) const override {
+    return std::make_unique<Crc32cPieces>(std::move(next), encoded_size);
+  }
+
   // Verified on the CPU (crc32c.hpp) by readers that move the rest of the chunk to a device.
   [[nodiscard]] std::optional<DeviceDecoding> device_decoding() const override {
     return DeviceDecoding{DeviceDecoding::Kind::kChecksum, 0, kChecksumSize, nullptr};
@@ -67,10 +137,7 @@ class Crc32cCodec final : public BytesToBytesCodec {
 
  private:
   std::size_t payload_size(const Buffer& encoded, std::optional<std::size_t> expected) const {
-    if (encoded.size() < kChecksumSize) {
-      throw CodecError("crc32c: data is " + std::to_string(encoded.size()) +
-                       " bytes, shorter than the 4-byte checksum");
-    }
+    check_length(encoded.size());
     const std::size_t size = encoded.size() - kChecksumSize;
     if (expected && size != *expected) throw_size_mismatch(name(), size, *expected);
     return size;
@@ -79,11 +146,7 @@ class Crc32cCodec final : public BytesToBytesCodec {
   static void verify(const Buffer& encoded) {
     const std::size_t size = encoded.size() - kChecksumSize;
     const std::uint32_t stored = load_le32(encoded.data() + size);
-    const std::uint32_t computed = crc32c(encoded.span().first(size));
-    if (stored != computed) {
-      throw ChecksumError("crc32c: checksum mismatch: stored " + hex32(stored) + ", computed " +
-                          hex32(computed) + " over " + std::to_string(size) + " bytes");
-    }
+    check_checksum(stored, crc32c(encoded.span().first(size)), size);
   }
 };
 

@@ -3,6 +3,7 @@
 // of chunks and of shards wanted in part fetched in a few calls each.
 #include <algorithm>
 #include <future>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,14 @@ namespace {
 // Below this length, reading a chunk row by row costs more than reading it whole and copying.
 constexpr std::size_t kMinRunBytes = 512;
 
+// Stored chunks (and inner chunks of shards) from this size on that decompress straight into
+// place are decoded from pieces of kDecodePieceBytes read one after another, and hold one piece
+// of the read's memory budget instead of the whole stored chunk: so chunks of tens of MiB decode
+// on every core within the default budget (measured before, 64 MiB zstd chunks on 16 cores:
+// 2.4 GB/s at 256 MiB, 6.8 at 1 GiB), and each piece is decoded while in the reading core's cache.
+constexpr std::uint64_t kPieceDecodeBytes = std::uint64_t{8} << 20;
+constexpr std::size_t kDecodePieceBytes = std::size_t{2} << 20;
+
 }  // namespace
 
 namespace {
@@ -31,6 +40,24 @@ void refuse_oversized(std::uint64_t stored, const codecs::CodecChain& chain) {
                      " bytes, more than any encoding of it can take (" +
                      std::to_string(chain.max_stored_size()) + ")");
   }
+}
+
+// Decodes bytes [offset, offset + length) of `value` through `decoder`, a piece at a time;
+// false, unfinished, when the value ends before them.
+bool decode_in_pieces(const ValueReader& value, std::uint64_t offset, std::uint64_t length,
+                      PieceDecoder& decoder, engine::ByteBudget& budget) {
+  const engine::BudgetLease lease(budget, kDecodePieceBytes);
+  const auto piece = std::make_unique_for_overwrite<std::byte[]>(kDecodePieceBytes);
+  for (std::uint64_t done = 0; done < length;) {
+    const auto want =
+        static_cast<std::size_t>(std::min<std::uint64_t>(kDecodePieceBytes, length - done));
+    const std::size_t got = value.read_into(offset + done, {piece.get(), want});
+    if (got != want) return false;
+    decoder.feed({piece.get(), got});
+    done += got;
+  }
+  decoder.finish();
+  return true;
 }
 
 // Ranges of one open version of a value.
@@ -109,6 +136,15 @@ void read_chunk(const PreparedRead& read, const place::GridIntersection::Item& i
     }
     const std::uint64_t stored = value->size();
     refuse_oversized(stored, chain);
+    if (stored >= kPieceDecodeBytes) {
+      if (auto decoder = chain.piece_decoder(item.within, region, stored)) {
+        if (!decode_in_pieces(*value, 0, stored, *decoder, budget)) {
+          throw StoreError("the stored value ended before its " + std::to_string(stored) +
+                           " bytes were read (was it changed in place while read?)");
+        }
+        return;
+      }
+    }
     const engine::BudgetLease lease(
         budget, static_cast<std::size_t>(stored) + chain.decode_scratch(item.within, region));
     chain.decode_into(value->read(0, stored), item.within, region);
@@ -374,14 +410,23 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
           }
           const auto& inner = shard.layout->inner();
           refuse_oversized(entry->nbytes, inner);
+          const auto truncated = [&] {
+            return CodecError("shard is truncated: inner chunk at byte " +
+                              std::to_string(entry->offset) + " of length " +
+                              std::to_string(entry->nbytes) + " is past its end");
+          };
+          if (entry->nbytes >= kPieceDecodeBytes) {
+            if (auto decoder = inner.piece_decoder(item.within, part, entry->nbytes)) {
+              if (!decode_in_pieces(*shard.value, entry->offset, entry->nbytes, *decoder, budget)) {
+                throw truncated();
+              }
+              return;
+            }
+          }
           const engine::BudgetLease lease(budget, static_cast<std::size_t>(entry->nbytes) +
                                                       inner.decode_scratch(item.within, part));
           const Buffer bytes = shard.value->read(entry->offset, entry->nbytes);
-          if (bytes.size() != entry->nbytes) {
-            throw CodecError("shard is truncated: inner chunk at byte " +
-                             std::to_string(entry->offset) + " of length " +
-                             std::to_string(entry->nbytes) + " is past its end");
-          }
+          if (bytes.size() != entry->nbytes) throw truncated();
           inner.decode_into(bytes, item.within, part);
         } catch (Error& e) {
           e.add_context("inner chunk " + std::to_string(linear));
