@@ -5,7 +5,7 @@ default stream (CuPy's null stream and torch's default stream, which every threa
 what lies between them shows.
 
     python bench/probe_thread_reads.py [--rows 32] [--threads 1,4,16] [--out /tmp/zd-probe-thread-reads] [--layers]
-        [--diagnose]
+        [--diagnose] [--only-package]
 
 Two float32 arrays of 16384 x 8192 (512 MiB), chunks of --rows rows (32: 1 MiB), uncompressed and
 zstd + crc32c, written once. Each way reads every chunk once a round, one read per chunk; prints
@@ -13,9 +13,11 @@ GB/s and microseconds of wall time per read, best of 3 rounds after one untimed 
 adds the package's read taken apart, uncompressed only: with the device parsed and the selection
 resolved beforehand, the adapter's allocation with the engine's read, and the allocation alone.
 --diagnose adds, uncompressed only, the engine's read with one thing beside it each: a busy loop of
-pure Python as long as the package's own work on one thread, a CuPy device context (which releases
-the GIL for the CUDA calls it makes), CuPy's current-stream lookup, and the package's read under a
-GIL switch interval of 0.1 ms instead of 5. Every figure comes with the process's CPU time and
+pure Python as long as the package's own work on one thread, a CuPy device context, CuPy's
+current-stream lookup, the CUDA runtime calls a device context makes (cudaGetDevice, cudaSetDevice)
+and cudaGetDeviceCount, each made holding the GIL, and the package's read under a GIL switch
+interval of 0.1 ms instead of 5. --only-package: the package's two reads alone (to compare two
+versions of the package, run once with each). Every figure comes with the process's CPU time and
 context switches per read (getrusage), which say whether the threads wait or spin.
 """
 
@@ -137,10 +139,29 @@ def diagnose(array: Any, rows: int, python_us: float) -> dict[str, Callable[[sli
     def package_short_switch(s: slice) -> Any:
         return array.read(s, device="cuda:0", like="cupy")
 
+    import torch
+
+    from zarr_device import _core
+
+    runtime = cupy.cuda.runtime
+
+    def beside(call: Callable[[], Any]) -> Callable[[slice], Any]:
+        def read(s: slice) -> Any:
+            call()
+            return engine_read(s)
+
+        return read
+
     return {
         f"engine + {python_us:g} us of pure Python": with_python,
         "engine in a CuPy device context": in_device_context,
         "engine + CuPy stream lookup": with_stream_lookup,
+        # What a device context is made of, each CUDA runtime call made holding the GIL:
+        "engine + cudaGetDevice": beside(runtime.getDevice),
+        "engine + cudaSetDevice(0)": beside(lambda: runtime.setDevice(0)),
+        "engine + cudaGetDeviceCount": beside(_core.cuda_device_count),
+        "engine + CuPy stream of device 0": beside(lambda: cupy.cuda.get_current_stream(0)),
+        "engine + torch current_stream(0)": beside(lambda: torch.cuda.current_stream(0)),
         "a.read(like='cupy'), switch 0.1 ms": package_short_switch,
     }
 
@@ -172,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--layers", action="store_true", help="also the package's read taken apart")
     parser.add_argument("--diagnose", action="store_true", help="also the engine's read beside each suspect")
     parser.add_argument("--python-us", type=float, default=40.0, help="--diagnose: the busy loop's length")
+    parser.add_argument("--only-package", action="store_true", help="the package's reads alone")
     args = parser.parse_args(argv)
 
     import cupy
@@ -201,9 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ways = {
             "a.read(like='cupy')": package(array, "cupy"),
             "a.read(like='torch')": package(array, "torch"),
-            "engine, no consumer stream": engine(array, 0),
-            "engine, legacy default stream": engine(array, LEGACY_STREAM),
         }
+        if not args.only_package:
+            ways["engine, no consumer stream"] = engine(array, 0)
+            ways["engine, legacy default stream"] = engine(array, LEGACY_STREAM)
         if args.layers and codec == "uncompressed":
             ways.update(layers(array, rows))
         if args.diagnose and codec == "uncompressed":

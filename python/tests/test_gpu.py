@@ -353,6 +353,36 @@ def test_out_cupy(tmp_path: Path) -> None:
         arr.read(out=cupy.empty((300, 200), dtype=cupy.int64))
 
 
+def test_reads_order_their_work_on_the_frameworks_current_stream(tmp_path: Path) -> None:
+    """The stream a read's writes wait on is the one the caller's framework has current (a CuPy
+    stream context, torch.cuda.stream), found without entering a device context; and a read into
+    CuPy under a side stream gets its values, also from a thread whose current device is another
+    one's (a read there enters the device)."""
+    cupy = pytest.importorskip("cupy")
+    from zarr_device.adapters import adapter
+    from zarr_device.devices import CUDA_STREAM_LEGACY
+
+    arr, values = make_array(tmp_path / "a", "int32")
+    cupy_adapter, torch_adapter = adapter("cupy"), adapter("torch")
+    assert cupy_adapter.stream(0) == (int(cupy.cuda.get_current_stream(0).ptr) or CUDA_STREAM_LEGACY)
+    with cupy.cuda.Device(0):
+        side = cupy.cuda.Stream(non_blocking=True)
+    with side:
+        assert cupy_adapter.stream(0) == int(side.ptr)
+        result = arr.read(device=DEV, like="cupy")
+        assert cupy.asnumpy(result).tobytes() == host_bytes(values)
+    assert cupy_adapter.stream(0) != int(side.ptr)
+    assert torch_adapter.stream(0) == (torch.cuda.current_stream(0).cuda_stream or CUDA_STREAM_LEGACY)
+    torch_side = torch.cuda.Stream(device=DEV)
+    with torch.cuda.stream(torch_side):
+        assert torch_adapter.stream(0) == torch_side.cuda_stream
+    if N_GPUS > 1:
+        with cupy.cuda.Device(1):
+            other = arr.read(device=DEV, like="cupy")
+            assert cupy.cuda.runtime.getDevice() == 1
+        assert other.device.id == 0 and cupy.asnumpy(other).tobytes() == host_bytes(values)
+
+
 def test_framework_path_on_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The path other devices take (pinned host memory, then a non-blocking torch copy), run
     against a CUDA device: the staging tensor is pinned and the values arrive intact."""

@@ -3,7 +3,8 @@ directly. CuPy holds NumPy's types only: bfloat16 and float8 go to torch, JAX or
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +25,8 @@ from zarr_device.errors import OutOfMemoryError, UsageError
 
 __all__ = ["CupyAdapter", "cupy_dtype"]
 
+T = TypeVar("T")
+
 
 def _cupy() -> Any:
     return import_framework("cupy", "like='cupy' needs CuPy: pip install cupy-cuda12x (or cupy-cuda13x)")
@@ -37,6 +40,19 @@ def cupy_dtype(zarr_name: str) -> np.dtype[Any]:
             "with like='torch' (or like='jax', or like=None for a DLPack array) instead"
         )
     return to_numpy_dtype(zarr_name)
+
+
+def _on_device(cupy: Any, index: int, make: Callable[[], T]) -> T:
+    """``make()`` with CUDA device ``index`` current: as it is, when it is current already.
+
+    A CuPy device context sets the device again on leaving (cudaSetDevice), holding the GIL: from
+    16 threads reading at once, 6-23 us a read on an H200 in two runs of
+    ``bench/probe_thread_reads.py --diagnose``, where asking which device is current costs nothing
+    measurable."""
+    if cupy.cuda.runtime.getDevice() == index:
+        return make()
+    with cupy.cuda.Device(index):
+        return make()
 
 
 def _pointer(array: Any) -> tuple[int, int]:
@@ -62,13 +78,12 @@ class CupyAdapter(Adapter):
         cupy = _cupy()
         index = target.device.index
         assert index is not None
-        with cupy.cuda.Device(index):
-            try:
-                array = cupy.empty(target.shape, dtype=dtype)
-            except cupy.cuda.memory.OutOfMemoryError as e:
-                raise OutOfMemoryError(
-                    f"CuPy could not allocate {target.shape} {target.dtype} on cuda:{index}: {e}"
-                ) from None
+        try:
+            array = _on_device(cupy, index, lambda: cupy.empty(target.shape, dtype=dtype))
+        except cupy.cuda.memory.OutOfMemoryError as e:
+            raise OutOfMemoryError(
+                f"CuPy could not allocate {target.shape} {target.dtype} on cuda:{index}: {e}"
+            ) from None
         ptr, nbytes = _pointer(array)
         return Destination(array, index=index, ptr=ptr, nbytes=nbytes, stream=self.stream(index))
 
@@ -89,8 +104,11 @@ class CupyAdapter(Adapter):
         engine's writes wait for the work queued on it (CuPy's memory pool may hand out memory
         that queued kernels still use), and a read may complete in stream order on it."""
         cupy = _cupy()
-        with cupy.cuda.Device(index):
-            return int(cupy.cuda.get_current_stream().ptr) or CUDA_STREAM_LEGACY
+        try:
+            stream = cupy.cuda.get_current_stream(index)
+        except TypeError:  # CuPy before 13 takes no device: ask on the device
+            stream = _on_device(cupy, index, cupy.cuda.get_current_stream)
+        return int(stream.ptr) or CUDA_STREAM_LEGACY
 
     def to_host(self, values: Any) -> npt.NDArray[Any]:
         return np.asarray(values.get())
@@ -104,13 +122,14 @@ class CupyAdapter(Adapter):
             return None
         cupy = _cupy()
         index = int(values.device.id)
-        with cupy.cuda.Device(index):
-            try:
-                source = cupy.ascontiguousarray(cupy.broadcast_to(values.astype(converted, copy=False), shape))
-            except ValueError:
-                raise UsageError(
-                    f"values of shape {tuple(values.shape)} do not fit a selection of shape {shape}"
-                ) from None
+        try:
+            source = _on_device(
+                cupy, index, lambda: cupy.ascontiguousarray(cupy.broadcast_to(values.astype(converted, copy=False), shape))
+            )
+        except ValueError:
+            raise UsageError(
+                f"values of shape {tuple(values.shape)} do not fit a selection of shape {shape}"
+            ) from None
         address, nbytes = _pointer(source)
         # The stream the values were made on (see TorchAdapter.cuda_source: the null stream's
         # handle 0 would mean "none").
