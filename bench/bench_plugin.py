@@ -21,7 +21,8 @@ GB/s (10^9 decoded bytes per second) of each reader, and the ratios plug-in / be
 plug-in / (d), and xarray and dask with / without the plug-in.
 
 --s3 also reads one array from the tests' S3 server (SeaweedFS, python/tests/s3_server.py)
-through zarr-python's ObjectStore (obstore): the plug-in, zarr-python plus the copy, and (d).
+through zarr-python's ObjectStore (obstore): the plug-in, zarr-python's GPU mode (on a CUDA
+device), zarr-python plus the copy, and (d).
 
     python bench/bench_plugin.py                          # 4 GiB per layout, cuda:0
     python bench/bench_plugin.py --device cpu --size 64MiB --repeat 1    # a smoke run
@@ -477,7 +478,7 @@ def run_s3(args: argparse.Namespace, device: Device, out_dir: str) -> dict[str, 
     write_group(root, layout, args.zstd_level, args.checksum)
     try:
         with s3_copy(os.path.join(root, VARIABLE)) as (server, prefix):
-            names = [n for n in ("plugin", "zarr-cpu", "zarr-device") if n in args.readers]
+            names = [n for n in ("plugin", "zarr-gpu", "zarr-cpu", "zarr-device") if n in args.readers]
             rows = run_readers(names, lambda: server.object_store(prefix, read_only=True), lambda: None,
                                layout["nbytes"], device, argparse.Namespace(**{**vars(args), "cold": False}))
     except Skip as e:

@@ -90,3 +90,35 @@ def test_writes_are_read_by_zarr_python(s3_server: S3Server, s3_prefix: str, kin
     off = open_off(store, "a")
     assert_bits_equal(np.asarray(off[...]), data)
     assert chunk_keys(store, "a") == {f"a/c/{i}/{j}" for i in range(5) for j in range(4)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("like", ["cupy", "torch"])
+@pytest.mark.parametrize("kind", ["obstore", "fsspec"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_reads_land_on_the_gpu(s3_server: S3Server, s3_prefix: str, kind: str, like: str, case: Any) -> None:
+    """From S3 onto a CUDA device: every selection's result lives on cuda:0, as the framework
+    named, with plain zarr-python's bits; what CuPy cannot hold (bfloat16) is read as torch."""
+    if zarr_device.cuda_device_count() == 0:
+        pytest.skip("no CUDA device visible to zarr_device")
+    framework = pytest.importorskip(like)
+    name, dtype, kwargs = case
+    if like == "cupy" and dtype == "bfloat16":
+        pytest.skip("CuPy has no bfloat16 (read as torch)")
+    store = _store(s3_server, kind, s3_prefix)
+    data = random_values(dtype, SHAPE, np.random.default_rng(len(name)))
+    zarr.create_array(store, name="a", shape=SHAPE, dtype=dtype, fill_value=0, **kwargs)[...] = data
+    off = open_off(store, "a")
+    expected = {label: np.asarray(read(off)) for label, read in READS.items()}
+    with zarr_device.enable(device="cuda:0", like=like):
+        on = open_on(store, "a", device="cuda:0", like=like)
+        whole = on[...]
+        if like == "cupy":
+            assert isinstance(whole, framework.ndarray) and whole.device.id == 0
+        else:
+            assert isinstance(whole, framework.Tensor) and str(whole.device) == "cuda:0"
+        assert_bits_equal(as_numpy(whole), data, f"{name} whole on the GPU")
+        for label, read in READS.items():
+            if like == "torch" and dtype == "bfloat16" and label in ("vindex", "mask"):
+                continue  # as in test_reads_equal_zarr_python
+            assert_bits_equal(as_numpy(read(on)), expected[label], f"{name} {label} on the GPU")
