@@ -301,6 +301,34 @@ def test_low_precision_written_by_zarr_python(tmp_path: Path, like: str, dtype: 
     assert_bits_equal(np.asarray(open_off(store, "a")[...]), data)
 
 
+@pytest.mark.parametrize("like", ["numpy", "torch"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_coordinate_selections_keep_the_framework(tmp_path: Path, like: str, dtype: str) -> None:
+    """``vindex`` and ``get_coordinate_selection`` (sync and async) of a plug-in array give the
+    framework's array in the coordinates' shape (zarr-python's own reshape goes through NumPy,
+    which torch's bfloat16 cannot), with zarr-python's values; masks too."""
+    if like == "torch":
+        pytest.importorskip("torch")
+    from zarr.core.sync import sync
+
+    store = zarr.storage.LocalStore(tmp_path / "s")
+    data = random_values(dtype, (10, 11), np.random.default_rng(6))
+    zarr.create_array(store, name="a", shape=data.shape, dtype=dtype, chunks=(4, 3),
+                      compressors=ZstdCodec(level=1), fill_value=0)[...] = data  # fmt: skip
+    rows, cols = np.array([[0, 9, 3], [3, 3, 7]]), np.array([[10, 0, 2], [2, 5, 1]])
+    mask = np.arange(110).reshape(10, 11) % 7 == 3
+    with zarr_device.enable(like=like):
+        on = open_on(store, "a", like=like)
+        for got in (on.vindex[rows, cols], on.get_coordinate_selection((rows, cols)),
+                    sync(on.async_array.get_coordinate_selection((rows, cols)))):  # fmt: skip
+            assert type(got).__module__.split(".")[0] == like
+            assert tuple(got.shape) == (2, 3)
+            assert_bits_equal(as_numpy(got), data[rows, cols])
+        masked = on.vindex[mask]
+        assert type(masked).__module__.split(".")[0] == like
+        assert_bits_equal(as_numpy(masked), data[mask])
+
+
 def test_metadata_rewritten_by_zarr_python_resize(tmp_path: Path) -> None:
     store = zarr.storage.LocalStore(tmp_path / "s")
     z = _create(store, (10, 11), "int32")

@@ -448,3 +448,31 @@ def test_cuda_torch(tmp_path: Path) -> None:
     expected[0:3, 0:4] = 2.0
     expected[np.ix_([5, 7], [1, 2])] = 3.0
     assert_bits_equal(open_off(store, "a")[...], expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("like", "dtype"), [("cupy", "float32"), ("torch", "float32"), ("torch", "bfloat16")])
+def test_cuda_coordinate_selections(tmp_path: Path, like: str, dtype: str) -> None:
+    """``vindex`` with coordinates or a mask, and ``get_coordinate_selection`` (sync and async),
+    on a GPU: the framework's array on cuda:0 in the coordinates' shape (zarr-python's own
+    reshape goes through NumPy, which refuses device arrays), with zarr-python's values."""
+    _cuda_or_skip()
+    pytest.importorskip(like)
+    from zarr.core.sync import sync
+
+    store = zarr.storage.LocalStore(tmp_path)
+    data = _array(store, dtype=dtype, compressors=ZstdCodec(level=1))
+    rows, cols = np.array([[0, 11, 3], [3, 3, 7]]), np.array([[9, 0, 2], [2, 5, 1]])
+    mask = np.arange(120).reshape(12, 10) % 7 == 3
+    with zarr_device.enable(device="cuda:0", like=like):
+        on = zarr.open_array(store, path="a")
+        results = [on.vindex[rows, cols], on.get_coordinate_selection((rows, cols)),
+                   sync(on.async_array.get_coordinate_selection((rows, cols)))]  # fmt: skip
+        masked = on.vindex[mask]
+    for got in [*results, masked]:
+        assert type(got).__module__.split(".")[0] == like
+        assert "cuda" in str(got.device) or getattr(got.device, "id", None) == 0
+    for got in results:
+        assert tuple(got.shape) == (2, 3)
+        assert_bits_equal(as_numpy(got), data[rows, cols])
+    assert_bits_equal(as_numpy(masked), data[mask])

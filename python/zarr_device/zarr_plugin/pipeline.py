@@ -39,7 +39,7 @@ from zarr_device.devices import DeviceSpec
 from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
 from zarr_device.zarr_plugin.buffers import assign, copy_from_host, host_view, select, working_array
 from zarr_device.zarr_plugin.locate import EngineArrays, key_layout, split_chunk_key, split_chunk_keys
-from zarr_device.zarr_plugin import box_reads, box_writes
+from zarr_device.zarr_plugin import box_reads, box_writes, coordinate_reads
 from zarr_device.zarr_plugin.regions import ChunkPart, Region, as_slices, chunk_part, single_box, tiling_part
 from zarr_device.zarr_plugin.support import unsupported_reason
 
@@ -439,3 +439,4 @@ def _target_of(array: Any) -> tuple[DeviceSpec | None, Like | None]:
 register_pipeline(DevicePipeline)
 box_reads.install()
 box_writes.install()
+coordinate_reads.install()
