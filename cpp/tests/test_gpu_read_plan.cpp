@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <random>
 
 #include "gpu/decode_share.hpp"
 #include "gpu/read_batches.hpp"
@@ -362,6 +363,46 @@ TEST(GpuReadStaging, FetchReadsChecksAndNamesTheChunk) {
   store->set("good/c/1", test::bytes_of("short"));
   EXPECT_THROW((void)fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2),
                ValueChanged);
+}
+
+// Chunks a device read decodes on the CPU (zstd without a checksum, under "checked") that are
+// stored in 8 MiB or more are read in pieces and decoded into their staging, as host reads do:
+// no buffer of the stored chunk for each of them.
+TEST(GpuReadStaging, LargeChunksDecodedOnTheCpuAreReadInPieces) {
+  auto recording = std::make_shared<test::ReadRecordingStore>(make_memory_store());
+  const std::vector<std::int64_t> shape = {2, 3000, 2000};  // 2 chunks of 12 MB (uint16)
+  const std::vector<std::int64_t> chunks = {1, 3000, 2000};
+  auto array =
+      Array::create(recording, "big",
+                    test::array_doc(shape, chunks, "uint16", 0,
+                                    json::array({{{"name", "bytes"}}, {{"name", "zstd"}}})),
+                    false);
+  std::vector<std::uint16_t> values(static_cast<std::size_t>(test::product(shape)));
+  std::mt19937 rng(9);
+  for (auto& v : values) v = static_cast<std::uint16_t>(rng() % 65536);  // 12 MB stored a chunk
+  array->write(test::full_selection(shape),
+               {reinterpret_cast<const std::byte*>(values.data()), values.size() * 2});
+  std::vector<std::byte> out(values.size() * 2);
+  const ReadTarget target{array.get(), test::full_selection(shape),
+                          StridedView{out.data(), shape, test::c_strides(shape, 2)}};
+  auto leaves = plan({&target, 1});
+  ASSERT_EQ(leaves.size(), 2u);
+  for (const auto& leaf : leaves) ASSERT_EQ(leaf.route, Route::kCpuDecode);
+  constexpr std::size_t kSlot = std::size_t{32} << 20;
+  ASSERT_EQ(pack_batches(leaves, kSlot, kSlot, DecodeCosts{}, 0).size(), 1u);
+  std::vector<std::byte> host(kSlot);
+  recording->largest_read = 0;
+  EXPECT_TRUE(fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2).empty());
+  EXPECT_LE(recording->largest_read.load(), std::size_t{2} << 20);
+  EXPECT_GT(recording->largest_read.load(), 0u);
+  const std::size_t chunk_bytes = values.size();  // half the values, two bytes each
+  for (std::size_t c = 0; c < 2; ++c) {
+    EXPECT_EQ(std::memcmp(host.data() + leaves[c].staging,
+                          reinterpret_cast<const std::byte*>(values.data()) + c * chunk_bytes,
+                          chunk_bytes),
+              0)
+        << "chunk " << c;
+  }
 }
 
 // A batch of many small chunk files keeps few of them open at once: each is opened by the task

@@ -236,41 +236,10 @@ TEST(PieceDecoding, OnlyWhereTheChunkDecompressesIntoPlace) {
   }
 }
 
-// A store that records the largest single read of a value opened from it.
-class ReadRecordingStore final : public test::ForwardingStore {
- public:
-  using ForwardingStore::ForwardingStore;
-  mutable std::atomic<std::size_t> largest_read{0};
-
-  std::shared_ptr<const ValueReader> open(std::string_view key) const override {
-    auto value = inner_->open(key);
-    if (!value) return nullptr;
-    return std::make_shared<Recording>(std::move(value), &largest_read);
-  }
-
- private:
-  class Recording final : public ValueReader {
-   public:
-    Recording(std::shared_ptr<const ValueReader> inner, std::atomic<std::size_t>* largest)
-        : inner_(std::move(inner)), largest_(largest) {}
-    std::uint64_t size() const override { return inner_->size(); }
-    std::size_t read_into(std::uint64_t offset, std::span<std::byte> out) const override {
-      std::size_t seen = largest_->load();
-      while (out.size() > seen && !largest_->compare_exchange_weak(seen, out.size())) {
-      }
-      return inner_->read_into(offset, out);
-    }
-
-   private:
-    std::shared_ptr<const ValueReader> inner_;
-    std::atomic<std::size_t>* largest_;
-  };
-};
-
 // A host read of chunks of more than 8 MiB stored reads each in pieces and decodes it into place,
 // with a budget smaller than one chunk; damage in one is a checksum error naming its key.
 TEST(PieceDecoding, HostReadsOfLargeChunksReadThemInPieces) {
-  auto recording = std::make_shared<ReadRecordingStore>(make_memory_store());
+  auto recording = std::make_shared<test::ReadRecordingStore>(make_memory_store());
   const std::vector<std::int64_t> shape = {4, 3000, 2000};  // 4 chunks of 12 MB (uint16)
   const std::vector<std::int64_t> chunks = {1, 3000, 2000};
   auto array = Array::create(

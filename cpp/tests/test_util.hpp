@@ -313,4 +313,35 @@ class ForwardingStore : public Store {
   std::shared_ptr<Store> inner_;
 };
 
+// A store that records the largest single read of a value opened from it.
+class ReadRecordingStore final : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  mutable std::atomic<std::size_t> largest_read{0};
+
+  std::shared_ptr<const ValueReader> open(std::string_view key) const override {
+    auto value = inner_->open(key);
+    if (!value) return nullptr;
+    return std::make_shared<Recording>(std::move(value), &largest_read);
+  }
+
+ private:
+  class Recording final : public ValueReader {
+   public:
+    Recording(std::shared_ptr<const ValueReader> inner, std::atomic<std::size_t>* largest)
+        : inner_(std::move(inner)), largest_(largest) {}
+    std::uint64_t size() const override { return inner_->size(); }
+    std::size_t read_into(std::uint64_t offset, std::span<std::byte> out) const override {
+      std::size_t seen = largest_->load();
+      while (out.size() > seen && !largest_->compare_exchange_weak(seen, out.size())) {
+      }
+      return inner_->read_into(offset, out);
+    }
+
+   private:
+    std::shared_ptr<const ValueReader> inner_;
+    std::atomic<std::size_t>* largest_;
+  };
+};
+
 }  // namespace zarr_device::test

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codecs/codec_chain.hpp"
+#include "engine/piece_decode.hpp"
 #include "engine/thread_pool.hpp"
 #include "place/chunk_grid.hpp"
 #include "place/strided_copy.hpp"
@@ -20,18 +21,6 @@ namespace {
 // Below this length, reading a chunk row by row costs more than reading it whole and copying.
 constexpr std::size_t kMinRunBytes = 512;
 
-// Stored chunks (and inner chunks of shards) from this size on that decompress straight into
-// place are decoded from pieces of kDecodePieceBytes read one after another, and hold one piece
-// of the read's memory budget instead of the whole stored chunk: so chunks of tens of MiB decode
-// on every core within the default budget (measured before, 64 MiB zstd chunks on 16 cores:
-// 2.4 GB/s at 256 MiB, 6.8 at 1 GiB), and each piece is decoded while in the reading core's cache.
-constexpr std::uint64_t kPieceDecodeBytes = std::uint64_t{8} << 20;
-constexpr std::size_t kDecodePieceBytes = std::size_t{2} << 20;
-
-}  // namespace
-
-namespace {
-
 // A stored chunk larger than any encoding of it can be is refused before it is read: a hostile
 // value (or shard index) would otherwise make a read allocate whatever it claims.
 void refuse_oversized(std::uint64_t stored, const codecs::CodecChain& chain) {
@@ -42,22 +31,12 @@ void refuse_oversized(std::uint64_t stored, const codecs::CodecChain& chain) {
   }
 }
 
-// Decodes bytes [offset, offset + length) of `value` through `decoder`, a piece at a time;
-// false, unfinished, when the value ends before them.
+// Decodes a stored chunk through `decoder` from pieces (engine/piece_decode.hpp), holding one
+// piece of the read's budget; false when the value ends before `length` bytes.
 bool decode_in_pieces(const ValueReader& value, std::uint64_t offset, std::uint64_t length,
                       PieceDecoder& decoder, engine::ByteBudget& budget) {
-  const engine::BudgetLease lease(budget, kDecodePieceBytes);
-  const auto piece = std::make_unique_for_overwrite<std::byte[]>(kDecodePieceBytes);
-  for (std::uint64_t done = 0; done < length;) {
-    const auto want =
-        static_cast<std::size_t>(std::min<std::uint64_t>(kDecodePieceBytes, length - done));
-    const std::size_t got = value.read_into(offset + done, {piece.get(), want});
-    if (got != want) return false;
-    decoder.feed({piece.get(), got});
-    done += got;
-  }
-  decoder.finish();
-  return true;
+  const engine::BudgetLease lease(budget, engine::kDecodePieceBytes);
+  return engine::decode_in_pieces(value, offset, length, decoder);
 }
 
 // Ranges of one open version of a value.
@@ -136,7 +115,7 @@ void read_chunk(const PreparedRead& read, const place::GridIntersection::Item& i
     }
     const std::uint64_t stored = value->size();
     refuse_oversized(stored, chain);
-    if (stored >= kPieceDecodeBytes) {
+    if (stored >= engine::kPieceDecodeBytes) {
       if (auto decoder = chain.piece_decoder(item.within, region, stored)) {
         if (!decode_in_pieces(*value, 0, stored, *decoder, budget)) {
           throw StoreError("the stored value ended before its " + std::to_string(stored) +
@@ -415,7 +394,7 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
                               std::to_string(entry->offset) + " of length " +
                               std::to_string(entry->nbytes) + " is past its end");
           };
-          if (entry->nbytes >= kPieceDecodeBytes) {
+          if (entry->nbytes >= engine::kPieceDecodeBytes) {
             if (auto decoder = inner.piece_decoder(item.within, part, entry->nbytes)) {
               if (!decode_in_pieces(*shard.value, entry->offset, entry->nbytes, *decoder, budget)) {
                 throw truncated();

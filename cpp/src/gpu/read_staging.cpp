@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codecs/crc32c.hpp"
+#include "engine/piece_decode.hpp"
 #include "gpu/read_plan.hpp"
 
 namespace zarr_device::gpu {
@@ -224,13 +225,26 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
           std::memcpy(dst, leaf.chain->spec().fill_value.data(), leaf.spec->dtype->size);
           return;
         case Route::kCpuDecode: {
+          auto [counts, strides] = staged_layout(leaf);
+          const StridedView staged{dst, counts, strides};
+          // A large chunk read from its store as it is decoded goes in pieces, as on the host:
+          // no buffer of its stored size mapped and faulted in for each chunk on each thread.
+          // Values of stores that fetch many at once are in memory already and decode there.
+          if (leaf.length >= engine::kPieceDecodeBytes &&
+              !dynamic_cast<const BatchedGets*>(leaf.array->store().get())) {
+            if (auto decoder =
+                    leaf.chain->piece_decoder(leaf.decoded_selection, staged, leaf.length)) {
+              if (!engine::decode_in_pieces(*leaf.value, leaf.offset, leaf.length, *decoder)) {
+                throw CodecError("chunk is shorter than its shard index says");
+              }
+              return;
+            }
+          }
           const auto stored = leaf.value->read(leaf.offset, leaf.length);
           if (stored.size() != leaf.length) {
             throw CodecError("chunk is shorter than its shard index says");
           }
-          auto [counts, strides] = staged_layout(leaf);
-          leaf.chain->decode_into(stored, leaf.decoded_selection,
-                                  StridedView{dst, counts, strides});
+          leaf.chain->decode_into(stored, leaf.decoded_selection, staged);
           return;
         }
         default: {
