@@ -16,7 +16,9 @@ from conftest import assert_bits_equal, random_values
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from zarr.codecs import ZstdCodec
-from zarr_plugin_helpers import chunk_keys, open_off, open_on
+from zarr_plugin_helpers import as_numpy, chunk_keys, open_off, open_on
+
+import zarr_device
 
 
 pytestmark = pytest.mark.filterwarnings("error::zarr_device.zarr_plugin.pipeline.FallbackWarning")
@@ -71,9 +73,11 @@ def selections(draw: st.DrawFn, shape: tuple[int, ...], chunks: tuple[int, ...])
                 items.append(mask)
         return kind, tuple(items)
     if kind == "v":
-        count = draw(st.integers(1, 8))
+        # Coordinates in one dimension or in a 2-d grid of points (the result takes their shape).
+        grid = draw(st.sampled_from([(1,), (2,), (3,), (8,), (2, 3), (3, 1), (1, 4)]))
+        count = int(np.prod(grid))
         return kind, tuple(
-            np.array(draw(st.lists(st.integers(0, n - 1), min_size=count, max_size=count)), dtype=np.intp)
+            np.array(draw(st.lists(st.integers(0, n - 1), min_size=count, max_size=count)), dtype=np.intp).reshape(grid)
             for n in shape
         )
     if kind == "mask":
@@ -106,19 +110,27 @@ def _store(root: str, name: str, shape: tuple[int, ...], chunks: tuple[int, ...]
 
 
 @SETTINGS
-@given(layout=layouts(), data=st.data(), dtype=st.sampled_from(["uint8", "int32", "float64", "complex64"]))
-def test_reads(layout: tuple[Any, ...], data: st.DataObject, dtype: str) -> None:
+@given(layout=layouts(), data=st.data(), dtype=st.sampled_from(["uint8", "int32", "float64", "bfloat16"]),
+       like=st.sampled_from(["numpy", "torch"]))  # fmt: skip
+def test_reads(layout: tuple[Any, ...], data: st.DataObject, dtype: str, like: str) -> None:
+    """Reads equal zarr-python's, as NumPy arrays and as torch tensors (which keep bfloat16)."""
+    if like == "torch":
+        pytest.importorskip("torch")
     shape, chunks, shards = layout
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     values = random_values(dtype, shape, rng)
     values[tuple(slice(0, c) for c in chunks)] = 0  # a missing chunk
     with tempfile.TemporaryDirectory() as root:
         store = _store(root, "s", shape, chunks, shards, dtype, values)
-        off, on = open_off(store, "a"), open_on(store, "a")
+        off, on = open_off(store, "a"), open_on(store, "a", like=like)
         for _ in range(3):
             kind, selection = data.draw(selections(shape, (shards or chunks)))
-            expected = np.asarray(_accessor(off, kind)[selection])
-            assert_bits_equal(np.asarray(_accessor(on, kind)[selection]), expected, f"{kind} {selection!r}")
+            expected = np.asarray(_accessor(off, kind)[selection])  # plain zarr-python, switch off
+            with zarr_device.enable(like=like):
+                got = _accessor(on, kind)[selection]
+            if like == "torch" and np.ndim(expected) > 0:
+                assert type(got).__module__.split(".")[0] == "torch", f"{kind} {selection!r}"
+            assert_bits_equal(as_numpy(got), expected, f"{kind} {selection!r}")
 
 
 @SETTINGS
