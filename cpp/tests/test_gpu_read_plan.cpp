@@ -1,67 +1,19 @@
-// The host stages of a device read, without a device: planning many arrays of mixed layouts into
-// one list of leaves, routing each by what its codecs declare, batching into staging slots and
-// decode regions, and the CPU stage that reads and checks a batch into (here, ordinary) memory.
+// The host stages of a device read that plan it, without a device: many arrays of mixed layouts
+// planned into one list of leaves, each routed by what its codecs declare, then packed into
+// staging slots and decode regions.
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 
 #include <cstring>
-#include <filesystem>
-#include <numeric>
-#include <random>
 
-#include "gpu/decode_share.hpp"
 #include "gpu/read_batches.hpp"
 #include "gpu/read_plan.hpp"
-#include "gpu/read_staging.hpp"
+#include "gpu_read_test_util.hpp"
 #include "test_util.hpp"
-#include "zarr_device/array.hpp"
 
 namespace zarr_device::gpu {
 namespace {
 
-using test::array_doc;
-using test::json;
-
-const json kZstdCrc = json::array({{{"name", "bytes"}}, {{"name", "zstd"}}, {{"name", "crc32c"}}});
-
-json sharded(const std::vector<std::int64_t>& inner, const json& codecs) {
-  return json::array({{{"name", "sharding_indexed"},
-                       {"configuration", {{"chunk_shape", inner}, {"codecs", codecs}}}}});
-}
-
-DeviceDecoders all_decoders() {
-  DeviceDecoders d;
-  d.present.fill(true);
-  d.present[static_cast<std::size_t>(DecodeKind::kChecksum)] = false;
-  return d;
-}
-
-// An array in `store` at `path`, filled with 0, 1, 2, ... (as int32) where `fill` says.
-std::shared_ptr<const Array> make_array(const std::shared_ptr<Store>& store,
-                                        const std::string& path, std::vector<std::int64_t> shape,
-                                        std::vector<std::int64_t> chunks, const json& codecs,
-                                        bool fill = true) {
-  auto array = Array::create(store, path, array_doc(shape, chunks, "int32", 0, codecs), false);
-  if (fill) {
-    std::vector<std::int32_t> values(static_cast<std::size_t>(test::product(shape)));
-    std::iota(values.begin(), values.end(), 1);
-    array->write(test::full_selection(shape),
-                 {reinterpret_cast<const std::byte*>(values.data()), values.size() * 4});
-  }
-  return array;
-}
-
-ReadTarget whole(const std::shared_ptr<const Array>& array, std::vector<std::byte>& out) {
-  const auto& shape = array->metadata().shape;
-  out.assign(static_cast<std::size_t>(test::product(shape)) * 4, std::byte{0});
-  return {array.get(), test::full_selection(shape),
-          StridedView{out.data(), shape, test::c_strides(shape, 4)}};
-}
-
-std::vector<Leaf> plan(std::span<const ReadTarget> targets, GpuDecode policy = GpuDecode::kChecked,
-                       const DeviceDecoders& decoders = all_decoders()) {
-  return plan_reads(targets, decoders, policy, engine::ThreadPool::shared(2), 2);
-}
+using namespace test_support;  // the helpers these files share
 
 TEST(GpuReadPlan, RoutesByWhatCodecsDeclare) {
   auto store = make_memory_store();
@@ -180,15 +132,6 @@ TEST(GpuReadPlan, FramingChecksBeforeTheDeviceSeesBytes) {
   EXPECT_FALSE(device_can_take(leaves[0], std::span(bytes).first(3)));
 }
 
-Leaf sized_leaf(Route route, std::size_t length, const ChunkSpec& spec) {
-  Leaf leaf;
-  leaf.route = route;
-  leaf.length = length;
-  leaf.spec = &spec;
-  leaf.key = "k";
-  return leaf;
-}
-
 TEST(GpuReadBatches, SlotsAndDecodeRegionsCutBatches) {
   const auto spec = test::make_spec({1024}, "uint8");
   std::vector<Leaf> leaves;
@@ -209,7 +152,7 @@ TEST(GpuReadBatches, SlotsAndDecodeRegionsCutBatches) {
   EXPECT_EQ(batches[0].end - batches[0].begin, 3u);
   // A leaf larger than a slot cannot be read this way: a typed error that says what to do.
   std::vector<Leaf> huge = {sized_leaf(Route::kCopy, 5000, spec)};
-  auto array = Array::create(make_memory_store(), "h", array_doc({4}, {4}, "uint8"), false);
+  auto array = Array::create(make_memory_store(), "h", test::array_doc({4}, {4}, "uint8"), false);
   huge[0].array = array.get();
   EXPECT_THROW((void)pack_batches(huge, 4096, 4096, DecodeCosts{}, 0), OutOfMemoryError);
 }
@@ -305,291 +248,6 @@ TEST(GpuReadBatches, DecodesCanBeKeptOutOfPlace) {
   EXPECT_EQ(leaves[0].decode_scratch, 0u);  // in place
   plan_decode_regions(leaves, costs, alignment, 12, kSlot, kMemory, false);
   EXPECT_EQ(leaves[0].decode_scratch, std::size_t{1} << 18);
-}
-
-TEST(GpuReadStaging, PiecesHoldWholeAdjacentLeavesOfOneValue) {
-  const auto spec = test::make_spec({4}, "uint8");
-  std::vector<Leaf> batch;
-  std::size_t at = 0;
-  for (int i = 0; i < 4; ++i) {
-    Leaf leaf = sized_leaf(Route::kCopy, 256, spec);
-    leaf.offset = static_cast<std::uint64_t>(i) * 256;
-    leaf.staging = at;
-    at += 256;
-    batch.push_back(leaf);
-  }
-  batch[3].key = "other";  // another value: a piece of its own
-  batch.push_back(sized_leaf(Route::kCopy, kPieceBytes * 2 + 5, spec));
-  batch.back().staging = at;
-  const auto pieces = plan_pieces(batch);
-  ASSERT_EQ(pieces.size(), 2u + 3u);
-  EXPECT_EQ(pieces[0].first, 0u);
-  EXPECT_EQ(pieces[0].end, 3u);
-  EXPECT_EQ(pieces[0].length, 768u);
-  EXPECT_TRUE(pieces[0].whole_leaves);
-  EXPECT_EQ(pieces[1].first, 3u);
-  EXPECT_FALSE(pieces[2].whole_leaves);  // the long leaf, in parts
-  EXPECT_EQ(pieces[4].length, 5u);
-}
-
-TEST(GpuReadStaging, FetchReadsChecksAndNamesTheChunk) {
-  auto store = make_memory_store();
-  auto good = make_array(store, "good", {16}, {8},
-                         json::array({{{"name", "bytes"}}, {{"name", "crc32c"}}}));
-  std::vector<std::byte> out;
-  const ReadTarget target = whole(good, out);
-  auto leaves = plan({&target, 1});
-  const auto batches = pack_batches(leaves, 1 << 20, 1 << 20, DecodeCosts{}, 0);
-  ASSERT_EQ(batches.size(), 1u);
-  std::vector<std::byte> host(1 << 20);
-  EXPECT_TRUE(fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2).empty());
-  std::int32_t second = 0;
-  std::memcpy(&second, host.data() + leaves[1].staging, 4);
-  EXPECT_EQ(second, 9);           // the first element of chunk 1
-  EXPECT_FALSE(leaves[0].value);  // whole chunks' versions are let go with the batch
-
-  // A checksum that fails is a ChecksumError naming the array and the chunk.
-  auto stored = store->get("good/c/1");
-  std::vector<std::byte> bad(stored->data(), stored->data() + stored->size());
-  bad[0] ^= std::byte{1};
-  store->set("good/c/1", bad);
-  try {
-    (void)fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);
-    ADD_FAILURE() << "a failing checksum passed";
-  } catch (const ChecksumError& e) {
-    EXPECT_NE(std::string(e.what()).find("chunk 'good/c/1'"), std::string::npos) << e.what();
-  }
-  // A chunk replaced by one of another size since the plan: the read must start again.
-  store->set("good/c/1", test::bytes_of("short"));
-  EXPECT_THROW((void)fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2),
-               ValueChanged);
-}
-
-// Chunks a device read decodes on the CPU (zstd without a checksum, under "checked") that are
-// stored in 8 MiB or more are read in pieces and decoded into their staging, as host reads do:
-// no buffer of the stored chunk for each of them.
-TEST(GpuReadStaging, LargeChunksDecodedOnTheCpuAreReadInPieces) {
-  auto recording = std::make_shared<test::ReadRecordingStore>(make_memory_store());
-  const std::vector<std::int64_t> shape = {2, 3000, 2000};  // 2 chunks of 12 MB (uint16)
-  const std::vector<std::int64_t> chunks = {1, 3000, 2000};
-  auto array =
-      Array::create(recording, "big",
-                    test::array_doc(shape, chunks, "uint16", 0,
-                                    json::array({{{"name", "bytes"}}, {{"name", "zstd"}}})),
-                    false);
-  std::vector<std::uint16_t> values(static_cast<std::size_t>(test::product(shape)));
-  std::mt19937 rng(9);
-  for (auto& v : values) v = static_cast<std::uint16_t>(rng() % 65536);  // 12 MB stored a chunk
-  array->write(test::full_selection(shape),
-               {reinterpret_cast<const std::byte*>(values.data()), values.size() * 2});
-  std::vector<std::byte> out(values.size() * 2);
-  const ReadTarget target{array.get(), test::full_selection(shape),
-                          StridedView{out.data(), shape, test::c_strides(shape, 2)}};
-  auto leaves = plan({&target, 1});
-  ASSERT_EQ(leaves.size(), 2u);
-  for (const auto& leaf : leaves) ASSERT_EQ(leaf.route, Route::kCpuDecode);
-  constexpr std::size_t kSlot = std::size_t{32} << 20;
-  ASSERT_EQ(pack_batches(leaves, kSlot, kSlot, DecodeCosts{}, 0).size(), 1u);
-  std::vector<std::byte> host(kSlot);
-  recording->largest_read = 0;
-  EXPECT_TRUE(fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2).empty());
-  EXPECT_LE(recording->largest_read.load(), std::size_t{2} << 20);
-  EXPECT_GT(recording->largest_read.load(), 0u);
-  const std::size_t chunk_bytes = values.size();  // half the values, two bytes each
-  for (std::size_t c = 0; c < 2; ++c) {
-    EXPECT_EQ(std::memcmp(host.data() + leaves[c].staging,
-                          reinterpret_cast<const std::byte*>(values.data()) + c * chunk_bytes,
-                          chunk_bytes),
-              0)
-        << "chunk " << c;
-  }
-}
-
-// A batch of many small chunk files keeps few of them open at once: each is opened by the task
-// that reads it and closed once read, so a read of thousands of small chunks stays within the
-// process's limit on open files (a 64 MiB slot of 16 KiB chunks held 4096 files open, and several
-// batches are fetched at once: "Too many open files").
-TEST(GpuReadStaging, ManySmallChunkFilesKeepFewOpen) {
-  test::TempDir dir;
-  auto store = make_local_store(dir.path());
-  constexpr std::int64_t kChunks = 1024;
-  int n = 0;
-  for (const auto& codecs : {json::array({{{"name", "bytes"}}, {{"name", "crc32c"}}}), kZstdCrc,
-                             json::array({{{"name", "bytes"}}, {{"name", "zstd"}}})}) {
-    auto array = make_array(store, "a" + std::to_string(n++), {kChunks * 4}, {4}, codecs);
-    std::vector<std::byte> out;
-    const ReadTarget target = whole(array, out);
-    auto leaves = plan({&target, 1});
-    const auto batches = pack_batches(leaves, 1 << 20, 1 << 20, DecodeCosts{}, 0);
-    ASSERT_EQ(batches.size(), 1u);
-    std::size_t open_now = 0;
-    for ([[maybe_unused]] const auto& entry :
-         std::filesystem::directory_iterator("/proc/self/fd")) {
-      ++open_now;
-    }
-    rlimit before{};
-    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
-    rlimit lowered = before;
-    lowered.rlim_cur = std::min<rlim_t>(before.rlim_cur, open_now + 64);
-    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
-    std::vector<std::byte> host(1 << 20);
-    std::vector<CpuDecoded> decoded;
-    try {
-      decoded = fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);
-    } catch (...) {
-      setrlimit(RLIMIT_NOFILE, &before);
-      throw;
-    }
-    rlimit after{};
-    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &after), 0);
-    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &before), 0);
-    // Within the lowered limit: not raised (which the store does when an open reaches it).
-    EXPECT_EQ(after.rlim_cur, lowered.rlim_cur);
-    // Every chunk was read: the last one's first element, staged as stored or decoded on the CPU
-    // (compressed chunks for the device are checked by their crc32c).
-    EXPECT_TRUE(decoded.empty());
-    const auto& last = leaves.back();
-    if (last.route != Route::kDeviceDecode) {
-      std::int32_t first = 0;
-      std::memcpy(&first, host.data() + last.staging, 4);
-      EXPECT_EQ(first, (kChunks - 1) * 4 + 1);
-    }
-    for (const auto& leaf : leaves) EXPECT_FALSE(leaf.value);
-  }
-}
-
-// Rates scaled to small test chunks (4 KiB): a device chunk takes 4 ms, a CPU thread 1 ms.
-DecodeRates scaled_rates(std::size_t threads, std::size_t lanes) {
-  DecodeRates rates;
-  rates.device_chunk = 1e6;
-  rates.cpu_thread = 4e6;
-  rates.cpu_fetch = 64e6;
-  rates.cpu_threads = threads;
-  rates.device_lanes = lanes;
-  rates.staging_bytes = std::size_t{64} << 20;
-  rates.slots = 12;
-  return rates;
-}
-
-std::size_t on_cpu(std::span<const Leaf> leaves) {
-  return static_cast<std::size_t>(std::count_if(
-      leaves.begin(), leaves.end(), [](const Leaf& l) { return l.route == Route::kCpuDecode; }));
-}
-
-TEST(GpuDecodeShare, AFewChunksDecodeOnTheCpu) {
-  // Eight chunks: the device takes one chunk's time for all of them, eight threads a quarter.
-  auto store = make_memory_store();
-  auto array = make_array(store, "few", {8 * 1024}, {1024}, kZstdCrc);
-  std::vector<std::byte> out;
-  const ReadTarget target = whole(array, out);
-  auto leaves = plan({&target, 1});
-  ASSERT_EQ(leaves.size(), 8U);
-  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, scaled_rates(8, 132)), 8U);
-  EXPECT_EQ(on_cpu(leaves), 8U);
-  // Other kinds of decode are left alone.
-  auto again = plan({&target, 1});
-  EXPECT_EQ(share_decodes(again, DecodeKind::kLz4, scaled_rates(8, 132)), 0U);
-  EXPECT_EQ(on_cpu(again), 0U);
-}
-
-TEST(GpuDecodeShare, ReadsAtOnceWeighTheirShareOfEach) {
-  // Thirty-two chunks: alone, sixteen threads decode them in two rounds (2 ms), sooner than the
-  // device's one chunk time (4 ms). Four reads at once each have four threads (8 ms) and a quarter
-  // of the device's lanes, still more than the chunks: the device is sooner.
-  auto store = make_memory_store();
-  auto array = make_array(store, "at-once", {32 * 1024}, {1024}, kZstdCrc);
-  std::vector<std::byte> out;
-  const ReadTarget target = whole(array, out);
-  auto alone = plan({&target, 1});
-  EXPECT_EQ(share_decodes(alone, DecodeKind::kZstd, scaled_rates(16, 132)), 32U);
-  auto four = plan({&target, 1});
-  EXPECT_EQ(share_decodes(four, DecodeKind::kZstd, scaled_rates(16 / 4, 132 / 4)), 0U);
-}
-
-TEST(GpuDecodeShare, ManyChunksStayOnTheDeviceUnlessTheCpuIsFaster) {
-  auto store = make_memory_store();
-  auto array = make_array(store, "many", {2048 * 1024}, {1024}, kZstdCrc);
-  std::vector<std::byte> out;
-  const ReadTarget target = whole(array, out);
-  auto leaves = plan({&target, 1});
-  ASSERT_EQ(leaves.size(), 2048U);
-  // 64 lanes at 1 MB/s against 8 threads at 4 MB/s: the device.
-  auto rates = scaled_rates(8, 64);
-  const double bytes = 2048.0 * 4096;
-  EXPECT_LT(decode_seconds(bytes, 0, 4096, bytes, rates),
-            decode_seconds(0, bytes, 4096, bytes, rates));
-  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 0U);
-  EXPECT_EQ(on_cpu(leaves), 0U);
-  // 64 threads: the CPU, for every chunk.
-  rates = scaled_rates(64, 64);
-  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 2048U);
-  EXPECT_EQ(on_cpu(leaves), 2048U);
-}
-
-TEST(GpuDecodeShare, NothingMovesWhereTheCpuIsSlower) {
-  auto store = make_memory_store();
-  auto array = make_array(store, "busy", {2048 * 1024}, {1024}, kZstdCrc);
-  std::vector<std::byte> out;
-  const ReadTarget target = whole(array, out);
-  auto leaves = plan({&target, 1});
-  // One thread, busy fetching: the device decodes everything.
-  auto rates = scaled_rates(1, 512);
-  rates.cpu_fetch = 8e6;
-  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 0U);
-  // Chunks larger than the staging's slots: one CPU decode at a time at most.
-  const double big = 16.0 * 4096;
-  rates = scaled_rates(16, 132);
-  rates.staging_bytes = 2 * 16 * 4096;
-  EXPECT_GT(decode_seconds(0, 64 * big, big, 64 * big, rates), 64 * big / rates.cpu_thread / 3);
-}
-
-TEST(GpuDecodeShare, HardwareQueuesComeFromCudaDeviceMaxConnections) {
-  EXPECT_EQ(hardware_queues(nullptr), 8U);  // CUDA's default
-  EXPECT_EQ(hardware_queues("1"), 1U);
-  EXPECT_EQ(hardware_queues("4"), 4U);
-  EXPECT_EQ(hardware_queues("32"), 32U);
-  // What the driver would not take leaves its default.
-  for (const char* ignored : {"", "0", "33", "-1", "2x", " 2", "abc", "99999999999999999999"}) {
-    EXPECT_EQ(hardware_queues(ignored), 8U) << "'" << ignored << "'";
-  }
-}
-
-TEST(GpuDecodeShare, ChunksThatFillASlotDecodeOnFewThreads) {
-  // Chunks as large as a slot: each CPU batch holds one, and only the batches being filled (half
-  // the slots, and one) decode at once, however many threads. Sixteen such chunks, 16 threads,
-  // 12 slots: 7 at a time on the CPU.
-  auto store = make_memory_store();
-  auto array = make_array(store, "large", {16 * 32 * 1024}, {32 * 1024}, kZstdCrc);
-  std::vector<std::byte> out;
-  const ReadTarget target = whole(array, out);
-  auto leaves = plan({&target, 1});
-  ASSERT_EQ(leaves.size(), 16U);
-  auto rates = scaled_rates(16, 132);
-  const double chunk = 32.0 * 1024 * 4;
-  rates.staging_bytes = static_cast<std::size_t>(12 * chunk);
-  const double total = 16 * chunk;
-  EXPECT_DOUBLE_EQ(decode_seconds(0, total, chunk, 0, rates), total / (7 * rates.cpu_thread));
-  // The device decodes all 16 at once: it wins at half a thread's rate per chunk, not a quarter.
-  rates.device_chunk = rates.cpu_thread / 2;
-  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 0U);
-  rates.device_chunk = rates.cpu_thread / 4;
-  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 16U);
-}
-
-TEST(GpuDecodeShare, LargeChunksStayOnTheDevice) {
-  // Where the rates favour the CPU, chunks larger than `largest_shared` are not moved: a large
-  // chunk decodes faster on the device than on a CPU thread.
-  auto store = make_memory_store();
-  auto array = make_array(store, "few-large", {8 * 4096}, {4096}, kZstdCrc);  // 16 KiB chunks
-  std::vector<std::byte> out;
-  const ReadTarget target = whole(array, out);
-  auto leaves = plan({&target, 1});
-  auto rates = scaled_rates(8, 132);
-  rates.largest_shared = 8 * 1024;
-  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 0U);
-  EXPECT_EQ(on_cpu(leaves), 0U);
-  rates.largest_shared = 16 * 1024;
-  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 8U);
 }
 
 }  // namespace

@@ -1,0 +1,152 @@
+// Decode sharing, without a device: which chunks of a read decode on CPU threads instead of the
+// GPU, from the rates of each and the read's chunks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "gpu/decode_share.hpp"
+#include "gpu/read_plan.hpp"
+#include "gpu_read_test_util.hpp"
+#include "test_util.hpp"
+
+namespace zarr_device::gpu {
+namespace {
+
+using namespace test_support;  // the helpers these files share
+
+// Rates scaled to small test chunks (4 KiB): a device chunk takes 4 ms, a CPU thread 1 ms.
+DecodeRates scaled_rates(std::size_t threads, std::size_t lanes) {
+  DecodeRates rates;
+  rates.device_chunk = 1e6;
+  rates.cpu_thread = 4e6;
+  rates.cpu_fetch = 64e6;
+  rates.cpu_threads = threads;
+  rates.device_lanes = lanes;
+  rates.staging_bytes = std::size_t{64} << 20;
+  rates.slots = 12;
+  return rates;
+}
+
+std::size_t on_cpu(std::span<const Leaf> leaves) {
+  return static_cast<std::size_t>(std::count_if(
+      leaves.begin(), leaves.end(), [](const Leaf& l) { return l.route == Route::kCpuDecode; }));
+}
+
+TEST(GpuDecodeShare, AFewChunksDecodeOnTheCpu) {
+  // Eight chunks: the device takes one chunk's time for all of them, eight threads a quarter.
+  auto store = make_memory_store();
+  auto array = make_array(store, "few", {8 * 1024}, {1024}, kZstdCrc);
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  auto leaves = plan({&target, 1});
+  ASSERT_EQ(leaves.size(), 8U);
+  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, scaled_rates(8, 132)), 8U);
+  EXPECT_EQ(on_cpu(leaves), 8U);
+  // Other kinds of decode are left alone.
+  auto again = plan({&target, 1});
+  EXPECT_EQ(share_decodes(again, DecodeKind::kLz4, scaled_rates(8, 132)), 0U);
+  EXPECT_EQ(on_cpu(again), 0U);
+}
+
+TEST(GpuDecodeShare, ReadsAtOnceWeighTheirShareOfEach) {
+  // Thirty-two chunks: alone, sixteen threads decode them in two rounds (2 ms), sooner than the
+  // device's one chunk time (4 ms). Four reads at once each have four threads (8 ms) and a quarter
+  // of the device's lanes, still more than the chunks: the device is sooner.
+  auto store = make_memory_store();
+  auto array = make_array(store, "at-once", {32 * 1024}, {1024}, kZstdCrc);
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  auto alone = plan({&target, 1});
+  EXPECT_EQ(share_decodes(alone, DecodeKind::kZstd, scaled_rates(16, 132)), 32U);
+  auto four = plan({&target, 1});
+  EXPECT_EQ(share_decodes(four, DecodeKind::kZstd, scaled_rates(16 / 4, 132 / 4)), 0U);
+}
+
+TEST(GpuDecodeShare, ManyChunksStayOnTheDeviceUnlessTheCpuIsFaster) {
+  auto store = make_memory_store();
+  auto array = make_array(store, "many", {2048 * 1024}, {1024}, kZstdCrc);
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  auto leaves = plan({&target, 1});
+  ASSERT_EQ(leaves.size(), 2048U);
+  // 64 lanes at 1 MB/s against 8 threads at 4 MB/s: the device.
+  auto rates = scaled_rates(8, 64);
+  const double bytes = 2048.0 * 4096;
+  EXPECT_LT(decode_seconds(bytes, 0, 4096, bytes, rates),
+            decode_seconds(0, bytes, 4096, bytes, rates));
+  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 0U);
+  EXPECT_EQ(on_cpu(leaves), 0U);
+  // 64 threads: the CPU, for every chunk.
+  rates = scaled_rates(64, 64);
+  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 2048U);
+  EXPECT_EQ(on_cpu(leaves), 2048U);
+}
+
+TEST(GpuDecodeShare, NothingMovesWhereTheCpuIsSlower) {
+  auto store = make_memory_store();
+  auto array = make_array(store, "busy", {2048 * 1024}, {1024}, kZstdCrc);
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  auto leaves = plan({&target, 1});
+  // One thread, busy fetching: the device decodes everything.
+  auto rates = scaled_rates(1, 512);
+  rates.cpu_fetch = 8e6;
+  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 0U);
+  // Chunks larger than the staging's slots: one CPU decode at a time at most.
+  const double big = 16.0 * 4096;
+  rates = scaled_rates(16, 132);
+  rates.staging_bytes = 2 * 16 * 4096;
+  EXPECT_GT(decode_seconds(0, 64 * big, big, 64 * big, rates), 64 * big / rates.cpu_thread / 3);
+}
+
+TEST(GpuDecodeShare, HardwareQueuesComeFromCudaDeviceMaxConnections) {
+  EXPECT_EQ(hardware_queues(nullptr), 8U);  // CUDA's default
+  EXPECT_EQ(hardware_queues("1"), 1U);
+  EXPECT_EQ(hardware_queues("4"), 4U);
+  EXPECT_EQ(hardware_queues("32"), 32U);
+  // What the driver would not take leaves its default.
+  for (const char* ignored : {"", "0", "33", "-1", "2x", " 2", "abc", "99999999999999999999"}) {
+    EXPECT_EQ(hardware_queues(ignored), 8U) << "'" << ignored << "'";
+  }
+}
+
+TEST(GpuDecodeShare, ChunksThatFillASlotDecodeOnFewThreads) {
+  // Chunks as large as a slot: each CPU batch holds one, and only the batches being filled (half
+  // the slots, and one) decode at once, however many threads. Sixteen such chunks, 16 threads,
+  // 12 slots: 7 at a time on the CPU.
+  auto store = make_memory_store();
+  auto array = make_array(store, "large", {16 * 32 * 1024}, {32 * 1024}, kZstdCrc);
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  auto leaves = plan({&target, 1});
+  ASSERT_EQ(leaves.size(), 16U);
+  auto rates = scaled_rates(16, 132);
+  const double chunk = 32.0 * 1024 * 4;
+  rates.staging_bytes = static_cast<std::size_t>(12 * chunk);
+  const double total = 16 * chunk;
+  EXPECT_DOUBLE_EQ(decode_seconds(0, total, chunk, 0, rates), total / (7 * rates.cpu_thread));
+  // The device decodes all 16 at once: it wins at half a thread's rate per chunk, not a quarter.
+  rates.device_chunk = rates.cpu_thread / 2;
+  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 0U);
+  rates.device_chunk = rates.cpu_thread / 4;
+  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 16U);
+}
+
+TEST(GpuDecodeShare, LargeChunksStayOnTheDevice) {
+  // Where the rates favour the CPU, chunks larger than `largest_shared` are not moved: a large
+  // chunk decodes faster on the device than on a CPU thread.
+  auto store = make_memory_store();
+  auto array = make_array(store, "few-large", {8 * 4096}, {4096}, kZstdCrc);  // 16 KiB chunks
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  auto leaves = plan({&target, 1});
+  auto rates = scaled_rates(8, 132);
+  rates.largest_shared = 8 * 1024;
+  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 0U);
+  EXPECT_EQ(on_cpu(leaves), 0U);
+  rates.largest_shared = 16 * 1024;
+  EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 8U);
+}
+
+}  // namespace
+}  // namespace zarr_device::gpu
