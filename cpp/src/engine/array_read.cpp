@@ -31,14 +31,6 @@ void refuse_oversized(std::uint64_t stored, const codecs::CodecChain& chain) {
   }
 }
 
-// Decodes a stored chunk through `decoder` from pieces (engine/piece_decode.hpp), holding one
-// piece of the read's budget; false when the value ends before `length` bytes.
-bool decode_in_pieces(const ValueReader& value, std::uint64_t offset, std::uint64_t length,
-                      PieceDecoder& decoder, engine::ByteBudget& budget) {
-  const engine::BudgetLease lease(budget, engine::kDecodePieceBytes);
-  return engine::decode_in_pieces(value, offset, length, decoder);
-}
-
 // Ranges of one open version of a value.
 RangeReader ranges_of(const ValueReader& value) {
   return [&value](std::int64_t offset, std::int64_t length) -> std::optional<Buffer> {
@@ -115,15 +107,13 @@ void read_chunk(const PreparedRead& read, const place::GridIntersection::Item& i
     }
     const std::uint64_t stored = value->size();
     refuse_oversized(stored, chain);
-    if (stored >= engine::kPieceDecodeBytes) {
-      if (auto decoder = chain.piece_decoder(item.within, region, stored)) {
-        if (!decode_in_pieces(*value, 0, stored, *decoder, budget)) {
-          throw StoreError("the stored value ended before its " + std::to_string(stored) +
-                           " bytes were read (was it changed in place while read?)");
-        }
-        return;
-      }
+    const auto pieces =
+        engine::decode_from_pieces(chain, *value, 0, stored, item.within, region, &budget);
+    if (pieces == engine::PieceDecode::kValueEnded) {
+      throw StoreError("the stored value ended before its " + std::to_string(stored) +
+                       " bytes were read (was it changed in place while read?)");
     }
+    if (pieces == engine::PieceDecode::kDecoded) return;
     const engine::BudgetLease lease(
         budget, static_cast<std::size_t>(stored) + chain.decode_scratch(item.within, region));
     chain.decode_into(value->read(0, stored), item.within, region);
@@ -394,14 +384,10 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
                               std::to_string(entry->offset) + " of length " +
                               std::to_string(entry->nbytes) + " is past its end");
           };
-          if (entry->nbytes >= engine::kPieceDecodeBytes) {
-            if (auto decoder = inner.piece_decoder(item.within, part, entry->nbytes)) {
-              if (!decode_in_pieces(*shard.value, entry->offset, entry->nbytes, *decoder, budget)) {
-                throw truncated();
-              }
-              return;
-            }
-          }
+          const auto pieces = engine::decode_from_pieces(inner, *shard.value, entry->offset,
+                                                         entry->nbytes, item.within, part, &budget);
+          if (pieces == engine::PieceDecode::kValueEnded) throw truncated();
+          if (pieces == engine::PieceDecode::kDecoded) return;
           const engine::BudgetLease lease(budget, static_cast<std::size_t>(entry->nbytes) +
                                                       inner.decode_scratch(item.within, part));
           const Buffer bytes = shard.value->read(entry->offset, entry->nbytes);

@@ -4,8 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
-#include "zarr_device/codec.hpp"
+#include "codecs/codec_chain.hpp"
+#include "engine/thread_pool.hpp"
 #include "zarr_device/store.hpp"
 
 namespace zarr_device::engine {
@@ -20,10 +22,18 @@ namespace zarr_device::engine {
 inline constexpr std::uint64_t kPieceDecodeBytes = std::uint64_t{8} << 20;
 inline constexpr std::size_t kDecodePieceBytes = std::size_t{2} << 20;
 
-// Feeds bytes [offset, offset + length) of `value` to `decoder`, one piece of kDecodePieceBytes
-// at a time, and finishes it. False, unfinished, when the value ends before them (the caller
-// says what that means: a truncated shard, a value changed while read).
-bool decode_in_pieces(const ValueReader& value, std::uint64_t offset, std::uint64_t length,
-                      PieceDecoder& decoder);
+enum class PieceDecode {
+  kNotInPieces,  // too small, or its codecs do not decode from pieces: the caller decodes it whole
+  kDecoded,
+  kValueEnded,  // the value ended before `length` bytes (the caller says what that means)
+};
+
+// Decodes the stored chunk at bytes [offset, offset + length) of `value` into `destination` (the
+// `selection` of the chunk) from pieces, when it is large enough and `chain` can. With a
+// `budget`, holds one piece of it meanwhile.
+PieceDecode decode_from_pieces(const codecs::CodecChain& chain, const ValueReader& value,
+                               std::uint64_t offset, std::uint64_t length,
+                               std::span<const DimSlice> selection, const StridedView& destination,
+                               ByteBudget* budget = nullptr);
 
 }  // namespace zarr_device::engine

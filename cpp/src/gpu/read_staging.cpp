@@ -230,20 +230,18 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
           // A large chunk read from its store as it is decoded goes in pieces, as on the host:
           // no buffer of its stored size mapped and faulted in for each chunk on each thread.
           // Values of stores that fetch many at once are in memory already and decode there.
-          if (leaf.length >= engine::kPieceDecodeBytes &&
-              !dynamic_cast<const BatchedGets*>(leaf.array->store().get())) {
-            if (auto decoder =
-                    leaf.chain->piece_decoder(leaf.decoded_selection, staged, leaf.length)) {
-              if (!engine::decode_in_pieces(*leaf.value, leaf.offset, leaf.length, *decoder)) {
-                throw CodecError("chunk is shorter than its shard index says");
-              }
-              return;
-            }
-          }
+          const auto pieces =
+              dynamic_cast<const BatchedGets*>(leaf.array->store().get())
+                  ? engine::PieceDecode::kNotInPieces
+                  : engine::decode_from_pieces(*leaf.chain, *leaf.value, leaf.offset, leaf.length,
+                                               leaf.decoded_selection, staged);
+          const auto shorter = [] {
+            return CodecError("chunk is shorter than its shard index says");
+          };
+          if (pieces == engine::PieceDecode::kValueEnded) throw shorter();
+          if (pieces == engine::PieceDecode::kDecoded) return;
           const auto stored = leaf.value->read(leaf.offset, leaf.length);
-          if (stored.size() != leaf.length) {
-            throw CodecError("chunk is shorter than its shard index says");
-          }
+          if (stored.size() != leaf.length) throw shorter();
           leaf.chain->decode_into(stored, leaf.decoded_selection, staged);
           return;
         }
