@@ -1,11 +1,12 @@
 #!/usr/bin/env python
 """Host reads by chunk size: one array per chunk size (1-64 MiB by default), written by
 zarr-python (float32, its default zstd without a checksum) and by zarr-device (bf16 weights, zstd
-+ crc32c), read whole into NumPy by zarr-device and its peers in one process, warm.
++ crc32c), read whole into NumPy by zarr-device and its peers in one process, warm (and, with
+--cold, once more after dropping the page cache: root).
 
     python bench/bench_host_chunks.py --out /tmp/bhc [--size 2GiB] [--chunks 1MiB,4MiB,16MiB,64MiB]
         [--shards 256MiB] [--budgets 256MiB,1GiB] [--readers zarr-device,zarr-python,tensorstore]
-        [--repeat 3]
+        [--repeat 3] [--cold]
 
 With --shards, the chunks are the inner chunks of shards of that size.
 
@@ -18,6 +19,7 @@ ratio to the best peer's; every result is compared with zarr-device's first one.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -27,7 +29,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gpu import GIB, MIB, fmt_bytes, machine_info, parse_size  # noqa: E402
+from bench_gpu import GIB, MIB, drop_caches, fmt_bytes, machine_info, parse_size  # noqa: E402
 from bench_layouts import ZSTD_CRC, weights  # noqa: E402
 
 COLS = 4096
@@ -110,6 +112,15 @@ def readers(path: str, wanted: Sequence[str], budgets: Sequence[int]) -> list[tu
     return found
 
 
+def cold_read(read: Callable[[], Any]) -> tuple[float, Any]:
+    why = drop_caches()
+    if why is not None:
+        raise SystemExit(f"--cold: {why}")
+    start = time.perf_counter()
+    result = read()
+    return time.perf_counter() - start, result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory for the arrays (reused when present)")
@@ -120,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--readers", default="zarr-device,zarr-python,tensorstore")
     parser.add_argument("--writers", default="zarr-python,zarr-device", help="whose arrays to read")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cold", action="store_true", help="also one read after dropping the page cache (root)")
     args = parser.parse_args(argv)
 
     import zarr_device as zd
@@ -138,8 +150,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 path = paths[writer]
                 expected = None
                 results: list[tuple[str, float]] = []
+                timings: list[tuple[str, Callable[[], tuple[float, Any]]]] = []
                 for name, read in readers(path, wanted, budgets):
-                    seconds, value = best_of(read, args.repeat)
+                    timings.append((name, functools.partial(best_of, read, args.repeat)))
+                    if args.cold:
+                        timings.append((f"{name}, cold", functools.partial(cold_read, read)))
+                for name, timed in timings:
+                    seconds, value = timed()
                     value = np.asarray(value)
                     if expected is None:
                         expected = value.copy()
@@ -147,10 +164,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         raise AssertionError(f"{name} read other values from {path}")
                     results.append((name, value.nbytes / seconds / 1e9))
                     print(f"  {fmt_bytes(chunk):>8}  {writer:11}  {name:38} {results[-1][1]:6.2f} GB/s", flush=True)
-                peers = [gbps for name, gbps in results if not name.startswith("zarr-device")]
-                best_peer = max(peers) if peers else float("nan")
-                for name, gbps in results:
-                    rows.append((fmt_bytes(chunk), writer, name, gbps, gbps / best_peer))
+                    del value
+                for cold in (False, True):  # each figure against the best peer read the same way
+                    same = [(n, g) for n, g in results if n.endswith(", cold") == cold]
+                    peers = [gbps for name, gbps in same if not name.startswith("zarr-device")]
+                    best_peer = max(peers) if peers else float("nan")
+                    for name, gbps in same:
+                        rows.append((fmt_bytes(chunk), writer, name, gbps, gbps / best_peer))
     finally:
         zd.set_config(max_inflight_bytes=previous)
     if args.shards:

@@ -212,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "foreign" in parts:
         import zarr
 
-        for chunk in (MIB, 4 * MIB, 16 * MIB):
+        for chunk in (MIB, 4 * MIB, 16 * MIB, 64 * MIB):
             path = os.path.join(out_dir, f"zarr-python-{chunk}.zarr")
             # zarr-python 3.1 has no bfloat16: the same bytes as uint16
             z = zarr.create_array(path, shape=(rows, COLS), chunks=(rows_of(chunk), COLS), dtype="uint16",

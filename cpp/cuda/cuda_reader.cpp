@@ -300,15 +300,11 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     }
   };
 
-  // Batch b uses slot b % slots. The CPU stages of the next `lookahead` batches run on the pool
-  // while batch b is copied and decoded, queued behind each other's helpers, so the threads that
-  // finish their share of one batch go on to the next instead of waiting for its slowest read,
-  // and the copy engine finds the next slot full when it is done with this one. The other half of
-  // the ring holds batches on the GPU, where device decodes keep their slots until decoded and
-  // copies stay queued while the host is busy (measured on an H200, a warm 6 GiB read of 8 MiB
-  // copy batches: 46 GB/s with 6 of 12 slots ahead, 44 with 10; 16 MiB batches, 37 with 3).
+  // Batch b uses slot b % slots; the CPU stages of the batches after it run on the pool while it
+  // is copied and decoded (gpu::fetch_ahead says how far), queued behind each other's helpers, so
+  // the threads that finish their share of one batch go on to the next instead of waiting for its
+  // slowest read.
   const std::size_t slots = ctx.slots_.size();
-  const std::size_t lookahead = slots < 2 ? 0 : std::max<std::size_t>(slots / 2, 1);
   auto batch_of = [&](std::size_t b) {
     return std::span<Leaf>{leaves.data() + batches[b].begin, batches[b].end - batches[b].begin};
   };
@@ -329,19 +325,21 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   };
   std::deque<std::future<void>> fetching;
   std::size_t started = 0;
+  std::size_t most_ahead = 0;  // for the trace
   double waited_fetch = 0;
   std::vector<AwaitedBatch> awaited;  // batches waited for after the ring is given back
   char trace[384] = "";
   try {
     hand_on(0);  // targets with nothing to stage (read straight from their files, or empty)
     for (std::size_t b = 0; b < batches.size(); ++b) {
-      while (started < batches.size() && started <= b + lookahead) {
+      while (started < batches.size() &&
+             started <= b + gpu::fetch_ahead(batch_of(started), slots)) {
         if (started >= slots) {
           // The slot's last batch must be off it. While that batch still decodes, batches already
           // fetched go to the device first: waiting here would hold them on the host for as long
           // as a decode takes (a 64 MiB zstd chunk 67 ms on an H200's thread block), and large
-          // chunks would decode in waves of the lookahead. A batch that only copies is off its
-          // slot within a copy's time: waiting for it starts the next fetch soonest.
+          // chunks would decode in waves of the batches fetched ahead. A batch that only copies is
+          // off its slot within a copy's time: waiting for it starts the next fetch soonest.
           const std::size_t end = started - slots + 1;
           finish_through(end, started == b || !decodes_in(end - 1));
           if (finished < end) break;
@@ -367,6 +365,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
         } else {
           fetching.push_back(pool_.submit(std::move(stage)));
         }
+        most_ahead = std::max(most_ahead, started - b);
         ++started;
       }
       auto fetched = std::move(fetching.front());
@@ -410,9 +409,10 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
       std::snprintf(
           trace, sizeof(trace),
           "zarr-device read: %zu targets %zu leaves %zu batches (copies %zu B), %zu slots from "
-          "%zu, lookahead %zu, %zu decode regions of %zu B, %zu decode calls of %zu chunks, %zu "
+          "%zu, fetched up to %zu ahead, %zu decode regions of %zu B, %zu decode calls of %zu "
+          "chunks, %zu "
           "shared with the CPU; plan %.2f ms (chunks %.2f), fetch waits %.2f ms, batches %.2f ms",
-          targets.size(), leaves.size(), batches.size(), target, slots, base % slots, lookahead,
+          targets.size(), leaves.size(), batches.size(), target, slots, base % slots, most_ahead,
           ctx.decode_regions(), ctx.decode_budget, decode_calls_, decoded_chunks_, shared,
           std::chrono::duration<double, std::milli>(t1 - t0).count(),
           std::chrono::duration<double, std::milli>(t_chunks - t0).count(), waited_fetch * 1e3,

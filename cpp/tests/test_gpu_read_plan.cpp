@@ -193,6 +193,25 @@ TEST(GpuReadBatches, SmallReadsAreCutIntoSmallBatches) {
   EXPECT_EQ(two[0].end, 1u);
 }
 
+TEST(GpuReadBatches, BatchesDecodedOnTheCpuAreFetchedFurtherAhead) {
+  // Half the ring ahead for batches that copy or decode on the device; every slot but one for
+  // batches whose chunks decode on CPU threads, whose fetch is their decode.
+  const auto spec = test::make_spec({1 << 20}, "uint8");
+  const std::vector<Leaf> copies = {sized_leaf(Route::kCopy, 1 << 20, spec)};
+  const std::vector<Leaf> device = {sized_leaf(Route::kDeviceDecode, 1 << 19, spec)};
+  const std::vector<Leaf> cpu = {sized_leaf(Route::kCopy, 1 << 20, spec),
+                                 sized_leaf(Route::kCpuDecode, 1 << 19, spec)};
+  const std::vector<Leaf> both = {sized_leaf(Route::kCpuDecode, 1 << 19, spec),
+                                  sized_leaf(Route::kDeviceDecode, 1 << 19, spec)};
+  EXPECT_EQ(fetch_ahead(copies, 12), 6U);
+  EXPECT_EQ(fetch_ahead(device, 12), 6U);
+  EXPECT_EQ(fetch_ahead(cpu, 12), 11U);
+  EXPECT_EQ(fetch_ahead(both, 12), 6U);  // its device decodes hold the slot
+  EXPECT_EQ(fetch_ahead(cpu, 2), 1U);
+  EXPECT_EQ(fetch_ahead(cpu, 1), 0U);  // one slot: fetched when it is free
+  EXPECT_EQ(fetch_ahead(copies, 3), 1U);
+}
+
 TEST(GpuReadBatches, DecodeRegionsFollowTheData) {
   const auto spec = test::make_spec({1 << 18}, "uint8");
   std::vector<Leaf> leaves;

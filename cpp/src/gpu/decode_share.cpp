@@ -15,8 +15,8 @@ double decode_seconds(double device_bytes, double cpu_bytes, double largest, dou
     device = std::max(largest, device_bytes / lanes) / rates.device_chunk;
   }
   // The CPU threads fetch every stored byte and decode their share. A CPU-decoded chunk waits
-  // decoded in a staging slot until its batch crosses: the ring holds so many at once, and about
-  // half of its slots are being filled while the others cross, each with a batch of as many
+  // decoded in a staging slot until its batch crosses: the ring holds so many at once, and all of
+  // its slots but the one crossing are being filled (fetch_ahead), each with a batch of as many
   // chunks as fit the slot (pack_batches fills the slots of batches that decode).
   double cpu = fetched / rates.cpu_fetch / threads;
   if (cpu_bytes > 0) {
@@ -24,7 +24,7 @@ double decode_seconds(double device_bytes, double cpu_bytes, double largest, dou
     const double slots_wanted = static_cast<double>(std::max<std::size_t>(rates.slots, 1));
     const double slots = std::clamp(std::floor(staging / largest), 1.0, slots_wanted);
     const double per_slot = std::max(1.0, std::floor(staging / slots / largest));
-    const double in_flight = (std::floor(slots / 2) + 1) * per_slot;
+    const double in_flight = std::max(slots - 1, 1.0) * per_slot;
     const double lanes = std::min(threads, in_flight);
     cpu = std::max({cpu + cpu_bytes / rates.cpu_thread / threads,
                     cpu_bytes / (lanes * rates.cpu_thread), largest / rates.cpu_thread});

@@ -24,7 +24,7 @@ struct DecodeRates {
   double cpu_fetch = 8e9;         // one CPU thread moving stored bytes into pinned staging
   std::size_t cpu_threads = 1;    // the read's threads
   std::size_t staging_bytes = 0;  // the pinned staging: CPU-decoded chunks wait there decoded
-  std::size_t slots = 1;          // its slots, about half of them being filled at a time
+  std::size_t slots = 1;          // its slots, all but one of them being filled at a time
   // Chunks larger than this stay on the device: past a few MiB a chunk decodes faster on the
   // device than on a CPU thread, the reverse of the small chunks the rates above describe
   // (measured on an H200, zstd + crc32c: 16 MiB chunks at 0.65 GB/s each on the device, 64 MiB at

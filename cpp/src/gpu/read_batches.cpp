@@ -70,6 +70,16 @@ std::size_t batch_target(std::span<const Leaf> leaves, std::size_t capacity, std
       capacity);
 }
 
+std::size_t fetch_ahead(std::span<const Leaf> batch, std::size_t slots) {
+  if (slots < 2) return 0;
+  bool cpu = false;
+  for (const auto& leaf : batch) {
+    if (leaf.route == Route::kDeviceDecode) return slots / 2;
+    cpu = cpu || leaf.route == Route::kCpuDecode;
+  }
+  return cpu ? slots - 1 : slots / 2;
+}
+
 std::vector<Batch> pack_batches(std::span<Leaf> leaves, std::size_t capacity, std::size_t target,
                                 const DecodeCosts& costs, std::size_t decode_budget) {
   std::vector<Batch> batches;
