@@ -189,8 +189,9 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     std::vector<Leaf> direct;
     std::vector<Leaf> staged;
     for (auto& leaf : leaves) {
-      const bool eligible = gds_files(leaf) && leaf.route == Route::kCopy && leaf.crc32c == 0 &&
-                            !leaf.swap && leaf.length == leaf.spec->nbytes() &&
+      // (A chunk planned without its size may not be stored: its fetch finds out.)
+      const bool eligible = gds_files(leaf) && leaf.sized && leaf.route == Route::kCopy &&
+                            leaf.crc32c == 0 && !leaf.swap && leaf.length == leaf.spec->nbytes() &&
                             place::is_full(leaf.selection, leaf.spec->shape) &&
                             place::is_c_contiguous(leaf.destination, leaf.spec->dtype->size);
       (eligible ? direct : staged).push_back(std::move(leaf));

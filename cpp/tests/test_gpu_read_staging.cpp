@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include "codecs/crc32c.hpp"
 #include "gpu/read_batches.hpp"
 #include "gpu/read_plan.hpp"
 #include "gpu/read_staging.hpp"
@@ -116,6 +117,72 @@ TEST(GpuReadStaging, LargeChunksDecodedOnTheCpuAreReadInPieces) {
   }
 }
 
+// Small chunks are planned without asking the store for their sizes: the fetch opens each anyway
+// and sizes it there. One not stored becomes a fill; one stored in more bytes than its codecs can
+// write (here a skippable frame after its data) is refused as a host read refuses it; a chunk
+// stored as its elements in the wrong number of bytes is an error naming it.
+TEST(GpuReadStaging, SmallChunksAreSizedWhenOpened) {
+  test::TempDir dir;
+  auto store = make_local_store(dir.path());
+  auto z = make_array(store, "z", {12}, {4}, kZstdCrc);
+  store->erase("z/c/1");
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(z, out);
+  const std::size_t bound = z->chain().max_stored_size();
+  auto planned = [&](const ReadTarget& t) {
+    auto leaves = plan({&t, 1});
+    for (const auto& leaf : leaves) EXPECT_FALSE(leaf.sized);
+    EXPECT_EQ(pack_batches(leaves, 1 << 20, 1 << 20, DecodeCosts{}, 0).size(), 1u);
+    return leaves;
+  };
+  auto leaves = planned(target);
+  ASSERT_EQ(leaves.size(), 3u);
+  for (const auto& leaf : leaves) {
+    EXPECT_EQ(leaf.length, bound);
+    EXPECT_EQ(leaf.route, Route::kDeviceDecode);
+  }
+  std::vector<std::byte> host(1 << 20);
+  EXPECT_TRUE(fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2).empty());
+  EXPECT_TRUE(leaves[0].sized);
+  EXPECT_EQ(leaves[0].length, store->get("z/c/0")->size());
+  EXPECT_EQ(leaves[0].route, Route::kDeviceDecode);
+  EXPECT_EQ(leaves[1].route, Route::kFill);
+  std::int32_t fill = -1;
+  std::memcpy(&fill, host.data() + leaves[1].staging, 4);
+  EXPECT_EQ(fill, 0);
+  EXPECT_EQ(leaves[2].length, store->get("z/c/2")->size());
+
+  auto expect_refused = [&](const ReadTarget& t, const std::string& chunk,
+                            const std::string& says) {
+    auto leaves = planned(t);
+    try {
+      (void)fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);
+      ADD_FAILURE() << chunk << " was read";
+    } catch (const CodecError& e) {
+      EXPECT_NE(std::string(e.what()).find("chunk '" + chunk + "'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  const auto original = store->get("z/c/2");
+  std::vector<std::byte> padded(original->data(), original->data() + original->size() - 4);
+  auto put32 = [&](std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) padded.push_back(static_cast<std::byte>(v >> (8 * i)));
+  };
+  constexpr std::uint32_t kSkippable = 0x184D2A50;
+  put32(kSkippable);
+  put32(static_cast<std::uint32_t>(bound));
+  padded.resize(padded.size() + bound, std::byte{0});
+  put32(codecs::crc32c(padded));
+  store->set("z/c/2", padded);
+  expect_refused(target, "z/c/2", "more than the");
+
+  auto p =
+      make_array(store, "p", {8}, {4}, json::array({{{"name", "bytes"}}, {{"name", "crc32c"}}}));
+  store->set("p/c/1", test::bytes_of("short"));
+  const ReadTarget copies = whole(p, out);
+  expect_refused(copies, "p/c/1", "holds 5 bytes, expected 20");
+}
+
 // A batch of many small chunk files keeps few of them open at once: each is opened by the task
 // that reads it and closed once read, so a read of thousands of small chunks stays within the
 // process's limit on open files (a 64 MiB slot of 16 KiB chunks held 4096 files open, and several
@@ -131,7 +198,8 @@ TEST(GpuReadStaging, ManySmallChunkFilesKeepFewOpen) {
     std::vector<std::byte> out;
     const ReadTarget target = whole(array, out);
     auto leaves = plan({&target, 1});
-    const auto batches = pack_batches(leaves, 1 << 20, 1 << 20, DecodeCosts{}, 0);
+    // (The plan leaves chunks this small to be sized by the fetch: a slot holds their bounds.)
+    const auto batches = pack_batches(leaves, 4 << 20, 4 << 20, DecodeCosts{}, 0);
     ASSERT_EQ(batches.size(), 1u);
     std::size_t open_now = 0;
     for ([[maybe_unused]] const auto& entry :
@@ -143,7 +211,7 @@ TEST(GpuReadStaging, ManySmallChunkFilesKeepFewOpen) {
     rlimit lowered = before;
     lowered.rlim_cur = std::min<rlim_t>(before.rlim_cur, open_now + 64);
     ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
-    std::vector<std::byte> host(1 << 20);
+    std::vector<std::byte> host(4 << 20);
     std::vector<CpuDecoded> decoded;
     try {
       decoded = fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);

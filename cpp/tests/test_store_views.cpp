@@ -197,7 +197,8 @@ TEST(StoreViews, TheGpuPlanAndFetchReadThroughTheReadsView) {
                                 engine::ThreadPool::shared(2), 2);
   ASSERT_EQ(leaves.size(), 10U);
   for (const auto& leaf : leaves) EXPECT_EQ(&leaf.source(), target.store);
-  EXPECT_EQ(store->counts->sizes_through_views.load(), 10);
+  // Chunks this small are sized as their fetch opens them: the plan asks for no size.
+  EXPECT_EQ(store->counts->sizes_through_views.load(), 0);
   (void)gpu::pack_batches(leaves, 1 << 20, 1 << 20, gpu::DecodeCosts{}, 0);
   std::vector<std::byte> host(std::size_t{1} << 20);
   (void)gpu::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);

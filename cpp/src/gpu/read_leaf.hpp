@@ -41,6 +41,10 @@ struct Leaf {
   std::shared_ptr<const ValueReader> value;
   std::uint64_t offset = 0;  // byte range of the stored value to fetch
   std::uint64_t length = 0;
+  // false: `length` is the most the chunk can be stored in (its codecs' bound), and whether it is
+  // stored at all is unknown; the fetch learns both when it opens the chunk (read_plan.hpp says
+  // which chunks are planned so).
+  bool sized = true;
   const codecs::CodecChain* chain = nullptr;
   const ChunkSpec* spec = nullptr;          // the array the array->bytes codec sees
   std::vector<DimSlice> selection;          // inside that array (after array->array codecs)

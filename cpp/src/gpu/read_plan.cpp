@@ -35,28 +35,43 @@ struct Prefetched {
   std::optional<Buffer> index;
 };
 
-// The leaves of one chunk of one target. `prefetched`: what was asked for already with other
-// chunks; null: ask the store.
-void plan_chunk(const ReadTarget& target, const place::GridIntersection::Item& item,
+// The leaf of a whole chunk of one target (of an array without shards). `prefetched`: what was
+// asked for already with other chunks; null: ask the store, or leave it to the fetch.
+Leaf plan_chunk(const ReadTarget& target, const place::GridIntersection::Item& item,
+                const DeviceDecoders& decoders, GpuDecode policy, const Prefetched* prefetched,
+                PlanSizes sizes) {
+  const Array& array = *target.array;
+  const auto& chain = array.chain();
+  const Store& store = target.store ? *target.store : *array.store();
+  Leaf leaf = make_leaf(
+      array, store, join_key(array.path(), array.metadata().chunk_key_encoding.key(item.chunk)),
+      chain, item.within, place::subview(target.out, item.out_offset, item.count));
+  if (!prefetched && sizes == PlanSizes::kAtFetch &&
+      chain.max_stored_size() <= kSizedAtFetchBytes) {
+    leaf.length = chain.max_stored_size();
+    leaf.sized = false;
+    choose_route(leaf, decoders, policy);
+    return leaf;
+  }
+  // Sized for the plan only: the fetch opens the chunk and checks this size (ValueChanged).
+  if (const auto size = prefetched ? prefetched->size : store.size_to_plan(leaf.key)) {
+    leaf.length = *size;
+    choose_route(leaf, decoders, policy);
+  }
+  return leaf;
+}
+
+// The leaves of one shard of one target, likewise.
+void plan_shard(const ReadTarget& target, const place::GridIntersection::Item& item,
                 const DeviceDecoders& decoders, GpuDecode policy, std::vector<Leaf>& leaves,
                 const Prefetched* prefetched) {
   const Array& array = *target.array;
-  const auto& meta = array.metadata();
   const auto& chain = array.chain();
   const Store& store = target.store ? *target.store : *array.store();
-  const std::string key = join_key(array.path(), meta.chunk_key_encoding.key(item.chunk));
+  const std::string key =
+      join_key(array.path(), array.metadata().chunk_key_encoding.key(item.chunk));
   const StridedView region = place::subview(target.out, item.out_offset, item.count);
   const auto* shard = chain.shard_layout();
-  if (!shard) {
-    Leaf leaf = make_leaf(array, store, key, chain, item.within, region);
-    // Sized for the plan only: the fetch opens the chunk and checks this size (ValueChanged).
-    if (const auto size = prefetched ? prefetched->size : store.size_to_plan(key)) {
-      leaf.length = *size;
-      choose_route(leaf, decoders, policy);
-    }
-    leaves.push_back(std::move(leaf));
-    return;
-  }
   // The shard's index and its chunks come from one open version of it (of a store that cannot
   // hold one, the key, read by range).
   const auto value = !prefetched        ? store.open(key)
@@ -170,7 +185,8 @@ bool device_can_take(const Leaf& leaf, std::span<const std::byte> stored) {
 }
 
 std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDecoders& decoders,
-                             GpuDecode policy, engine::ThreadPool& pool, std::size_t workers) {
+                             GpuDecode policy, engine::ThreadPool& pool, std::size_t workers,
+                             PlanSizes sizes) {
   // One index space over every target's chunks, so one parallel loop plans them all.
   std::vector<place::GridIntersection> grids;
   std::vector<std::size_t> first{0};
@@ -247,16 +263,32 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
       }
     }
   }
-  std::vector<std::vector<Leaf>> per_chunk(first.back());
-  pool.parallel_for(per_chunk.size(), workers, [&](std::size_t i) {
+  // Each chunk of an array without shards is one leaf, planned into its place; a shard's leaves
+  // are gathered per shard, then joined in order.
+  const bool sharded = std::any_of(targets.begin(), targets.end(), [](const ReadTarget& t) {
+    return t.array->chain().shard_layout() != nullptr;
+  });
+  std::vector<Leaf> leaves(sharded ? 0 : first.back());
+  std::vector<std::vector<Leaf>> per_chunk(sharded ? first.back() : 0);
+  pool.parallel_for(first.back(), workers, [&](std::size_t i) {
     const std::size_t t =
         static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), i) - first.begin()) -
         1;
     place::GridIntersection::Item item;
     grids[t].at(i - first[t], item);
+    const Prefetched* known = !fetched.empty() && fetched[i] ? &prefetched[i] : nullptr;
     try {
-      plan_chunk(targets[t], item, decoders, policy, per_chunk[i],
-                 !fetched.empty() && fetched[i] ? &prefetched[i] : nullptr);
+      if (!targets[t].array->chain().shard_layout()) {
+        Leaf leaf = plan_chunk(targets[t], item, decoders, policy, known, sizes);
+        leaf.target = t;
+        if (sharded) {
+          per_chunk[i].push_back(std::move(leaf));
+        } else {
+          leaves[i] = std::move(leaf);
+        }
+        return;
+      }
+      plan_shard(targets[t], item, decoders, policy, per_chunk[i], known);
       for (auto& leaf : per_chunk[i]) leaf.target = t;
     } catch (Error& e) {
       const auto& meta = targets[t].array->metadata();
@@ -266,9 +298,9 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
       throw;
     }
   });
+  if (!sharded) return leaves;
   std::size_t total = 0;
   for (const auto& chunk : per_chunk) total += chunk.size();
-  std::vector<Leaf> leaves;
   leaves.reserve(total);
   for (auto& chunk : per_chunk) {
     for (auto& leaf : chunk) leaves.push_back(std::move(leaf));

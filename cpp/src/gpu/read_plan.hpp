@@ -36,10 +36,24 @@ class ValueChanged : public StoreError {
   using StoreError::StoreError;
 };
 
+// Chunks (not inner chunks of shards) whose codecs store them in at most this many bytes are
+// planned without asking the store for their size (Leaf::sized false, room for the most they can
+// be): the fetch opens each chunk anyway, and learns there whether and how large it is stored.
+// Finding a chunk's file is most of what planning it costs (a path walk: about 2 of 3 us a chunk
+// on one thread), and for small chunks that doubled the work per file of a read; a large chunk
+// pays it once against milliseconds of reading, and is sized exactly, so that its slot holds what
+// it stores, not its bound.
+inline constexpr std::size_t kSizedAtFetchBytes = std::size_t{1} << 20;
+
+// How chunks are sized by a plan: as above, or every one asked for its size now (for callers
+// that read the stored bytes themselves, which need their exact sizes).
+enum class PlanSizes { kAtFetch, kNow };
+
 // Plans every target's chunks, in parallel on `pool` (reading shard indexes), leaves in target
 // order. Errors name the array and the chunk.
 std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDecoders& decoders,
-                             GpuDecode policy, engine::ThreadPool& pool, std::size_t workers);
+                             GpuDecode policy, engine::ThreadPool& pool, std::size_t workers,
+                             PlanSizes sizes = PlanSizes::kAtFetch);
 
 // Decides how a stored chunk travels: by what its codecs can do on the device, the decoders
 // present and the policy (kChecked: device decoding only under a crc32c).

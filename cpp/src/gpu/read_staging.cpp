@@ -54,6 +54,32 @@ ByteArray decode_on_cpu(const Leaf& leaf, const Buffer& stored) {
   return decoded;
 }
 
+// What a chunk planned without its size (Leaf::sized) turns out to be once opened.
+enum class Opened {
+  kStored,    // sized now; its stored bytes fit the room staged for them
+  kFill,      // not stored: now a fill, its element staged at `dst`
+  kTooLarge,  // stored in more bytes than its codecs' bound: decoded on the CPU instead
+};
+static_assert(kSizedAtFetchBytes <= kPieceBytes, "chunks sized at their fetch are read whole");
+
+Opened size_on_open(Leaf& leaf, std::byte* dst) {
+  if (!leaf.value) {
+    leaf.route = Route::kFill;
+    leaf.length = 0;
+    std::memcpy(dst, leaf.chain->spec().fill_value.data(), leaf.spec->dtype->size);
+    return Opened::kFill;
+  }
+  const std::uint64_t size = leaf.value->size();
+  if (leaf.route == Route::kCopy && size != leaf.length) {
+    throw CodecError("chunk holds " + std::to_string(size) + " bytes, expected " +
+                     std::to_string(leaf.length) + " for its shape, data type and checksums");
+  }
+  const bool fits = leaf.route != Route::kDeviceDecode || size <= leaf.staged;
+  leaf.length = size;
+  leaf.sized = true;
+  return fits ? Opened::kStored : Opened::kTooLarge;
+}
+
 }  // namespace
 
 std::vector<ReadPiece> plan_pieces(std::span<const Leaf> batch) {
@@ -214,12 +240,29 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
           if (leaf) leaf->value.reset();
         }
       } close_when_read{nullptr};
+      std::byte* dst = host + leaf.staging;
+      std::size_t length = piece.length;
       if (opened_by_its_piece[at]) {
         leaf.value = leaf.source().open(leaf.key);
         close_when_read.leaf = &leaf;
-        check_opened(leaf);
+        if (leaf.sized) {
+          check_opened(leaf);
+        } else {
+          switch (size_on_open(leaf, dst)) {
+            case Opened::kStored:
+              length = static_cast<std::size_t>(leaf.length);  // a piece of one whole chunk
+              break;
+            case Opened::kFill:
+              return;
+            case Opened::kTooLarge: {
+              auto bytes = decode_on_cpu(leaf, leaf.value->read(0, leaf.length));
+              std::lock_guard guard(decoded_mutex);
+              decoded.push_back({at, std::move(bytes)});
+              return;
+            }
+          }
+        }
       }
-      std::byte* dst = host + leaf.staging;
       switch (leaf.route) {
         case Route::kFill:
           std::memcpy(dst, leaf.chain->spec().fill_value.data(), leaf.spec->dtype->size);
@@ -247,8 +290,8 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
         }
         default: {
           const auto got =
-              leaf.value->read_into(leaf.offset + piece.offset, {dst + piece.offset, piece.length});
-          if (got != piece.length) throw CodecError("chunk is shorter than its shard index says");
+              leaf.value->read_into(leaf.offset + piece.offset, {dst + piece.offset, length});
+          if (got != length) throw CodecError("chunk is shorter than its shard index says");
           if (!piece.whole_leaves) return;
           for (; at < piece.end; ++at) {
             if (!check_staged(batch[at], host)) decode_here(at, batch[at]);
