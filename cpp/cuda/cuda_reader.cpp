@@ -179,18 +179,20 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   auto leaves =
       gpu::plan_reads(targets, present_decoders(nvcomp_), options_.gpu_decode, pool_, workers_);
   const auto t_chunks = std::chrono::steady_clock::now();
-  const auto gds_files = [](const Leaf& leaf) {
-    const auto* files = dynamic_cast<const FileBacked*>(leaf.array->store().get());
+  const auto gds_files = [](const Array& array) {
+    const auto* files = dynamic_cast<const FileBacked*>(array.store().get());
     return files && files->io() == LocalIo::kGds;
   };
   // Opening cuFile's driver takes about a second (1.3 s on an H200): only reads of stores opened
   // for GPUDirect Storage pay it.
-  if (std::any_of(leaves.begin(), leaves.end(), gds_files) && CuFile::instance().available()) {
+  if (std::any_of(targets.begin(), targets.end(),
+                  [&](const gpu::ReadTarget& t) { return gds_files(*t.array); }) &&
+      CuFile::instance().available()) {
     std::vector<Leaf> direct;
     std::vector<Leaf> staged;
     for (auto& leaf : leaves) {
       // (A chunk planned without its size may not be stored: its fetch finds out.)
-      const bool eligible = gds_files(leaf) && leaf.sized && leaf.route == Route::kCopy &&
+      const bool eligible = gds_files(*leaf.array) && leaf.sized && leaf.route == Route::kCopy &&
                             leaf.crc32c == 0 && !leaf.swap && leaf.length == leaf.spec->nbytes() &&
                             place::is_full(leaf.selection, leaf.spec->shape) &&
                             place::is_c_contiguous(leaf.destination, leaf.spec->dtype->size);
@@ -314,6 +316,9 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     return std::any_of(batch.begin(), batch.end(),
                        [](const Leaf& leaf) { return leaf.route == Route::kDeviceDecode; });
   };
+  // How far ahead of each batch the read fetches (the rule scans the batch: once each).
+  std::vector<std::size_t> ahead(batches.size());
+  for (std::size_t b = 0; b < batches.size(); ++b) ahead[b] = gpu::fetch_ahead(batch_of(b), slots);
   // Batches [0, finished) are off their slots, checked and handed on.
   std::size_t finished = 0;
   auto finish_through = [&](std::size_t end, bool wait) {
@@ -333,8 +338,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   try {
     hand_on(0);  // targets with nothing to stage (read straight from their files, or empty)
     for (std::size_t b = 0; b < batches.size(); ++b) {
-      while (started < batches.size() &&
-             started <= b + gpu::fetch_ahead(batch_of(started), slots)) {
+      while (started < batches.size() && started <= b + ahead[started]) {
         if (started >= slots) {
           // The slot's last batch must be off it. While that batch still decodes, batches already
           // fetched go to the device first: waiting here would hold them on the host for as long
@@ -411,8 +415,8 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
           trace, sizeof(trace),
           "zarr-device read: %zu targets %zu leaves %zu batches (copies %zu B), %zu slots from "
           "%zu, fetched up to %zu ahead, %zu decode regions of %zu B, %zu decode calls of %zu "
-          "chunks, %zu "
-          "shared with the CPU; plan %.2f ms (chunks %.2f), fetch waits %.2f ms, batches %.2f ms",
+          "chunks, %zu shared with the CPU; plan %.2f ms (chunks %.2f), fetch waits %.2f ms, "
+          "batches %.2f ms",
           targets.size(), leaves.size(), batches.size(), target, slots, base % slots, most_ahead,
           ctx.decode_regions(), ctx.decode_budget, decode_calls_, decoded_chunks_, shared,
           std::chrono::duration<double, std::milli>(t1 - t0).count(),
