@@ -121,13 +121,16 @@ TEST(GpuReadStaging, LargeChunksDecodedOnTheCpuAreReadInPieces) {
 // and sizes it there. One not stored becomes a fill; one stored in more bytes than its codecs can
 // write (here a skippable frame after its data) is refused as a host read refuses it; a chunk
 // stored as its elements in the wrong number of bytes is an error naming it.
-TEST(GpuReadStaging, SmallChunksAreSizedWhenOpened) {
+void small_chunks_are_sized_when_opened(bool through_view) {
   test::TempDir dir;
   auto store = make_local_store(dir.path());
   auto z = make_array(store, "z", {12}, {4}, kZstdCrc);
   store->erase("z/c/1");
+  const auto view = dynamic_cast<const HeldRoot&>(*store).with_root_held();
+  const Store* via = through_view ? view.get() : nullptr;
   std::vector<std::byte> out;
-  const ReadTarget target = whole(z, out);
+  ReadTarget target = whole(z, out);
+  target.store = via;
   const std::size_t bound = z->chain().max_stored_size();
   auto planned = [&](const ReadTarget& t) {
     auto leaves = plan({&t, 1});
@@ -146,6 +149,8 @@ TEST(GpuReadStaging, SmallChunksAreSizedWhenOpened) {
   EXPECT_TRUE(leaves[0].sized);
   EXPECT_EQ(leaves[0].length, store->get("z/c/0")->size());
   EXPECT_EQ(leaves[0].route, Route::kDeviceDecode);
+  const auto stored = store->get("z/c/0");
+  EXPECT_EQ(std::memcmp(host.data() + leaves[0].staging, stored->data(), stored->size()), 0);
   EXPECT_EQ(leaves[1].route, Route::kFill);
   std::int32_t fill = -1;
   std::memcpy(&fill, host.data() + leaves[1].staging, 4);
@@ -175,12 +180,28 @@ TEST(GpuReadStaging, SmallChunksAreSizedWhenOpened) {
   put32(codecs::crc32c(padded));
   store->set("z/c/2", padded);
   expect_refused(target, "z/c/2", "more than the");
+  store->set("z/c/2", {original->data(), original->size()});
+  std::vector<std::byte> damaged(stored->data(), stored->data() + stored->size());
+  damaged[damaged.size() / 2] ^= std::byte{1};
+  store->set("z/c/0", damaged);
+  expect_refused(target, "z/c/0", "crc32c mismatch");
 
   auto p =
       make_array(store, "p", {8}, {4}, json::array({{{"name", "bytes"}}, {{"name", "crc32c"}}}));
   store->set("p/c/1", test::bytes_of("short"));
-  const ReadTarget copies = whole(p, out);
+  ReadTarget copies = whole(p, out);
+  copies.store = via;
   expect_refused(copies, "p/c/1", "holds 5 bytes, expected 20");
+}
+
+// Read through the store itself, each chunk opened by a thread, and through a read's view of it,
+// whose chunks are read a group at a time (io_uring, where the kernel allows it): the same sizes,
+// fills and errors either way.
+TEST(GpuReadStaging, SmallChunksAreSizedWhenOpened) {
+  for (const bool through_view : {false, true}) {
+    SCOPED_TRACE(through_view ? "through a read's view" : "through the store");
+    small_chunks_are_sized_when_opened(through_view);
+  }
 }
 
 // A batch of many small chunk files keeps few of them open at once: each is opened by the task

@@ -31,7 +31,8 @@ std::size_t plan_decode_regions(std::span<Leaf> leaves, const DecodeCosts& costs
   per_chunk /= n;
   scratch /= n;
   const double per_slot = std::max(1.0, std::floor(static_cast<double>(capacity) / staged));
-  const std::size_t most = std::max<std::size_t>(1, std::min(slots, kMaxDecodeRegions));
+  const std::size_t most = std::max<std::size_t>(
+      1, std::min(slots, per_slot < kFewPerSlot ? kMaxDecodeRegions : kHardwareQueues));
   std::size_t best = 1;
   double best_in_flight = 0;
   for (std::size_t r = 1; r <= most; ++r) {

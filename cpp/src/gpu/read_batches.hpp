@@ -14,8 +14,17 @@
 
 namespace zarr_device::gpu {
 
-inline constexpr std::size_t kMaxBatch = 8192;       // leaves per slot
-inline constexpr std::size_t kMaxDecodeRegions = 8;  // CUDA's hardware queues per device
+inline constexpr std::size_t kMaxBatch = 8192;  // leaves per slot
+// Decode regions (one stream each) a read may split its decode memory into: as many as CUDA's
+// hardware queues (8 unless CUDA_DEVICE_MAX_CONNECTIONS says otherwise), or up to
+// kMaxDecodeRegions for chunks so large that a slot holds fewer than kFewPerSlot, whose regions
+// hold a chunk or two each and bound what decodes at once. Their streams then share queues, which
+// costs them little (measured on an H200, 64 MiB zstd chunks in 64 slots of one each: 17.6 GB/s
+// in 32 regions on 8 queues, 18.8 on 32; the default ring's 12 slots: 10 regions fit its decode
+// memory, 7.4 GB/s); calls of many small chunks were slower on more streams than queues.
+inline constexpr std::size_t kHardwareQueues = 8;
+inline constexpr std::size_t kMaxDecodeRegions = 32;
+inline constexpr double kFewPerSlot = 4;
 // Batches of copies: small enough that the copy engine starts early and finds the next batch ready
 // (measured on an H200, 6 GiB of 2 MiB chunks: 44 GB/s in 8 or 16 MiB batches, 34 in 32 MiB and
 // 31 in 64 MiB ones); a small read is cut finer, down to kMinBatchBytes, where a batch's fixed
@@ -45,9 +54,10 @@ using PerKind = std::array<std::size_t, DeviceDecoding::kKinds>;
 // with 512 in flight, 30 with 1024, 95 with 8192; 64 MiB chunks: 0.6-0.8 GB/s each), while its
 // temporary memory grows with them. A batch is cut where its slot or its decode region is full,
 // and the batches of R regions decode at once: R x min(a slot's chunks, a region's chunks) in
-// flight. The fewest regions that put the most chunks in flight make the largest calls; more
-// streams than CUDA's hardware queues would share them. (Large chunks are where this matters: a
-// slot holds one 64 MiB chunk or four of 16 MiB, so the regions, not the memory, bound them.)
+// flight. The fewest regions that put the most chunks in flight make the largest calls, on at most
+// CUDA's hardware queues' streams unless the chunks are large (kMaxDecodeRegions). (Large chunks
+// are where this matters: a slot holds one 64 MiB chunk or four of 16 MiB, so the regions, not
+// the memory, bound them.)
 // `in_place`: false has every chunk decoded into scratch, even those that could land in place
 // (a read that must not write its outputs before the consumer's earlier work is done, while its
 // decoding need not wait for it).

@@ -62,14 +62,15 @@ enum class Opened {
 };
 static_assert(kSizedAtFetchBytes <= kPieceBytes, "chunks sized at their fetch are read whole");
 
-Opened size_on_open(Leaf& leaf, std::byte* dst) {
-  if (!leaf.value) {
+// Sizes a chunk planned without its size by what was found: `stored` bytes, or none (nullopt).
+Opened size_as_found(Leaf& leaf, std::optional<std::uint64_t> stored, std::byte* dst) {
+  if (!stored) {
     leaf.route = Route::kFill;
     leaf.length = 0;
     std::memcpy(dst, leaf.chain->spec().fill_value.data(), leaf.spec->dtype->size);
     return Opened::kFill;
   }
-  const std::uint64_t size = leaf.value->size();
+  const std::uint64_t size = *stored;
   if (leaf.route == Route::kCopy && size != leaf.length) {
     throw CodecError("chunk holds " + std::to_string(size) + " bytes, expected " +
                      std::to_string(leaf.length) + " for its shape, data type and checksums");
@@ -78,6 +79,10 @@ Opened size_on_open(Leaf& leaf, std::byte* dst) {
   leaf.length = size;
   leaf.sized = true;
   return fits ? Opened::kStored : Opened::kTooLarge;
+}
+
+Opened size_on_open(Leaf& leaf, std::byte* dst) {
+  return size_as_found(leaf, leaf.value ? std::optional(leaf.value->size()) : std::nullopt, dst);
 }
 
 }  // namespace
@@ -228,10 +233,65 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
     std::lock_guard guard(decoded_mutex);
     decoded.push_back({index, std::move(bytes)});
   };
+  // Whole small chunks planned without their size, of stores that read many values whole in one
+  // call (local files through io_uring), a group of them on each thread: sized and checked here as
+  // their pieces would be below. What a store leaves unread goes the usual way.
+  std::vector<char> read_whole(batch.size(), 0);
+  {
+    std::vector<std::size_t> whole;
+    for (const std::size_t i : one_by_one) {
+      const auto& leaf = batch[i];
+      if (!leaf.sized && staged_from_store(leaf) &&
+          dynamic_cast<const WholeValueReads*>(&leaf.source())) {
+        whole.push_back(i);
+      }
+    }
+    // Enough per group to fill the kernel's submissions; few enough to keep every thread busy.
+    constexpr std::size_t kGroup = 64;
+    pool.parallel_for((whole.size() + kGroup - 1) / kGroup, workers, [&](std::size_t g) {
+      const std::span<const std::size_t> group(whole.data() + g * kGroup,
+                                               std::min(kGroup, whole.size() - g * kGroup));
+      std::vector<WholeValueReads::Read> reads;
+      std::vector<WholeReadResult> results(group.size());
+      for (const std::size_t i : group) {
+        reads.push_back({batch[i].key, {host + batch[i].staging, batch[i].staged}});
+      }
+      // Runs of one store at a time (a read's arrays may come from several).
+      for (std::size_t begin = 0; begin < group.size();) {
+        const Store* store = &batch[group[begin]].source();
+        std::size_t end = begin + 1;
+        while (end < group.size() && &batch[group[end]].source() == store) ++end;
+        dynamic_cast<const WholeValueReads*>(store)->read_whole(
+            std::span(reads).subspan(begin, end - begin),
+            std::span(results).subspan(begin, end - begin));
+        begin = end;
+      }
+      for (std::size_t k = 0; k < group.size(); ++k) {
+        if (results[k].outcome == WholeRead::kNotRead) continue;
+        const std::size_t at = group[k];
+        auto& leaf = batch[at];
+        try {
+          std::optional<std::uint64_t> stored;
+          if (results[k].outcome == WholeRead::kRead) stored = results[k].size;
+          // (Never too large: the room was the leaf's staging, and a larger value is not read.)
+          if (size_as_found(leaf, stored, host + leaf.staging) == Opened::kStored &&
+              !check_staged(leaf, host)) {
+            decode_here(at, leaf);
+          }
+        } catch (Error& e) {
+          e.add_context(leaf.where());
+          throw;
+        }
+        read_whole[at] = 1;
+      }
+    });
+  }
+
   const auto pieces = plan_pieces(batch);
   pool.parallel_for(pieces.size(), workers, [&](std::size_t p) {
     const auto& piece = pieces[p];
     std::size_t at = piece.first;
+    if (read_whole[at]) return;  // (a whole small chunk is a piece of its own)
     try {
       auto& leaf = batch[at];
       struct CloseWhenRead {
