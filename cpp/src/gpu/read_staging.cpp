@@ -246,11 +246,14 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
         whole.push_back(i);
       }
     }
-    // Enough per group to fill the kernel's submissions; few enough to keep every thread busy.
-    constexpr std::size_t kGroup = 64;
-    pool.parallel_for((whole.size() + kGroup - 1) / kGroup, workers, [&](std::size_t g) {
-      const std::span<const std::size_t> group(whole.data() + g * kGroup,
-                                               std::min(kGroup, whole.size() - g * kGroup));
+    // Groups of up to 64 (two of the kernel's submissions), spread over every thread: a batch
+    // of 256 chunks of 256 KiB is 16 groups of 16, not 4 of 64 that leave 12 threads idle.
+    const std::size_t group_size = std::clamp<std::size_t>(
+        (whole.size() + std::max<std::size_t>(workers, 1) - 1) / std::max<std::size_t>(workers, 1),
+        1, 64);
+    pool.parallel_for((whole.size() + group_size - 1) / group_size, workers, [&](std::size_t g) {
+      const std::span<const std::size_t> group(whole.data() + g * group_size,
+                                               std::min(group_size, whole.size() - g * group_size));
       std::vector<WholeValueReads::Read> reads;
       std::vector<WholeReadResult> results(group.size());
       for (const std::size_t i : group) {
