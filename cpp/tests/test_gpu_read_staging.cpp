@@ -194,9 +194,8 @@ void small_chunks_are_sized_when_opened(bool through_view) {
   expect_refused(copies, "p/c/1", "holds 5 bytes, expected 20");
 }
 
-// Read through the store itself, each chunk opened by a thread, and through a read's view of it,
-// whose chunks are read a group at a time (io_uring, where the kernel allows it): the same sizes,
-// fills and errors either way.
+// Read through the store itself and through a read's view of it (its root held, as a read does):
+// the same sizes, fills and errors either way.
 TEST(GpuReadStaging, SmallChunksAreSizedWhenOpened) {
   for (const bool through_view : {false, true}) {
     SCOPED_TRACE(through_view ? "through a read's view" : "through the store");

@@ -189,34 +189,6 @@ class BatchedGets {
       std::span<const KeyRanges> asked) const = 0;
 };
 
-// What became of a value read whole by WholeValueReads.
-enum class WholeRead {
-  kRead,     // read whole: `size` bytes, at most its room
-  kAbsent,   // no value at the key
-  kNotRead,  // anything else (larger than its room, not a plain value, an error, or no way to
-             // batch here): the caller reads it its usual way, which says what is wrong
-};
-struct WholeReadResult {
-  WholeRead outcome = WholeRead::kNotRead;
-  std::size_t size = 0;  // kRead: bytes read into the room
-};
-
-// An optional capability of stores that read many small values whole in one call, where reading
-// them one by one from many threads contends (a local store's view with its root held: files
-// opened, read and closed by the kernel through io_uring, with descriptors of its own).
-class WholeValueReads {
- public:
-  virtual ~WholeValueReads() = default;
-  struct Read {
-    std::string_view key;
-    std::span<std::byte> room;  // the most the value may hold (at most 1 GiB)
-  };
-  // Reads each value whole into its room where it can; results in order. Safe from several
-  // threads at once.
-  virtual void read_whole(std::span<const Read> reads,
-                          std::span<WholeReadResult> results) const = 0;
-};
-
 // A value already in memory, opened: every read comes from this version of it.
 std::shared_ptr<const ValueReader> reader_of(Buffer value);
 

@@ -62,15 +62,14 @@ enum class Opened {
 };
 static_assert(kSizedAtFetchBytes <= kPieceBytes, "chunks sized at their fetch are read whole");
 
-// Sizes a chunk planned without its size by what was found: `stored` bytes, or none (nullopt).
-Opened size_as_found(Leaf& leaf, std::optional<std::uint64_t> stored, std::byte* dst) {
-  if (!stored) {
+Opened size_on_open(Leaf& leaf, std::byte* dst) {
+  if (!leaf.value) {
     leaf.route = Route::kFill;
     leaf.length = 0;
     std::memcpy(dst, leaf.chain->spec().fill_value.data(), leaf.spec->dtype->size);
     return Opened::kFill;
   }
-  const std::uint64_t size = *stored;
+  const std::uint64_t size = leaf.value->size();
   if (leaf.route == Route::kCopy && size != leaf.length) {
     throw CodecError("chunk holds " + std::to_string(size) + " bytes, expected " +
                      std::to_string(leaf.length) + " for its shape, data type and checksums");
@@ -79,10 +78,6 @@ Opened size_as_found(Leaf& leaf, std::optional<std::uint64_t> stored, std::byte*
   leaf.length = size;
   leaf.sized = true;
   return fits ? Opened::kStored : Opened::kTooLarge;
-}
-
-Opened size_on_open(Leaf& leaf, std::byte* dst) {
-  return size_as_found(leaf, leaf.value ? std::optional(leaf.value->size()) : std::nullopt, dst);
 }
 
 }  // namespace
@@ -233,68 +228,10 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
     std::lock_guard guard(decoded_mutex);
     decoded.push_back({index, std::move(bytes)});
   };
-  // Whole small chunks planned without their size, of stores that read many values whole in one
-  // call (local files through io_uring), a group of them on each thread: sized and checked here as
-  // their pieces would be below. What a store leaves unread goes the usual way.
-  std::vector<char> read_whole(batch.size(), 0);
-  {
-    std::vector<std::size_t> whole;
-    for (const std::size_t i : one_by_one) {
-      const auto& leaf = batch[i];
-      if (!leaf.sized && staged_from_store(leaf) &&
-          dynamic_cast<const WholeValueReads*>(&leaf.source())) {
-        whole.push_back(i);
-      }
-    }
-    // Groups of up to 64 (two of the kernel's submissions), spread over every thread: a batch
-    // of 256 chunks of 256 KiB is 16 groups of 16, not 4 of 64 that leave 12 threads idle.
-    const std::size_t group_size = std::clamp<std::size_t>(
-        (whole.size() + std::max<std::size_t>(workers, 1) - 1) / std::max<std::size_t>(workers, 1),
-        1, 64);
-    pool.parallel_for((whole.size() + group_size - 1) / group_size, workers, [&](std::size_t g) {
-      const std::span<const std::size_t> group(whole.data() + g * group_size,
-                                               std::min(group_size, whole.size() - g * group_size));
-      std::vector<WholeValueReads::Read> reads;
-      std::vector<WholeReadResult> results(group.size());
-      for (const std::size_t i : group) {
-        reads.push_back({batch[i].key, {host + batch[i].staging, batch[i].staged}});
-      }
-      // Runs of one store at a time (a read's arrays may come from several).
-      for (std::size_t begin = 0; begin < group.size();) {
-        const Store* store = &batch[group[begin]].source();
-        std::size_t end = begin + 1;
-        while (end < group.size() && &batch[group[end]].source() == store) ++end;
-        dynamic_cast<const WholeValueReads*>(store)->read_whole(
-            std::span(reads).subspan(begin, end - begin),
-            std::span(results).subspan(begin, end - begin));
-        begin = end;
-      }
-      for (std::size_t k = 0; k < group.size(); ++k) {
-        if (results[k].outcome == WholeRead::kNotRead) continue;
-        const std::size_t at = group[k];
-        auto& leaf = batch[at];
-        try {
-          std::optional<std::uint64_t> stored;
-          if (results[k].outcome == WholeRead::kRead) stored = results[k].size;
-          // (Never too large: the room was the leaf's staging, and a larger value is not read.)
-          if (size_as_found(leaf, stored, host + leaf.staging) == Opened::kStored &&
-              !check_staged(leaf, host)) {
-            decode_here(at, leaf);
-          }
-        } catch (Error& e) {
-          e.add_context(leaf.where());
-          throw;
-        }
-        read_whole[at] = 1;
-      }
-    });
-  }
-
   const auto pieces = plan_pieces(batch);
   pool.parallel_for(pieces.size(), workers, [&](std::size_t p) {
     const auto& piece = pieces[p];
     std::size_t at = piece.first;
-    if (read_whole[at]) return;  // (a whole small chunk is a piece of its own)
     try {
       auto& leaf = batch[at];
       struct CloseWhenRead {

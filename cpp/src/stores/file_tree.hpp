@@ -54,8 +54,6 @@ class FileTree {
   // cannot be opened (errno set: ENOENT when there is none yet).
   [[nodiscard]] std::optional<FileTree> with_root_held() const;
   [[nodiscard]] bool holds_root() const { return held_ != nullptr; }
-  // The held root's descriptor (with_root_held), or -1.
-  [[nodiscard]] int held_root() const { return held_ ? held_->get() : -1; }
 
   // open(2) of `path` (relative, already validated; "" is the root itself) with `flags`; returns
   // the descriptor, or -1 with errno set: ENOENT when nothing is there (or no root yet), EXDEV

@@ -18,7 +18,6 @@
 #include "stores/file_locks.hpp"
 #include "stores/file_tree.hpp"
 #include "stores/process_locks.hpp"
-#include "stores/whole_file_reads.hpp"
 #include "zarr_device/store.hpp"
 
 namespace zarr_device {
@@ -78,7 +77,7 @@ class FileValueReader final : public ValueReader {
   OpenFile file_;
 };
 
-class LocalStore final : public Store, public FileBacked, public HeldRoot, public WholeValueReads {
+class LocalStore final : public Store, public FileBacked, public HeldRoot {
  public:
   LocalStore(fs::path root, LocalStoreOptions options)
       : tree_(std::move(root)), options_(options) {}
@@ -137,21 +136,6 @@ class LocalStore final : public Store, public FileBacked, public HeldRoot, publi
     for (const auto& p : pieces) total += p.size();
     if (value->size != total) return value->size;
     return stores::read_pieces(value->file.get(), value->direct, pieces, value->path);
-  }
-
-  // Through io_uring, from a view's held root (reads take one), by the kernel's own resolution
-  // beneath it (openat2), through the page cache: otherwise every value is left to open().
-  void read_whole(std::span<const Read> reads, std::span<WholeReadResult> results) const override {
-    for (auto& r : results) r = {};
-    const int root = tree_.held_root();
-    if (root < 0 || tree_.resolver() != stores::Resolver::kOpenat2 || direct()) return;
-    std::vector<stores::WholeFileRead> files;
-    files.reserve(reads.size());
-    for (const auto& read : reads) {
-      validate_key(read.key);
-      files.push_back({std::string(read.key), read.room});
-    }
-    stores::read_whole_files(root, files, results);
   }
 
   std::optional<std::uint64_t> size(std::string_view key) const override {
