@@ -26,7 +26,8 @@ using namespace std::chrono_literals;
 TEST(ThreadPool, ParallelForRunsEveryIndexExactlyOnce) {
   ThreadPool pool(4);
   EXPECT_EQ(pool.size(), 4u);
-  for (std::size_t count : {0, 1, 2, 3, 7, 100, 5000}) {
+  // (Counts about the runs items are claimed in: a sixteenth of a worker's share.)
+  for (std::size_t count : {0, 1, 2, 3, 7, 16, 17, 100, 255, 256, 257, 5000, 65537}) {
     for (std::size_t workers : {0, 1, 2, 4, 16}) {
       SCOPED_TRACE("count " + std::to_string(count) + ", workers " + std::to_string(workers));
       std::vector<std::atomic<int>> runs(count);

@@ -64,16 +64,24 @@ void ThreadPool::parallel_for(std::size_t count, std::size_t workers,
     std::exception_ptr error;
   };
   auto loop = std::make_shared<Loop>();
-  auto run = [loop, count, &body] {
+  // Items are claimed in runs of a sixteenth of a worker's share: a claim per item has every
+  // thread take the counter's cache line from the others, which for many small items (a plan of
+  // 65536 chunks) costs more than the items.
+  const std::size_t run_length =
+      std::max<std::size_t>(1, count / (16 * std::max<std::size_t>(workers, 1)));
+  auto run = [loop, count, run_length, &body] {
     while (!loop->failed.load(std::memory_order_relaxed)) {
-      const std::size_t i = loop->next.fetch_add(1);
-      if (i >= count) break;
-      try {
-        body(i);
-      } catch (...) {
-        std::lock_guard lock(loop->mutex);
-        if (!loop->error) loop->error = std::current_exception();
-        loop->failed = true;
+      const std::size_t first = loop->next.fetch_add(run_length);
+      if (first >= count) break;
+      const std::size_t end = std::min(count, first + run_length);
+      for (std::size_t i = first; i < end && !loop->failed.load(std::memory_order_relaxed); ++i) {
+        try {
+          body(i);
+        } catch (...) {
+          std::lock_guard lock(loop->mutex);
+          if (!loop->error) loop->error = std::current_exception();
+          loop->failed = true;
+        }
       }
     }
   };
