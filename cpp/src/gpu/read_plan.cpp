@@ -12,9 +12,11 @@
 namespace zarr_device::gpu {
 namespace {
 
+// (By value and moved in: a read of 65536 small chunks makes as many leaves, and a copy of each
+// vector is an allocation now and a free when the read ends.)
 Leaf make_leaf(const Array& array, const Store& store, std::string key,
                const codecs::CodecChain& chain, std::vector<DimSlice> selection,
-               const StridedView& destination) {
+               StridedView destination) {
   Leaf leaf;
   leaf.array = &array;
   leaf.store = &store;
@@ -23,7 +25,7 @@ Leaf make_leaf(const Array& array, const Store& store, std::string key,
   leaf.decoded_selection = selection;
   leaf.decoded_destination = destination;
   leaf.selection = std::move(selection);
-  leaf.destination = destination;
+  leaf.destination = std::move(destination);
   leaf.spec = &chain.map_to_encoded(leaf.selection, leaf.destination);
   return leaf;
 }
@@ -274,7 +276,9 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
     const std::size_t t =
         static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), i) - first.begin()) -
         1;
-    place::GridIntersection::Item item;
+    // One item per thread, refilled for each chunk: four vectors allocated and freed per chunk
+    // otherwise. (Nothing a chunk's plan calls plans another read on this thread.)
+    thread_local place::GridIntersection::Item item;
     grids[t].at(i - first[t], item);
     const Prefetched* known = !fetched.empty() && fetched[i] ? &prefetched[i] : nullptr;
     try {
