@@ -159,9 +159,9 @@ void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
         cudaMemcpyAsync(dev, d.bytes.data(), nbytes, cudaMemcpyHostToDevice, slot.stream));
     const auto [counts, strides] = gpu::staged_layout(leaf);
     if (defer_consumers_) wait_for_consumers(ctx, slot.stream);
-    launch_strided_copy(
-        plan_strided_copy(dev, strides, leaf.decoded_destination, leaf.spec->dtype->size, false, 1),
-        slot.stream);
+    launch_strided_copy(plan_strided_copy(dev, strides, leaf.decoded_destination(),
+                                          leaf.spec->dtype->size, false, 1),
+                        slot.stream);
     const cudaError_t launched = cudaGetLastError();
     const cudaError_t synced = cudaStreamSynchronize(slot.stream);
     ZD_CUDA_CHECK(launched);

@@ -240,7 +240,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
         const auto& fill = leaf.chain->spec().fill_value;
         const bool zero =
             std::all_of(fill.begin(), fill.end(), [](std::byte b) { return b == std::byte{0}; });
-        const auto& dst = leaf.decoded_destination;
+        const auto& dst = leaf.decoded_destination();
         if (zero && place::is_c_contiguous(dst, es)) {
           std::size_t n = es;
           for (auto e : dst.shape) n *= static_cast<std::size_t>(e);
@@ -265,7 +265,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
         break;
       case Route::kCpuDecode: {
         const auto [counts, strides] = staged_layout(leaf);
-        const auto& dst = leaf.decoded_destination;
+        const auto& dst = leaf.decoded_destination();
         if (place::is_c_contiguous(dst, es)) {
           ZD_CUDA_CHECK(cudaMemcpyAsync(dst.data, staged, leaf.staged, cudaMemcpyDeviceToDevice,
                                         slot.stream));

@@ -66,6 +66,42 @@ TEST(GpuReadPlan, RoutesByWhatCodecsDeclare) {
   EXPECT_EQ(plan({&target, 1}, GpuDecode::kTrusted, DeviceDecoders{})[0].route, Route::kCpuDecode);
 }
 
+// A leaf keeps its selection and destination as they were before array->array codecs only where
+// its chain has any (a transpose): otherwise they are the ones after, which no codec changed.
+TEST(GpuReadPlan, LeavesKeepTheirPlaceBeforeArrayCodecsWhereThereAreAny) {
+  auto store = make_memory_store();
+  auto plain = make_array(store, "plain", {4, 6}, {2, 3}, kZstdCrc);
+  json turned_codecs = kZstdCrc;
+  turned_codecs.insert(
+      turned_codecs.begin(),
+      json::object({{"name", "transpose"}, {"configuration", {{"order", {1, 0}}}}}));
+  auto turned = make_array(store, "turned", {4, 6}, {2, 3}, turned_codecs);
+  std::vector<std::byte> a, b;
+  const ReadTarget targets[] = {whole(plain, a), whole(turned, b)};
+  const auto leaves = plan(targets);
+  ASSERT_EQ(leaves.size(), 8u);
+  for (const auto& leaf : leaves) {
+    SCOPED_TRACE(leaf.where());
+    const bool is_turned = leaf.array == turned.get();
+    EXPECT_EQ(leaf.has_array_codecs(), is_turned);
+    ASSERT_EQ(leaf.decoded_selection().size(), 2u);
+    EXPECT_EQ(leaf.decoded_selection()[0].count, 2);
+    EXPECT_EQ(leaf.decoded_selection()[1].count, 3);
+    EXPECT_EQ(leaf.decoded_destination().shape, (std::vector<std::int64_t>{2, 3}));
+    if (!is_turned) {
+      EXPECT_TRUE(leaf.selection_before_codecs.empty());
+      EXPECT_EQ(&leaf.decoded_selection(), &leaf.selection);
+      continue;
+    }
+    // After the transpose: the chunk's axes swapped.
+    EXPECT_EQ(leaf.selection[0].count, 3);
+    EXPECT_EQ(leaf.selection[1].count, 2);
+    EXPECT_EQ(leaf.destination.shape, (std::vector<std::int64_t>{3, 2}));
+    EXPECT_EQ(leaf.destination.byte_strides,
+              (std::vector<std::int64_t>{4, 24}));  // the output's, swapped
+  }
+}
+
 TEST(GpuReadPlan, ManyArraysOfMixedLayoutsAreOneList) {
   auto store = make_memory_store();
   auto plain = make_array(store, "plain", {6, 4}, {3, 4}, json::array({{{"name", "bytes"}}}));

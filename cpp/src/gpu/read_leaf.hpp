@@ -46,11 +46,13 @@ struct Leaf {
   // which chunks are planned so).
   bool sized = true;
   const codecs::CodecChain* chain = nullptr;
-  const ChunkSpec* spec = nullptr;          // the array the array->bytes codec sees
-  std::vector<DimSlice> selection;          // inside that array (after array->array codecs)
-  StridedView destination;                  // device memory, likewise
-  std::vector<DimSlice> decoded_selection;  // the same before array->array codecs
-  StridedView decoded_destination;
+  const ChunkSpec* spec = nullptr;  // the array the array->bytes codec sees
+  std::vector<DimSlice> selection;  // inside that array (after array->array codecs)
+  StridedView destination;          // device memory, likewise
+  // The same before array->array codecs, kept only where the chain has any (decoded_selection()):
+  // copies of the two above for every chunk were an allocation each to make and to free.
+  std::vector<DimSlice> selection_before_codecs;
+  StridedView destination_before_codecs;
   Route route = Route::kFill;
   DecodeKind codec = DecodeKind::kZstd;
   bool (*accepts)(std::span<const std::byte>, std::size_t) = nullptr;  // the codec's framing check
@@ -63,6 +65,17 @@ struct Leaf {
   std::size_t staged = 0;          // bytes in the slot
   std::size_t scratch = kInPlace;  // device decodes: offset in the decode scratch, or one of these
   std::size_t decode_scratch = 0;  // device decodes: bytes of decode scratch (0: decoded in place)
+
+  // The selection and destination before array->array codecs.
+  [[nodiscard]] bool has_array_codecs() const {
+    return chain != nullptr && !chain->array_to_array().empty();
+  }
+  [[nodiscard]] const std::vector<DimSlice>& decoded_selection() const {
+    return has_array_codecs() ? selection_before_codecs : selection;
+  }
+  [[nodiscard]] const StridedView& decoded_destination() const {
+    return has_array_codecs() ? destination_before_codecs : destination;
+  }
 
   // The store its bytes are read from: the read's view of its array's store, or that store.
   [[nodiscard]] const Store& source() const { return store ? *store : *array->store(); }

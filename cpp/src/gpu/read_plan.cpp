@@ -22,8 +22,10 @@ Leaf make_leaf(const Array& array, const Store& store, std::string key,
   leaf.store = &store;
   leaf.key = std::move(key);
   leaf.chain = &chain;
-  leaf.decoded_selection = selection;
-  leaf.decoded_destination = destination;
+  if (!chain.array_to_array().empty()) {
+    leaf.selection_before_codecs = selection;
+    leaf.destination_before_codecs = destination;
+  }
   leaf.selection = std::move(selection);
   leaf.destination = std::move(destination);
   leaf.spec = &chain.map_to_encoded(leaf.selection, leaf.destination);
@@ -114,7 +116,7 @@ void plan_shard(const ReadTarget& target, const place::GridIntersection::Item& i
 
 std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> staged_layout(const Leaf& leaf) {
   std::vector<std::int64_t> counts;
-  for (const auto& s : leaf.decoded_selection) counts.push_back(s.count);
+  for (const auto& s : leaf.decoded_selection()) counts.push_back(s.count);
   auto strides = place::c_strides(counts, leaf.spec->dtype->size);
   return {std::move(counts), std::move(strides)};
 }

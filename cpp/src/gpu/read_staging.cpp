@@ -49,7 +49,7 @@ bool check_staged(const Leaf& leaf, const std::byte* host) {
 ByteArray decode_on_cpu(const Leaf& leaf, const Buffer& stored) {
   ByteArray decoded(selection_bytes(leaf));
   auto [counts, strides] = staged_layout(leaf);
-  leaf.chain->decode_into(stored, leaf.decoded_selection,
+  leaf.chain->decode_into(stored, leaf.decoded_selection(),
                           StridedView{decoded.data(), counts, strides});
   return decoded;
 }
@@ -277,7 +277,7 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
               dynamic_cast<const BatchedGets*>(leaf.array->store().get())
                   ? engine::PieceDecode::kNotInPieces
                   : engine::decode_from_pieces(*leaf.chain, *leaf.value, leaf.offset, leaf.length,
-                                               leaf.decoded_selection, staged);
+                                               leaf.decoded_selection(), staged);
           const auto shorter = [] {
             return CodecError("chunk is shorter than its shard index says");
           };
@@ -285,7 +285,7 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
           if (pieces == engine::PieceDecode::kDecoded) return;
           const auto stored = leaf.value->read(leaf.offset, leaf.length);
           if (stored.size() != leaf.length) throw shorter();
-          leaf.chain->decode_into(stored, leaf.decoded_selection, staged);
+          leaf.chain->decode_into(stored, leaf.decoded_selection(), staged);
           return;
         }
         default: {
