@@ -4,11 +4,16 @@
 // the threads contend for the process's table), and io_uring rings of one per thread whose
 // descriptors are the ring's own (an open, a read and a close linked, 32 files a submission), with
 // openat and with openat2 (RESOLVE_BENEATH). Files are made when absent and read once before the
-// timing (in the page cache). Measured once to decide how reads of small chunk files open them;
-// not part of the build.
+// timing (in the page cache). With `check`, each file's bytes are also summed once read, as a read
+// checks a chunk's crc32c: right after its own read on a thread, after its submission through
+// io_uring (FILES files a submission, 32 unless given). For io_uring, the kernel's worker threads
+// (iou-wrk) alive after each way are counted: work the kernel could not do inline in the
+// submitting thread ran there. Measured to decide how reads of small chunk files open them; not
+// part of the build.
 //
 //   g++ -O2 -std=c++20 -pthread bench/probe_uring_opens.cpp -o /tmp/probe_uring
-//   /tmp/probe_uring DIR N [BYTES]   # N files of BYTES (16384) at DIR/c/<i>/0
+//   /tmp/probe_uring DIR N [BYTES [check [FILES]]]  # N files of BYTES (16384) at DIR/c/<i>/0
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/io_uring.h>
 #include <linux/openat2.h>
@@ -23,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,6 +124,27 @@ int main(int argc, char** argv) {
   const std::string root = argv[1];
   const int n = std::atoi(argv[2]);
   const std::size_t bytes = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 16384;
+  const bool check = argc > 4 && std::string(argv[4]) == "check";
+  const unsigned files_per_submit =
+      argc > 5 ? static_cast<unsigned>(std::strtoul(argv[5], nullptr, 10)) : 32;
+  std::atomic<std::uint64_t> sink{0};
+  auto sum = [](const char* data, std::size_t size) {
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < size; ++i) total += static_cast<unsigned char>(data[i]);
+    return total;
+  };
+  auto kernel_workers = [] {
+    int count = 0;
+    if (DIR* tasks = opendir("/proc/self/task")) {
+      while (const dirent* e = readdir(tasks)) {
+        std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+        std::string name;
+        if (std::getline(comm, name) && name.rfind("iou-wrk", 0) == 0) ++count;
+      }
+      closedir(tasks);
+    }
+    return count;
+  };
   std::vector<std::string> keys;
   std::vector<char> data(bytes, 'x');
   for (int i = 0; i < n; ++i) {
@@ -141,7 +168,7 @@ int main(int argc, char** argv) {
                          "processes: openat2 + fstat + pread + close",
                          "io_uring: openat + read + close, ring's own descriptors",
                          "io_uring: openat2 + read + close, ring's own descriptors"};
-  constexpr unsigned kFilesPerSubmit = 32;
+  const unsigned kFilesPerSubmit = files_per_submit;
   for (const int threads : {1, 4, 8, 16}) {
     for (int way = 0; way < 5; ++way) {
       std::atomic<long> failures{0};
@@ -160,6 +187,7 @@ int main(int argc, char** argv) {
             }
             if (pread(fd, buf.data(), bytes, 0) != static_cast<ssize_t>(bytes)) ++failures;
             close(fd);
+            if (check) sink += sum(buf.data(), bytes);
           }
           return;
         }
@@ -201,6 +229,9 @@ int main(int argc, char** argv) {
             c->file_index = k + 1;
           }
           failures += ring.submit_and_wait(3 * count);
+          if (check) {
+            for (unsigned k = 0; k < count; ++k) sink += sum(buf.data() + k * bytes, bytes);
+          }
         }
         close(ring.fd);
       };
@@ -226,10 +257,14 @@ int main(int argc, char** argv) {
         for (auto& th : pool) th.join();
       }
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("%2d threads  %-58s %7.3f us/file  %6.2f GB/s%s\n", threads, names[way],
+      const int workers = way >= 3 ? kernel_workers() : 0;
+      std::printf("%2d threads  %-58s %7.3f us/file  %6.2f GB/s%s", threads, names[way],
                   s * 1e6 / n, static_cast<double>(bytes) * n / s / 1e9,
                   failures ? "  FAILURES" : "");
+      if (way >= 3) std::printf("  (kernel workers: %d)", workers);
+      std::printf("\n");
     }
   }
+  if (check) std::printf("(checked: %llu)\n", static_cast<unsigned long long>(sink.load()));
   return 0;
 }
