@@ -231,7 +231,8 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     shared = gpu::share_decodes(leaves, gpu::DecodeKind::kZstd, rates);
   }
   // The ring's slots hold the largest chunk: fewer, larger slots in the same staging.
-  auto context = context_for(device_, options_, gpu::staging_need(leaves));
+  const auto need = gpu::staging_need(leaves);
+  auto context = context_for(device_, options_, need);
   auto& ctx = *context;
   const std::size_t base = ctx.start_batch();  // batch b takes slot (base + b) % slots
   const bool decodes = std::any_of(leaves.begin(), leaves.end(), [](const Leaf& leaf) {
@@ -246,7 +247,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   // Pack the leaves into batches: as many as fit a slot, and whose GPU decodes fit a region.
   prepare_decodes(ctx, leaves, !defer_consumers_);
   const std::size_t capacity = ctx.slots_.front().capacity;
-  const std::size_t target = gpu::batch_target(leaves, capacity, ctx.slots_.size());
+  const std::size_t target = gpu::batch_target(need, capacity, ctx.slots_.size());
   const auto batches = gpu::pack_batches(leaves, capacity, target, costs_, ctx.decode_budget);
   // The device waits for the consumers' work, not the host, which goes on planning and reading.
   consumers_ = ctx.record_consumers(streams);

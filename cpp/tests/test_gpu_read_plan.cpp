@@ -206,15 +206,16 @@ TEST(GpuReadBatches, SmallReadsAreCutIntoSmallBatches) {
   constexpr std::size_t kSlot = std::size_t{64} << 20;
   std::vector<Leaf> small;
   for (int i = 0; i < 32; ++i) small.push_back(sized_leaf(Route::kCopy, 1 << 20, spec));
-  const std::size_t target = batch_target(small, kSlot, 12);
+  const std::size_t target = batch_target(staging_need(small), kSlot, 12);
   EXPECT_EQ(target, kMinBatchBytes);
   const auto batches = pack_batches(small, kSlot, target, DecodeCosts{}, 0);
   ASSERT_EQ(batches.size(), 8u);
   EXPECT_EQ(batches[0].end, 4u);
   std::vector<Leaf> large;
   for (int i = 0; i < 4096; ++i) large.push_back(sized_leaf(Route::kCopy, 1 << 20, spec));
-  EXPECT_EQ(batch_target(large, kSlot, 12), kCopyBatchBytes);
-  EXPECT_EQ(batch_target(large, 2 << 20, 12), std::size_t{2} << 20);  // never more than a slot
+  EXPECT_EQ(batch_target(staging_need(large), kSlot, 12), kCopyBatchBytes);
+  EXPECT_EQ(batch_target(staging_need(large), 2 << 20, 12),
+            std::size_t{2} << 20);  // never more than a slot
   // Batches with device decodes fill their slot: the decoder's speed follows its chunks in flight.
   std::vector<Leaf> decodes;
   for (int i = 0; i < 32; ++i) decodes.push_back(sized_leaf(Route::kDeviceDecode, 1 << 20, spec));

@@ -64,10 +64,9 @@ StagingNeed staging_need(std::span<const Leaf> leaves) {
   return {staged_bytes(*largest), largest->array ? largest->where() : std::string(), total};
 }
 
-std::size_t batch_target(std::span<const Leaf> leaves, std::size_t capacity, std::size_t slots) {
-  const std::size_t total = staging_need(leaves).total;
+std::size_t batch_target(const StagingNeed& need, std::size_t capacity, std::size_t slots) {
   return std::min(
-      std::clamp(total / std::max<std::size_t>(slots, 1), kMinBatchBytes, kCopyBatchBytes),
+      std::clamp(need.total / std::max<std::size_t>(slots, 1), kMinBatchBytes, kCopyBatchBytes),
       capacity);
 }
 

@@ -80,11 +80,12 @@ struct StagingNeed {
 };
 StagingNeed staging_need(std::span<const Leaf> leaves);
 
-// The staged bytes a batch of copies aims at for a read of `leaves` through `slots` slots of
-// `capacity` bytes. A read costs about one batch's fetch before the first copy starts and one
-// batch's copy after the last fetch ends, so a small read is cut finer. Batches with device
-// decodes fill their slot instead: a batched decoder's speed follows the chunks it decodes at once.
-std::size_t batch_target(std::span<const Leaf> leaves, std::size_t capacity, std::size_t slots);
+// The staged bytes a batch of copies aims at for a read that stages `need` (staging_need of its
+// leaves, found once per read: a pass over every leaf) through `slots` slots of `capacity` bytes.
+// A read costs about one batch's fetch before the first copy starts and one batch's copy after
+// the last fetch ends, so a small read is cut finer. Batches with device decodes fill their slot
+// instead: a batched decoder's speed follows the chunks it decodes at once.
+std::size_t batch_target(const StagingNeed& need, std::size_t capacity, std::size_t slots);
 
 // How many batches past the one going to the device a read fetches while it goes: batch b uses
 // slot b % slots, so the CPU stages of the next fetch_ahead(batch) batches run on the pool while
