@@ -22,7 +22,7 @@ Leaf make_leaf(const Array& array, const Store& store, std::string key,
   leaf.store = &store;
   leaf.key = std::move(key);
   leaf.chain = &chain;
-  if (!chain.array_to_array().empty()) {
+  if (leaf.has_array_codecs()) {
     leaf.selection_before_codecs = selection;
     leaf.destination_before_codecs = destination;
   }
@@ -30,6 +30,16 @@ Leaf make_leaf(const Array& array, const Store& store, std::string key,
   leaf.destination = std::move(destination);
   leaf.spec = &chain.map_to_encoded(leaf.selection, leaf.destination);
   return leaf;
+}
+
+// The key of `array`'s chunk at grid position `chunk`.
+std::string chunk_key(const Array& array, std::span<const std::int64_t> chunk) {
+  return join_key(array.path(), array.metadata().chunk_key_encoding.key(chunk));
+}
+
+// What a target's chunks are read from: the read's view of its array's store, or that store.
+const Store& source_of(const ReadTarget& target) {
+  return target.store ? *target.store : *target.array->store();
 }
 
 // What was asked for already of a chunk of a store that answers many requests in one call: its
@@ -46,10 +56,9 @@ Leaf plan_chunk(const ReadTarget& target, const place::GridIntersection::Item& i
                 PlanSizes sizes) {
   const Array& array = *target.array;
   const auto& chain = array.chain();
-  const Store& store = target.store ? *target.store : *array.store();
-  Leaf leaf = make_leaf(
-      array, store, join_key(array.path(), array.metadata().chunk_key_encoding.key(item.chunk)),
-      chain, item.within, place::subview(target.out, item.out_offset, item.count));
+  const Store& store = source_of(target);
+  Leaf leaf = make_leaf(array, store, chunk_key(array, item.chunk), chain, item.within,
+                        place::subview(target.out, item.out_offset, item.count));
   if (!prefetched && sizes == PlanSizes::kAtFetch &&
       chain.max_stored_size() <= kSizedAtFetchBytes) {
     leaf.length = chain.max_stored_size();
@@ -71,9 +80,8 @@ void plan_shard(const ReadTarget& target, const place::GridIntersection::Item& i
                 const Prefetched* prefetched) {
   const Array& array = *target.array;
   const auto& chain = array.chain();
-  const Store& store = target.store ? *target.store : *array.store();
-  const std::string key =
-      join_key(array.path(), array.metadata().chunk_key_encoding.key(item.chunk));
+  const Store& store = source_of(target);
+  const std::string key = chunk_key(array, item.chunk);
   const StridedView region = place::subview(target.out, item.out_offset, item.count);
   const auto* shard = chain.shard_layout();
   // The shard's index and its chunks come from one open version of it (of a store that cannot
@@ -207,14 +215,13 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
   for (std::size_t t = 0; t < targets.size(); ++t) {
     const auto* gets = dynamic_cast<const BatchedGets*>(targets[t].array->store().get());
     if (!gets) continue;
-    const auto& meta = targets[t].array->metadata();
     const auto* shard = targets[t].array->chain().shard_layout();
     std::vector<std::string> keys;
     keys.reserve(grids[t].size());
     place::GridIntersection::Item item;
     for (std::size_t j = 0; j < grids[t].size(); ++j) {
       grids[t].at(j, item);
-      keys.push_back(join_key(targets[t].array->path(), meta.chunk_key_encoding.key(item.chunk)));
+      keys.push_back(chunk_key(*targets[t].array, item.chunk));
     }
     if (prefetched.empty()) {
       prefetched.resize(first.back());
@@ -297,10 +304,8 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
       plan_shard(targets[t], item, decoders, policy, per_chunk[i], known);
       for (auto& leaf : per_chunk[i]) leaf.target = t;
     } catch (Error& e) {
-      const auto& meta = targets[t].array->metadata();
       e.add_context(targets[t].array->describe() + ", chunk '" +
-                    join_key(targets[t].array->path(), meta.chunk_key_encoding.key(item.chunk)) +
-                    "'");
+                    chunk_key(*targets[t].array, item.chunk) + "'");
       throw;
     }
   });
