@@ -9,16 +9,21 @@ third read of each prints its ``ZARR_DEVICE_TRACE`` line on stderr (batches, dec
 chunks per call, nvCOMP's working memory per chunk).
 
     python bench/bench_large_chunks.py --out /tmp/blc [--size 1GiB] [--chunks 4MiB,16MiB,64MiB]
-        [--variants "default;decode_bytes=8GiB,staging_bytes=4GiB"]
+        [--variants "default;decode_bytes=8GiB,staging_bytes=4GiB"] [--scaling]
+
+With --scaling, each array is instead read in its first 1, 2, 4, ... chunks onto the GPU and into
+host memory (best of 3 and of 2): how the device's rate grows with the chunks it decodes at once,
+against the CPU threads'.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -49,6 +54,40 @@ def parse_variants(text: str) -> list[tuple[str, dict[str, Any]]]:
     return variants
 
 
+def best_seconds(read: Callable[[], Any], attempts: int) -> float:
+    import torch
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    best = float("inf")
+    for _ in range(attempts):
+        sync()
+        start = time.perf_counter()
+        out = read()
+        sync()
+        best = min(best, time.perf_counter() - start)
+        del out
+    return best
+
+
+def scaling(array: Any, device: str) -> None:
+    """Reads of the first k chunks: on the GPU, k = 1, 2, 4, ... (the device decodes them at
+    once); into host memory, one chunk (one thread) and all of them."""
+    rows = array.chunks[0]
+    n = array.shape[0] // rows
+    chunk = rows * math.prod(array.shape[1:]) * array.dtype.itemsize
+    print(f"{fmt_bytes(chunk)} chunks, {n} of them:", flush=True)
+    k = 1
+    while k <= n:
+        sel = (slice(0, k * rows),)
+        s = best_seconds(lambda: array.read(sel, device=device, like="torch"), 3)
+        print(f"  {device}, {k} chunks: {k * chunk / s / 1e9:.2f} GB/s ({s * 1e3:.1f} ms)", flush=True)
+        k *= 2
+    for k in sorted({1, n}):
+        sel = (slice(0, k * rows),)
+        s = best_seconds(lambda: array.read(sel, device="cpu", like="numpy"), 2)
+        print(f"  host memory, {k} chunks: {k * chunk / s / 1e9:.2f} GB/s ({s * 1e3:.1f} ms)", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--size", type=parse_size, default=GIB)
@@ -57,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="directory for the arrays (reused when present)")
     parser.add_argument("--variants", default=None,
                         help="settings to read under, e.g. 'default;decode_bytes=8GiB' (default: the built-in five)")
+    parser.add_argument("--scaling", action="store_true",
+                        help="read the first 1, 2, 4, ... chunks of each array on the GPU and the CPU instead")
     args = parser.parse_args(argv)
     variants = parse_variants(args.variants) if args.variants else VARIANTS
     import torch
@@ -73,6 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                               compressors=ZSTD_CRC)
             array[...] = values
         array = zd.open_array(path)
+        if args.scaling:
+            scaling(array, args.device)
+            continue
         for label, settings in variants:
             previous = zd.set_config(**settings)
             try:
