@@ -34,13 +34,15 @@ _DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
 
 def summarize(trace: dict[str, Any], decode_kernel: str = "decompress", long_ms: float = 1.0) -> dict[str, Any]:
     """The timeline's span (ms, first device event to last), the device time by kind of work,
-    the average number of `decode_kernel` kernels running at once over the span, and the host's
-    waits: count and total ms of each call in HOST_WAITS, and the calls longer than `long_ms`
-    (start ms from the first device event, duration ms, name)."""
+    the average and the most `decode_kernel` kernels running at once, their mean and longest ms
+    (a decoder the device saturates runs more kernels at once, each longer; one held back by the
+    host runs few), and the host's waits: count and total ms of each call in HOST_WAITS, and the
+    calls longer than `long_ms` (start ms from the first device event, duration ms, name)."""
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
     device = [e for e in events if e.get("cat") in _DEVICE]
     if not device:
-        return {"span_ms": 0.0, "device": {}, "decode_concurrency": 0.0, "decode_kernels": 0, "waits": {}, "long": []}
+        return {"span_ms": 0.0, "device": {}, "decode_concurrency": 0.0, "decode_peak": 0, "decode_kernels": 0,
+                "decode_ms": {"mean": 0.0, "max": 0.0}, "waits": {}, "long": []}
     start = min(e["ts"] for e in device)
     end = max(e["ts"] + e["dur"] for e in device)
     span_us = max(end - start, 1e-9)
@@ -50,6 +52,14 @@ def summarize(trace: dict[str, Any], decode_kernel: str = "decompress", long_ms:
         by_kind[kind][0] += 1
         by_kind[kind][1] += e["dur"] / 1e3
     decodes = [e for e in device if e["cat"] == "kernel" and decode_kernel in e.get("name", "")]
+    # The most running at once: starts and ends in time order, an end before a start at the same
+    # instant (kernels one after the other on a stream do not overlap).
+    edges = sorted([(e["ts"], 1) for e in decodes] + [(e["ts"] + e["dur"], -1) for e in decodes])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    durations = [e["dur"] / 1e3 for e in decodes]
     waits: dict[str, list[float]] = {}
     long: list[tuple[float, float, str]] = []
     for e in events:
@@ -67,6 +77,11 @@ def summarize(trace: dict[str, Any], decode_kernel: str = "decompress", long_ms:
         "device": {k: {"count": int(v[0]), "ms": v[1]} for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1][1])},
         "decode_kernels": len(decodes),
         "decode_concurrency": sum(e["dur"] for e in decodes) / span_us,
+        "decode_peak": peak,
+        "decode_ms": {
+            "mean": sum(durations) / len(durations) if durations else 0.0,
+            "max": max(durations, default=0.0),
+        },
         "waits": {k: {"count": int(v[0]), "ms": v[1]} for k, v in waits.items()},
         "long": sorted(long),
     }
@@ -75,7 +90,8 @@ def summarize(trace: dict[str, Any], decode_kernel: str = "decompress", long_ms:
 def format_summary(summary: dict[str, Any], top: int = 6) -> str:
     lines = [
         f"  GPU span {summary['span_ms']:.1f} ms; {summary['decode_kernels']} decode kernels, "
-        f"{summary['decode_concurrency']:.1f} running at once on average"
+        f"{summary['decode_concurrency']:.1f} running at once on average, {summary['decode_peak']} at most; "
+        f"{summary['decode_ms']['mean']:.1f} ms each on average, {summary['decode_ms']['max']:.1f} at most"
     ]
     for kind, v in list(summary["device"].items())[:top]:
         lines.append(f"    {kind:48s} {v['count']:5d} x  {v['ms']:8.1f} ms")

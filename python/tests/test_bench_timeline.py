@@ -36,6 +36,8 @@ def test_a_timeline_is_summarised() -> None:
     assert summary["span_ms"] == 13.0
     assert summary["decode_kernels"] == 2
     assert abs(summary["decode_concurrency"] - 16 / 13) < 1e-9
+    assert summary["decode_peak"] == 2
+    assert summary["decode_ms"] == {"mean": 8.0, "max": 8.0}
     assert summary["waits"] == {"cudaStreamSynchronize": {"count": 2, "ms": 6.5}, "cudaMalloc": {"count": 1, "ms": 0.2}}
     assert [(name, duration) for _, duration, name in summary["long"]] == [
         ("cudaLaunchKernel", 2.0),
@@ -43,7 +45,7 @@ def test_a_timeline_is_summarised() -> None:
     ]
     assert summary["device"]["kernel zstd::decompression_kernel(...)"] == {"count": 2, "ms": 16.0}
     text = format_summary(summary)
-    assert "2 decode kernels, 1.2 running at once" in text
+    assert "2 decode kernels, 1.2 running at once on average, 2 at most; 8.0 ms each" in text
     assert "cudaStreamSynchronize 2 x 6.5 ms" in text
 
 
@@ -51,3 +53,20 @@ def test_an_empty_timeline() -> None:
     summary = summarize({"traceEvents": []})
     assert summary["span_ms"] == 0.0 and summary["waits"] == {}
     assert "host waits: none" in format_summary(summary)
+
+
+def test_kernels_one_after_another_do_not_overlap() -> None:
+    """A kernel that starts as another ends is not running beside it; three at once are three."""
+    trace = {
+        "traceEvents": [
+            _event("kernel", "decompress_a", 0, 1000),
+            _event("kernel", "decompress_a", 1000, 3000),
+            _event("kernel", "decompress_b", 1500, 1000),
+            _event("kernel", "decompress_b", 2000, 1000),
+        ]
+    }
+    summary = summarize(trace)
+    assert summary["decode_peak"] == 3
+    assert summary["decode_ms"] == {"mean": 1.5, "max": 3.0}
+    alone = summarize({"traceEvents": trace["traceEvents"][:2]})
+    assert alone["decode_peak"] == 1
