@@ -12,7 +12,7 @@ chunks per call, nvCOMP's working memory per chunk).
         [--variants "default;decode_bytes=8GiB,staging_bytes=4GiB"] [--scaling]
 
 With --scaling, each array is instead read in its first 1, 2, 4, ... chunks onto the GPU and into
-host memory (best of 3 and of 2): how the device's rate grows with the chunks it decodes at once,
+host memory (after a warm-up read, best of 3 and of 2): how the device's rate grows with the chunks it decodes at once,
 against the CPU threads'.
 """
 
@@ -23,13 +23,13 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_gpu import GIB, fmt_bytes, parse_size  # noqa: E402
-from bench_layouts import COLS, ZSTD_CRC, weights  # noqa: E402
+from bench_layouts import COLS, ZSTD_CRC, best_of, weights  # noqa: E402
 
 VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("default", {}),
@@ -54,21 +54,6 @@ def parse_variants(text: str) -> list[tuple[str, dict[str, Any]]]:
     return variants
 
 
-def best_seconds(read: Callable[[], Any], attempts: int) -> float:
-    import torch
-
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    best = float("inf")
-    for _ in range(attempts):
-        sync()
-        start = time.perf_counter()
-        out = read()
-        sync()
-        best = min(best, time.perf_counter() - start)
-        del out
-    return best
-
-
 def scaling(array: Any, device: str) -> None:
     """Reads of the first k chunks: on the GPU, k = 1, 2, 4, ... (the device decodes them at
     once); into host memory, one chunk (one thread) and all of them."""
@@ -79,12 +64,12 @@ def scaling(array: Any, device: str) -> None:
     k = 1
     while k <= n:
         sel = (slice(0, k * rows),)
-        s = best_seconds(lambda: array.read(sel, device=device, like="torch"), 3)
+        s, _ = best_of(lambda: array.read(sel, device=device, like="torch"), 3)
         print(f"  {device}, {k} chunks: {k * chunk / s / 1e9:.2f} GB/s ({s * 1e3:.1f} ms)", flush=True)
         k *= 2
     for k in sorted({1, n}):
         sel = (slice(0, k * rows),)
-        s = best_seconds(lambda: array.read(sel, device="cpu", like="numpy"), 2)
+        s, _ = best_of(lambda: array.read(sel, device="cpu", like="numpy"), 2)
         print(f"  host memory, {k} chunks: {k * chunk / s / 1e9:.2f} GB/s ({s * 1e3:.1f} ms)", flush=True)
 
 
