@@ -89,58 +89,6 @@ class ReadsInFlight {
   std::atomic<std::size_t>& on_device_;
 };
 
-// A batch still on the device when its read gave the ring back (see the end of Reader::read):
-// its decodes' checks moved off the slot, their statuses and sizes copied into a report of its
-// own, since the slot's arrays are the next read's.
-class AwaitedBatch {
- public:
-  AwaitedBatch(int device, Slot& slot, std::size_t batch)
-      : device_(device), batch_(batch), report_(take_report(device)) {
-    try {
-      std::size_t count = 0;
-      for (const auto& check : slot.checks) count = std::max(count, check.index + 1);
-      if (count) {
-        ZD_CUDA_CHECK(cudaMemcpyAsync(report_.statuses, slot.device_arrays.statuses,
-                                      count * sizeof(int), cudaMemcpyDeviceToHost, slot.stream));
-        ZD_CUDA_CHECK(cudaMemcpyAsync(report_.sizes, slot.device_arrays.sizes,
-                                      count * sizeof(std::size_t), cudaMemcpyDeviceToHost,
-                                      slot.stream));
-      }
-      ZD_CUDA_CHECK(cudaEventRecord(report_.done, slot.stream));
-    } catch (...) {
-      give_back_report(device_, report_);
-      throw;
-    }
-    // The slot stays busy: whoever uses it next waits for the batch and checks nothing.
-    checks_ = std::move(slot.checks);
-    slot.checks.clear();
-  }
-  ~AwaitedBatch() {
-    if (report_.done) give_back_report(device_, report_);
-  }
-  AwaitedBatch(AwaitedBatch&& other) noexcept
-      : device_(other.device_),
-        batch_(other.batch_),
-        report_(std::exchange(other.report_, DecodeReport{})),
-        checks_(std::move(other.checks_)) {}
-  AwaitedBatch(const AwaitedBatch&) = delete;
-  AwaitedBatch& operator=(const AwaitedBatch&) = delete;
-  AwaitedBatch& operator=(AwaitedBatch&&) = delete;
-
-  // Waits for the batch: the first failure of its decodes (a message naming the chunk), or empty.
-  std::string settle() const {
-    ZD_CUDA_CHECK(cudaEventSynchronize(report_.done));
-    return first_failure(checks_, report_.statuses, report_.sizes);
-  }
-  [[nodiscard]] std::size_t batch() const { return batch_; }
-
- private:
-  int device_;
-  std::size_t batch_;
-  DecodeReport report_;
-  std::vector<PendingCheck> checks_;
-};
-
 }  // namespace
 
 void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
@@ -244,11 +192,15 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   // decodes would queue behind that read's instead of overlapping them. Its chunks are decoded
   // into scratch, and only the writes into the outputs wait.
   defer_consumers_ = options_.non_blocking && may_stream_order && decodes;
-  // Pack the leaves into batches: as many as fit a slot, and whose GPU decodes fit a region.
-  prepare_decodes(ctx, leaves, !defer_consumers_);
+  // Pack the leaves into batches: as many as fit a slot, and whose GPU decodes fit a region (or
+  // a batch's share of the decode arena, for a read whose batches decode off their slots: one
+  // that waits for its decodes).
+  prepare_decodes(ctx, leaves, !defer_consumers_, !(options_.non_blocking && may_stream_order));
   const std::size_t capacity = ctx.slots_.front().capacity;
   const std::size_t target = gpu::batch_target(need, capacity, ctx.slots_.size());
-  const auto batches = gpu::pack_batches(leaves, capacity, target, costs_, ctx.decode_budget);
+  const std::size_t decode_budget =
+      off_slot_ ? gpu::off_slot_decode_budget(capacity, ctx.decode_memory()) : ctx.decode_budget;
+  const auto batches = gpu::pack_batches(leaves, capacity, target, costs_, decode_budget);
   // The device waits for the consumers' work, not the host, which goes on planning and reading.
   consumers_ = ctx.record_consumers(streams);
   if (!defer_consumers_) {
@@ -327,7 +279,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
       Slot& slot = ctx.slot(base + finished);
       if (!wait && slot.busy && cudaEventQuery(slot.done) == cudaErrorNotReady) break;
       finish(slot);
-      hand_on(finished + 1);
+      if (!off_slot_) hand_on(finished + 1);  // else once its decodes end (below)
     }
   };
   std::deque<std::future<void>> fetching;
@@ -335,7 +287,16 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   std::size_t most_ahead = 0;  // for the trace
   double waited_fetch = 0;
   std::vector<AwaitedBatch> awaited;  // batches waited for after the ring is given back
-  char trace[384] = "";
+  std::deque<AwaitedBatch> off_slot;  // batches decoding off their slots, in order
+  // Hands on the targets of the batches decoded off their slots that have ended, in order.
+  auto settle_off_slot = [&] {
+    while (!off_slot.empty() && off_slot.front().ended()) {
+      if (auto failure = off_slot.front().settle(); !failure.empty()) throw CodecError(failure);
+      hand_on(off_slot.front().batch() + 1);
+      off_slot.pop_front();
+    }
+  };
+  char trace[512] = "";
   try {
     hand_on(0);  // targets with nothing to stage (read straight from their files, or empty)
     for (std::size_t b = 0; b < batches.size(); ++b) {
@@ -379,7 +340,12 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
       const auto w0 = std::chrono::steady_clock::now();
       fetched.get();
       waited_fetch += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
-      submit(ctx, ctx.slot(base + b), batch_of(b), base + b);
+      if (off_slot_) {
+        off_slot.push_back(submit_off_slot(ctx, ctx.slot(base + b), batch_of(b), b));
+        settle_off_slot();
+      } else {
+        submit(ctx, ctx.slot(base + b), batch_of(b), base + b);
+      }
       finish_through(b + 1, false);  // hands on what is already complete
     }
     const auto queued = std::chrono::steady_clock::now();
@@ -403,24 +369,38 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
       // The read waits for its last batches (their decodes take milliseconds: a 2 MiB zstd chunk
       // about 9 ms on an H200's thread block) after giving the ring back, so that other threads'
       // reads use it meanwhile instead of queueing for one of the device's few rings.
-      awaited.reserve(batches.size() - finished);
-      for (std::size_t b = finished; b < batches.size(); ++b) {
-        awaited.emplace_back(device_, ctx.slot(base + b), b);
+      if (off_slot_) {
+        // Their slots hold nothing to check: the batches are awaited by their decodes.
+        awaited.reserve(off_slot.size());
+        for (auto& batch : off_slot) awaited.push_back(std::move(batch));
+        off_slot.clear();
+      } else {
+        awaited.reserve(batches.size() - finished);
+        for (std::size_t b = finished; b < batches.size(); ++b) {
+          awaited.emplace_back(device_, ctx.slot(base + b), b);
+        }
       }
     }
     // Slots left busy by a read that does not wait: the next read starts past them. Otherwise
     // from the first slot again (DeviceContext::start_batch).
     ctx.next_batch = stream_ordered ? base + batches.size() : 0;
     if (std::getenv("ZARR_DEVICE_TRACE")) {
+      const std::string decode_memory =
+          off_slot_
+              ? "decoded off the slots in an arena of " + std::to_string(ctx.decode_memory()) + " B"
+              : std::to_string(ctx.decode_regions()) + " decode regions of " +
+                    std::to_string(ctx.decode_budget) + " B";
       std::snprintf(
           trace, sizeof(trace),
           "zarr-device read: %zu targets %zu leaves %zu batches (copies %zu B), %zu slots from "
-          "%zu, fetched up to %zu ahead, %zu decode regions of %zu B, %zu decode calls of %zu "
-          "chunks, %zu shared with the CPU; plan %.2f ms (chunks %.2f), fetch waits %.2f ms, "
+          "%zu, fetched up to %zu ahead, %s, %zu decode calls of %zu chunks (%zu sized from "
+          "their frames, %zu in their slots), %zu shared with the CPU; plan %.2f ms (chunks %.2f), "
+          "fetch waits %.2f "
+          "ms, "
           "batches %.2f ms",
           targets.size(), leaves.size(), batches.size(), target, slots, base % slots, most_ahead,
-          ctx.decode_regions(), ctx.decode_budget, decode_calls_, decoded_chunks_, shared,
-          std::chrono::duration<double, std::milli>(t1 - t0).count(),
+          decode_memory.c_str(), decode_calls_, decoded_chunks_, sized_calls_, sized_in_slots_,
+          shared, std::chrono::duration<double, std::milli>(t1 - t0).count(),
           std::chrono::duration<double, std::milli>(t_chunks - t0).count(), waited_fetch * 1e3,
           std::chrono::duration<double, std::milli>(queued - t1).count());
     }
@@ -444,6 +424,8 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
       slot.busy = false;
       slot.checks.clear();
     }
+    ctx.drain_arena();
+    off_slot.clear();
     throw;
   }
   const auto w0 = std::chrono::steady_clock::now();

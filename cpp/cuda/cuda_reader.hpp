@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -56,8 +57,11 @@ class Reader {
   // GPUDirect Storage: reads the leaves that are stored as their elements and land whole and
   // contiguous straight from their files into place; returns those it could not (for the ring).
   std::vector<Leaf> read_from_files(std::vector<Leaf> leaves);
-  // Sizes what device decodes cost and splits the decode memory into regions for them.
-  void prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in_place);
+  // Sizes what device decodes cost and splits the decode memory into regions for them, or, for
+  // chunks a slot holds fewer than gpu::kFewPerSlot of, when `may_leave_slots`, makes it an arena
+  // (off_slot_).
+  void prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in_place,
+                       bool may_leave_slots);
   // Orders `stream`'s later work after the consumers' work recorded at the read's start: at once
   // for every slot, or, where a read defers it, before a batch's first write (see read()).
   void wait_for_consumers(DeviceContext& ctx, cudaStream_t stream) const;
@@ -65,6 +69,11 @@ class Reader {
   void fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch);
   // Its device stage: one transfer, decoding, placing. The next batch's CPU stage runs meanwhile.
   void submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch, std::size_t region);
+  // The same for a read whose batches decode in the decode arena (off_slot_): the batch's bytes
+  // cross into the arena and it decodes there on a stream of its own, its slot free once they are
+  // across; the batch is awaited by what this returns.
+  AwaitedBatch submit_off_slot(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
+                               std::size_t batch_index);
   void finish(Slot& slot);
 
   int device_;
@@ -73,6 +82,13 @@ class Reader {
   gpu::DecodeCosts costs_{};
   std::size_t decode_calls_ = 0;  // for ZARR_DEVICE_TRACE
   std::size_t decoded_chunks_ = 0;
+  std::size_t sized_calls_ = 0;       // whose temporary memory was sized from the frames
+  std::size_t sized_in_slots_ = 0;    // of those, sized from the frames in their pinned slot
+  int host_pointers_on_device_ = -1;  // registered host memory at its own address: unknown (-1)
+  // The read's batches decode in the decode arena, off their slots (submit_off_slot).
+  bool off_slot_ = false;
+  std::size_t off_slot_streams_ = 1;                           // the decode streams it uses in turn
+  std::array<bool, gpu::kMaxDecodeRegions> waited_streams_{};  // decode streams (consumers)
   std::size_t workers_;
   engine::ThreadPool& pool_;
   std::uint64_t id_;  // tells this read's batches on the ring from earlier reads' (Slot::owner)

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <cstdint>
+
 #if __has_include(<nvcomp/zstd.h>)
 #define ZARR_DEVICE_WITH_NVCOMP 1
 #include <nvcomp/deflate.h>
@@ -27,6 +29,9 @@ struct Symbols {
   nvcompStatus_t (*run)(const void* const*, const std::size_t*, const std::size_t*, std::size_t*,
                         std::size_t, void* const, std::size_t, void* const*, Opts, nvcompStatus_t*,
                         cudaStream_t) = nullptr;
+  nvcompStatus_t (*temp_sync)(const void* const*, const std::size_t*, std::size_t, std::size_t,
+                              std::size_t*, std::size_t, Opts, nvcompStatus_t*,
+                              cudaStream_t) = nullptr;  // optional
   Opts opts{};
 };
 
@@ -42,6 +47,8 @@ bool resolve(void* lib, const char* name, Symbols<Opts>& s, Opts opts) {
       dlsym(lib, (base + "GetRequiredAlignments").c_str()));
   s.temp = reinterpret_cast<decltype(s.temp)>(dlsym(lib, (base + "GetTempSize").c_str()));
   s.run = reinterpret_cast<decltype(s.run)>(dlsym(lib, (base + "Async").c_str()));
+  s.temp_sync =
+      reinterpret_cast<decltype(s.temp_sync)>(dlsym(lib, (base + "GetTempSizeSync").c_str()));
   s.opts = opts;
   return s.alignments && s.temp && s.run;
 }
@@ -56,6 +63,18 @@ BatchedDecompressor make() {
     }
     return bytes;
   };
+  if (S.temp_sync) {
+    d.temp_size_of = [](const void* const* inputs, const std::size_t* input_sizes,
+                        std::size_t chunks, std::size_t max_chunk, std::size_t total,
+                        cudaStream_t stream) -> std::size_t {
+      std::size_t bytes = 0;
+      if (S.temp_sync(inputs, input_sizes, chunks, max_chunk, &bytes, total, S.opts, nullptr,
+                      stream) != nvcompSuccess) {
+        return SIZE_MAX;  // the caller plans as before the data are seen
+      }
+      return bytes;
+    };
+  }
   d.decompress = [](const void* const* inputs, const std::size_t* input_sizes,
                     const std::size_t* capacities, std::size_t* sizes, std::size_t chunks,
                     void* temp, std::size_t temp_bytes, void* const* outputs, int* statuses,

@@ -80,7 +80,7 @@ void fault_in(std::byte* memory, std::size_t bytes) {
 
 void* host_alloc(std::size_t bytes) {
   void* p = nullptr;
-  ZD_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
+  ZD_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped));
   mappings().add(p, Mapping{0});
   return p;
 }
@@ -92,7 +92,8 @@ void* allocate_pinned(std::size_t bytes) {
   std::byte* memory = map_aligned(bytes);
   if (!memory) return host_alloc(bytes);
   fault_in(memory, bytes);
-  if (cudaHostRegister(memory, bytes, cudaHostRegisterPortable) != cudaSuccess) {
+  if (cudaHostRegister(memory, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped) !=
+      cudaSuccess) {
     cudaGetLastError();  // not sticky: clear it and take the driver's own allocation
     engine::unmap_huge_pages(memory, bytes);
     return host_alloc(bytes);

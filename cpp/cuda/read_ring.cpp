@@ -102,6 +102,40 @@ void give_back_report(int device, DecodeReport report) noexcept {
   }
 }
 
+AwaitedBatch::AwaitedBatch(int device, cudaStream_t stream, const int* statuses,
+                           const std::size_t* sizes, std::vector<PendingCheck> checks,
+                           std::size_t batch)
+    : device_(device), batch_(batch), report_(take_report(device)) {
+  try {
+    std::size_t count = 0;
+    for (const auto& check : checks) count = std::max(count, check.index + 1);
+    if (count) {
+      ZD_CUDA_CHECK(cudaMemcpyAsync(report_.statuses, statuses, count * sizeof(int),
+                                    cudaMemcpyDeviceToHost, stream));
+      ZD_CUDA_CHECK(cudaMemcpyAsync(report_.sizes, sizes, count * sizeof(std::size_t),
+                                    cudaMemcpyDeviceToHost, stream));
+    }
+    ZD_CUDA_CHECK(cudaEventRecord(report_.done, stream));
+  } catch (...) {
+    give_back_report(device_, report_);
+    throw;
+  }
+  checks_ = std::move(checks);
+}
+
+AwaitedBatch::AwaitedBatch(int device, Slot& slot, std::size_t batch)
+    : AwaitedBatch(device, slot.stream, slot.device_arrays.statuses, slot.device_arrays.sizes,
+                   std::move(slot.checks), batch) {
+  slot.checks.clear();
+}
+
+std::string AwaitedBatch::settle() const {
+  ZD_CUDA_CHECK(cudaEventSynchronize(report_.done));
+  return first_failure(checks_, report_.statuses, report_.sizes);
+}
+
+bool AwaitedBatch::ended() const { return cudaEventQuery(report_.done) != cudaErrorNotReady; }
+
 void defer_failure(int device, std::string message) {
   auto& failures = deferred();
   const std::lock_guard lock(failures.mutex);

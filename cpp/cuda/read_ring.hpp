@@ -12,8 +12,10 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "decode_arena.hpp"
 #include "device_memory.hpp"
 #include "devices/device.hpp"
 #include "gpu/read_batches.hpp"
@@ -95,6 +97,45 @@ struct DecodeReport {
 DecodeReport take_report(int device);
 void give_back_report(int device, DecodeReport report) noexcept;
 
+// A batch whose decodes are waited for apart from its slot: a read that gave the ring back
+// before its last batches ended (the end of Reader::read), or a batch decoded in the decode arena
+// (Reader::submit_off_slot), whose slot is filled again before its decodes end. Its decodes'
+// checks and a report of its own (their statuses and sizes, copied there on `stream` after its
+// decodes) go with it: the slot's arrays are the next batch's.
+class AwaitedBatch {
+ public:
+  // The decodes' statuses and sizes are in device memory at `statuses` and `sizes`, written by
+  // work queued on `stream`; `checks` index them.
+  AwaitedBatch(int device, cudaStream_t stream, const int* statuses, const std::size_t* sizes,
+               std::vector<PendingCheck> checks, std::size_t batch);
+  // A slot's batch: its checks move here, and the slot stays busy (whoever uses it next waits for
+  // the batch and checks nothing).
+  AwaitedBatch(int device, Slot& slot, std::size_t batch);
+  ~AwaitedBatch() {
+    if (report_.done) give_back_report(device_, report_);
+  }
+  AwaitedBatch(AwaitedBatch&& other) noexcept
+      : device_(other.device_),
+        batch_(other.batch_),
+        report_(std::exchange(other.report_, DecodeReport{})),
+        checks_(std::move(other.checks_)) {}
+  AwaitedBatch(const AwaitedBatch&) = delete;
+  AwaitedBatch& operator=(const AwaitedBatch&) = delete;
+  AwaitedBatch& operator=(AwaitedBatch&&) = delete;
+
+  // Waits for the batch: the first failure of its decodes (a message naming the chunk), or empty.
+  [[nodiscard]] std::string settle() const;
+  // Whether the batch has ended (settle() would not wait).
+  [[nodiscard]] bool ended() const;
+  [[nodiscard]] std::size_t batch() const { return batch_; }
+
+ private:
+  int device_;
+  std::size_t batch_;
+  DecodeReport report_;
+  std::vector<PendingCheck> checks_;
+};
+
 // Failures of device decodes found after the read that queued them had returned (it did not
 // wait: CudaReadOptions::non_blocking): kept per device until raise_deferred_failures reports
 // them. Safe from any thread.
@@ -131,6 +172,20 @@ class DeviceContext {
       } catch (...) {  // NOLINT(bugprone-empty-catch): a failed device is being let go of
       }
       release(s);
+    }
+    for (auto* s : decode_streams_) {
+      try {
+        gpu_->synchronize_stream(s);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a failed device is being let go of
+      }
+      gpu_->destroy_stream(s);
+    }
+    if (sizing_stream_) {
+      try {
+        gpu_->synchronize_stream(sizing_stream_);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a failed device is being let go of
+      }
+      gpu_->destroy_stream(sizing_stream_);
     }
     gpu_->deallocate_host(arrays_host_);
     gpu_->deallocate(arrays_device_);
@@ -244,6 +299,10 @@ class DeviceContext {
   // regions (and their memory) instead of reallocating them, which would synchronise the device on
   // every read.
   void use_decode_regions(std::size_t count) {
+    if (arena_ && arena_->holds_memory()) {  // decode memory is one or the other, never both
+      synchronize_decode_streams();
+      arena_->clear();
+    }
     if (regions_.size() >= count) return;
     for (auto* s : streams) gpu_->synchronize_stream(s);  // their work may use the old regions
     regions_.clear();
@@ -254,6 +313,43 @@ class DeviceContext {
   [[nodiscard]] std::size_t decode_regions() const { return regions_.size(); }
   [[nodiscard]] std::size_t decode_memory() const { return decode_memory_; }
   std::size_t decode_budget = 0;  // bytes per region
+
+  // The decode memory as one arena instead (DecodeArena: reads of chunks a slot holds few of),
+  // the regions' memory freed first.
+  DecodeArena& use_arena() {
+    if (!regions_.empty()) {
+      for (auto* s : streams) gpu_->synchronize_stream(s);  // their work may use the regions
+      synchronize_decode_streams();
+      regions_.clear();
+      decode_budget = 0;
+    }
+    if (!arena_) arena_ = std::make_unique<DecodeArena>(gpu_, decode_memory_);
+    return *arena_;
+  }
+  // The streams batches that decode in the arena run on, the first `count` of them in turn
+  // (gpu::off_slot_streams; at most kMaxDecodeRegions), made as first used. The index comes with
+  // it (a read's consumers are waited for once per stream).
+  std::pair<std::size_t, StreamHandle> next_decode_stream(std::size_t count) {
+    const std::size_t index =
+        next_decode_stream_++ % std::clamp<std::size_t>(count, 1, gpu::kMaxDecodeRegions);
+    while (decode_streams_.size() <= index) decode_streams_.push_back(gpu_->create_stream());
+    return {index, decode_streams_[index]};
+  }
+  // A stream of its own for sizing nvCOMP's memory from frames still in a pinned slot: a decode
+  // stream would make that synchronising call wait for every decode queued on it.
+  StreamHandle sizing_stream() {
+    if (!sizing_stream_) sizing_stream_ = gpu_->create_stream();
+    return sizing_stream_;
+  }
+  void synchronize_decode_streams() {
+    for (auto* s : decode_streams_) gpu_->synchronize_stream(s);
+  }
+  // Synchronises the decode streams without throwing, then forgets the arena's ranges (a read
+  // that failed drains what it queued).
+  void drain_arena() noexcept {
+    for (auto* s : decode_streams_) cudaStreamSynchronize(static_cast<cudaStream_t>(s));
+    if (arena_) arena_->reset();
+  }
 
  private:
   // `count` slots of the staging, each a whole number of pages.
@@ -283,6 +379,10 @@ class DeviceContext {
   std::byte* arrays_device_ = nullptr;
   std::size_t decode_memory_ = 0;
   std::vector<std::unique_ptr<SharedTemp>> regions_;
+  std::unique_ptr<DecodeArena> arena_;
+  std::vector<StreamHandle> decode_streams_;
+  StreamHandle sizing_stream_ = nullptr;
+  std::size_t next_decode_stream_ = 0;
 };
 
 // The settings a ring is made for: one made with others is not reused.

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,13 +37,120 @@ void place_on_device(const std::byte* src, const ChunkSpec& spec,
   ZD_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+
+// Whole chunks that land in contiguous, adjacent places of one output are copied together (never
+// across outputs: two allocations adjacent in memory are still two, and one copy may not span
+// them).
+struct CopyMerger {
+  cudaStream_t stream;
+  std::byte* dst = nullptr;
+  const std::byte* src = nullptr;
+  std::size_t n = 0;
+  std::size_t target = 0;
+  void add(std::byte* d, const std::byte* s, std::size_t bytes, std::size_t of) {
+    if (n && of == target && d == dst + n && s == src + n) {
+      n += bytes;
+      return;
+    }
+    flush();
+    dst = d;
+    src = s;
+    n = bytes;
+    target = of;
+  }
+  void flush() {
+    if (n) ZD_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
+    n = 0;
+  }
+};
+
+// Chunks of one decode call decoded into `scratch` (at their `scratch` offsets) moved to their
+// places, before the next call reuses it; `before_writing` first.
+void place_from_scratch(std::span<Leaf> batch, std::span<const std::size_t> members,
+                        const std::byte* scratch, CopyMerger& copies,
+                        const std::function<void()>& before_writing) {
+  for (const std::size_t m : members) {
+    auto& leaf = batch[m];
+    if (leaf.scratch == kInPlace) continue;
+    before_writing();
+    if (!leaf.swap && place::is_full(leaf.selection, leaf.spec->shape) &&
+        place::is_c_contiguous(leaf.destination, leaf.spec->dtype->size)) {
+      // Chunks decoded side by side into the scratch for adjacent places (a tensor's rows) move
+      // in one copy, not one per chunk.
+      copies.add(leaf.destination.data, scratch + leaf.scratch, leaf.spec->nbytes(), leaf.target);
+    } else {
+      copies.flush();
+      place_on_device(scratch + leaf.scratch, *leaf.spec, leaf.selection, leaf.destination,
+                      leaf.swap, copies.stream);
+    }
+    leaf.scratch = kPlaced;
+  }
+  copies.flush();
+}
+
+// The batch's leaves that are not device decodes (fills, copies, CPU decodes) placed from the
+// batch's copy on the device (`staged_copy`: where its slot's bytes are).
+void place_staged(std::span<Leaf> batch, const std::byte* staged_copy, CopyMerger& copies) {
+  const cudaStream_t stream = copies.stream;
+  for (auto& leaf : batch) {
+    if (leaf.scratch == kPlaced) continue;
+    const std::byte* staged = staged_copy + leaf.staging;
+    const std::size_t es = leaf.spec->dtype->size;
+    switch (leaf.route) {
+      case Route::kFill: {
+        const auto& fill = leaf.chain->spec().fill_value;
+        const bool zero =
+            std::all_of(fill.begin(), fill.end(), [](std::byte b) { return b == std::byte{0}; });
+        const auto& dst = leaf.decoded_destination();
+        if (zero && place::is_c_contiguous(dst, es)) {
+          std::size_t n = es;
+          for (auto e : dst.shape) n *= static_cast<std::size_t>(e);
+          ZD_CUDA_CHECK(cudaMemsetAsync(dst.data, 0, n, stream));
+        } else {
+          const std::vector<std::int64_t> zeros(dst.shape.size(), 0);
+          launch_strided_copy(plan_strided_copy(staged, zeros, dst, es, false, 1), stream);
+          ZD_CUDA_CHECK(cudaGetLastError());
+        }
+        break;
+      }
+      case Route::kCopy:
+        if (!leaf.swap && place::is_full(leaf.selection, leaf.spec->shape) &&
+            place::is_c_contiguous(leaf.destination, es)) {
+          copies.add(leaf.destination.data, staged, leaf.spec->nbytes(), leaf.target);
+          break;
+        }
+        place_on_device(staged, *leaf.spec, leaf.selection, leaf.destination, leaf.swap, stream);
+        break;
+      case Route::kDeviceDecode:  // decoded in place or placed after its call
+        break;
+      case Route::kCpuDecode: {
+        const auto [counts, strides] = staged_layout(leaf);
+        const auto& dst = leaf.decoded_destination();
+        if (place::is_c_contiguous(dst, es)) {
+          ZD_CUDA_CHECK(
+              cudaMemcpyAsync(dst.data, staged, leaf.staged, cudaMemcpyDeviceToDevice, stream));
+        } else {
+          launch_strided_copy(plan_strided_copy(staged, strides, dst, es, false, 1), stream);
+          ZD_CUDA_CHECK(cudaGetLastError());
+        }
+        break;
+      }
+    }
+  }
+  copies.flush();
+}
+
+}  // namespace
+
 void Reader::wait_for_consumers(DeviceContext& ctx, cudaStream_t stream) const {
   for (std::size_t i = 0; i < consumers_; ++i) {
     ZD_CUDA_CHECK(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(ctx.consumer_events[i]), 0));
   }
 }
 
-void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in_place) {
+void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in_place,
+                             bool may_leave_slots) {
   std::size_t max_chunk = 0;
   std::array<bool, DeviceDecoding::kKinds> present{};
   for (const auto& leaf : leaves) {
@@ -49,6 +158,7 @@ void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in
     max_chunk = std::max(max_chunk, leaf.spec->nbytes());
     present[static_cast<std::size_t>(leaf.codec)] = true;
   }
+  off_slot_ = false;
   if (max_chunk == 0) return;
   gpu::PerKind alignment{};
   for (std::size_t c = 0; c < present.size(); ++c) {
@@ -59,9 +169,18 @@ void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in
                  std::max<std::size_t>(d->temp_size(2, max_chunk, 2 * max_chunk) - first, 1)};
     alignment[c] = d->output_alignment;
   }
-  ctx.use_decode_regions(gpu::plan_decode_regions(leaves, costs_, alignment, ctx.slots_.size(),
-                                                  ctx.slots_.front().capacity, ctx.decode_memory(),
-                                                  in_place));
+  const std::size_t capacity = ctx.slots_.front().capacity;
+  const std::size_t regions =
+      gpu::plan_decode_regions(leaves, costs_, alignment, ctx.slots_.size(), capacity,
+                               ctx.decode_memory(), in_place);  // (and each chunk's scratch)
+  off_slot_ =
+      may_leave_slots && gpu::decodes_off_slots(leaves, capacity, ctx.decode_memory(), costs_);
+  if (off_slot_) {
+    ctx.use_arena();
+    off_slot_streams_ = gpu::off_slot_streams(leaves, ctx.decode_memory());
+  } else {
+    ctx.use_decode_regions(regions);
+  }
 }
 
 void Reader::finish(Slot& slot) {
@@ -92,31 +211,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
   }
   const BatchArrays& host_arrays = slot.host_arrays;
   const BatchArrays& device_arrays = slot.device_arrays;
-  // Whole chunks that land in contiguous, adjacent places of one output are copied together
-  // (never across outputs: two allocations adjacent in memory are still two, and one copy may not
-  // span them).
-  struct CopyMerger {
-    cudaStream_t stream;
-    std::byte* dst = nullptr;
-    const std::byte* src = nullptr;
-    std::size_t n = 0;
-    std::size_t target = 0;
-    void add(std::byte* d, const std::byte* s, std::size_t bytes, std::size_t of) {
-      if (n && of == target && d == dst + n && s == src + n) {
-        n += bytes;
-        return;
-      }
-      flush();
-      dst = d;
-      src = s;
-      n = bytes;
-      target = of;
-    }
-    void flush() {
-      if (n) ZD_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
-      n = 0;
-    }
-  } copies{slot.stream};
+  CopyMerger copies{slot.stream};
   std::size_t next = 0;
   // A read that defers its wait for the consumers writes its outputs only after it, once its
   // decoding (into scratch) is queued: the decoding overlaps the consumers' work.
@@ -202,25 +297,9 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
                     call.temp_bytes ? memory : nullptr, call.temp_bytes, device_arrays.outputs + at,
                     device_arrays.statuses + at, slot.stream);
       // Chunks decoded into the scratch move to their place before the next call reuses it.
-      std::byte* scratch = memory + align_up(call.temp_bytes, kStagingAlignment);
-      for (std::size_t m = call.begin; m < call.end; ++m) {
-        auto& leaf = batch[members[m]];
-        if (leaf.scratch == kInPlace) continue;
-        before_writing();
-        if (!leaf.swap && place::is_full(leaf.selection, leaf.spec->shape) &&
-            place::is_c_contiguous(leaf.destination, leaf.spec->dtype->size)) {
-          // Chunks decoded side by side into the scratch for adjacent places (a tensor's rows)
-          // move in one copy, not one per chunk.
-          copies.add(leaf.destination.data, scratch + leaf.scratch, leaf.spec->nbytes(),
-                     leaf.target);
-        } else {
-          copies.flush();
-          place_on_device(scratch + leaf.scratch, *leaf.spec, leaf.selection, leaf.destination,
-                          leaf.swap, slot.stream);
-        }
-        leaf.scratch = kPlaced;
-      }
-      copies.flush();  // before the next call reuses the scratch
+      place_from_scratch(batch, {members.data() + call.begin, call.end - call.begin},
+                         memory + align_up(call.temp_bytes, kStagingAlignment), copies,
+                         before_writing);
     }
     region.release(slot.stream);
     ZD_CUDA_CHECK(cudaMemcpyAsync(host_arrays.statuses + first, device_arrays.statuses + first,
@@ -231,56 +310,159 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
   }
 
   before_writing();
-  for (auto& leaf : batch) {
-    if (leaf.scratch == kPlaced) continue;
-    const std::byte* staged = slot.device + leaf.staging;
-    const std::size_t es = leaf.spec->dtype->size;
-    switch (leaf.route) {
-      case Route::kFill: {
-        const auto& fill = leaf.chain->spec().fill_value;
-        const bool zero =
-            std::all_of(fill.begin(), fill.end(), [](std::byte b) { return b == std::byte{0}; });
-        const auto& dst = leaf.decoded_destination();
-        if (zero && place::is_c_contiguous(dst, es)) {
-          std::size_t n = es;
-          for (auto e : dst.shape) n *= static_cast<std::size_t>(e);
-          ZD_CUDA_CHECK(cudaMemsetAsync(dst.data, 0, n, slot.stream));
-        } else {
-          const std::vector<std::int64_t> zeros(dst.shape.size(), 0);
-          launch_strided_copy(plan_strided_copy(staged, zeros, dst, es, false, 1), slot.stream);
-          ZD_CUDA_CHECK(cudaGetLastError());
-        }
-        break;
-      }
-      case Route::kCopy:
-        if (!leaf.swap && place::is_full(leaf.selection, leaf.spec->shape) &&
-            place::is_c_contiguous(leaf.destination, es)) {
-          copies.add(leaf.destination.data, staged, leaf.spec->nbytes(), leaf.target);
-          break;
-        }
-        place_on_device(staged, *leaf.spec, leaf.selection, leaf.destination, leaf.swap,
-                        slot.stream);
-        break;
-      case Route::kDeviceDecode:  // decoded in place or placed after its call
-        break;
-      case Route::kCpuDecode: {
-        const auto [counts, strides] = staged_layout(leaf);
-        const auto& dst = leaf.decoded_destination();
-        if (place::is_c_contiguous(dst, es)) {
-          ZD_CUDA_CHECK(cudaMemcpyAsync(dst.data, staged, leaf.staged, cudaMemcpyDeviceToDevice,
-                                        slot.stream));
-        } else {
-          launch_strided_copy(plan_strided_copy(staged, strides, dst, es, false, 1), slot.stream);
-          ZD_CUDA_CHECK(cudaGetLastError());
-        }
-        break;
-      }
-    }
-  }
-  copies.flush();
+  place_staged(batch, slot.device, copies);
   ZD_CUDA_CHECK(cudaEventRecord(slot.done, slot.stream));
   slot.owner = id_;
   slot.busy = true;
+}
+
+AwaitedBatch Reader::submit_off_slot(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
+                                     std::size_t batch_index) {
+  // 3'. The slot's bytes cross into the decode arena, and the batch decodes and lands there, on a
+  // stream of its own: the slot is free again once its bytes and arrays are across.
+  std::size_t used = 0;
+  for (const auto& leaf : batch) used = std::max(used, leaf.staging + leaf.staged);
+  ZD_CUDA_CHECK(cudaSetDevice(device_));
+  const auto [stream_index, handle] = ctx.next_decode_stream(off_slot_streams_);
+  auto* stream = static_cast<cudaStream_t>(handle);
+  if (!waited_streams_[stream_index]) {
+    wait_for_consumers(ctx, stream);
+    waited_streams_[stream_index] = true;
+  }
+  DecodeArena& arena = ctx.use_arena();
+  std::map<GpuCodec, std::vector<std::size_t>> decodes;
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].route != Route::kDeviceDecode || batch[i].scratch == kPlaced) continue;
+    decodes[batch[i].codec].push_back(i);
+    ++count;
+  }
+  const std::string where = batch.front().where();
+  // nvCOMP's memory sized from the frames where they are, in the pinned slot (the device reads
+  // them across PCIe), on a stream of its own, before any of the arena is taken: sized on the
+  // decode stream, the host would wait for every decode queued there and for the arena's earlier
+  // users of the memory the frames cross into.
+  if (host_pointers_on_device_ < 0) {
+    host_pointers_on_device_ = 0;
+    ZD_CUDA_CHECK(cudaDeviceGetAttribute(&host_pointers_on_device_,
+                                         cudaDevAttrCanUseHostPointerForRegisteredMem, device_));
+  }
+  std::map<GpuCodec, std::size_t> sized;
+  if (host_pointers_on_device_ != 0) {
+    auto* sizing = static_cast<cudaStream_t>(ctx.sizing_stream());
+    std::size_t at = 0;
+    for (const auto& [codec, members] : decodes) {
+      const auto* d = nvcomp_.decompressor(codec);
+      if (!d->temp_size_of) continue;
+      std::size_t max_chunk = 0;
+      std::size_t total = 0;
+      for (std::size_t m = 0; m < members.size(); ++m) {
+        const auto& leaf = batch[members[m]];
+        max_chunk = std::max(max_chunk, leaf.spec->nbytes());
+        total += leaf.spec->nbytes();
+        slot.host_arrays.inputs[at + m] = slot.host + leaf.staging + leaf.header;
+        slot.host_arrays.input_sizes[at + m] = leaf.length - leaf.header - leaf.trailer;
+      }
+      const std::size_t temp =
+          d->temp_size_of(slot.host_arrays.inputs + at, slot.host_arrays.input_sizes + at,
+                          members.size(), max_chunk, total, sizing);
+      if (temp != SIZE_MAX) sized.emplace(codec, temp);
+      at += members.size();
+    }
+  }
+  // The slot's bytes, then the batch's arrays (count entries of each).
+  const std::size_t arrays_at = align_up(used, kStagingAlignment);
+  std::byte* copy =
+      arena.take(arrays_at + count * (5 * sizeof(void*) + sizeof(int)), stream, where);
+  BatchArrays device_arrays{};
+  std::byte* arrays = copy + arrays_at;
+  device_arrays.inputs = reinterpret_cast<const void**>(arrays);
+  device_arrays.input_sizes = reinterpret_cast<std::size_t*>(arrays + count * 8);
+  device_arrays.capacities = reinterpret_cast<std::size_t*>(arrays + count * 16);
+  device_arrays.sizes = reinterpret_cast<std::size_t*>(arrays + count * 24);
+  device_arrays.outputs = reinterpret_cast<void**>(arrays + count * 32);
+  device_arrays.statuses = reinterpret_cast<int*>(arrays + count * 40);
+  ZD_CUDA_CHECK(cudaMemcpyAsync(copy, slot.host, used, cudaMemcpyHostToDevice, stream));
+  const BatchArrays& host_arrays = slot.host_arrays;
+  std::vector<PendingCheck> checks;
+  checks.reserve(count);
+  CopyMerger copies{stream};
+  std::size_t next = 0;
+  for (const auto& group : decodes) {
+    const GpuCodec codec = group.first;
+    const std::vector<std::size_t>& members = group.second;
+    const auto* d = nvcomp_.decompressor(codec);
+    std::size_t max_chunk = 0;
+    std::size_t total = 0;
+    const std::size_t first = next;
+    for (const std::size_t i : members) {
+      const auto& leaf = batch[i];
+      const std::size_t expected = leaf.spec->nbytes();
+      max_chunk = std::max(max_chunk, expected);
+      total += expected;
+      host_arrays.inputs[next] = copy + leaf.staging + leaf.header;
+      host_arrays.input_sizes[next] = leaf.length - leaf.header - leaf.trailer;
+      host_arrays.capacities[next] = expected;
+      checks.push_back({leaf.where(), next, expected});
+      ++next;
+    }
+    const std::size_t n = next - first;
+    ZD_CUDA_CHECK(cudaMemcpyAsync(device_arrays.inputs + first, host_arrays.inputs + first,
+                                  n * sizeof(void*), cudaMemcpyHostToDevice, stream));
+    ZD_CUDA_CHECK(cudaMemcpyAsync(device_arrays.input_sizes + first,
+                                  host_arrays.input_sizes + first, n * sizeof(std::size_t),
+                                  cudaMemcpyHostToDevice, stream));
+    ZD_CUDA_CHECK(cudaMemcpyAsync(device_arrays.capacities + first, host_arrays.capacities + first,
+                                  n * sizeof(std::size_t), cudaMemcpyHostToDevice, stream));
+    // nvCOMP plans its temporary memory for the worst case (3.05 bytes per decoded byte of zstd,
+    // whatever the data) unless it sees the frames: sized from them, the same memory holds 2-3
+    // times as many large chunks (bf16 weights need about 1.0), for a synchronisation of this
+    // stream once the bytes are across (docs/architecture.md, "What large chunks need").
+    std::size_t temp = SIZE_MAX;
+    if (const auto it = sized.find(codec); it != sized.end()) {
+      temp = it->second;
+      ++sized_calls_;
+      ++sized_in_slots_;
+    } else if (d->temp_size_of) {
+      temp = d->temp_size_of(device_arrays.inputs + first, device_arrays.input_sizes + first, n,
+                             max_chunk, total, stream);
+      if (temp != SIZE_MAX) ++sized_calls_;
+    }
+    if (temp == SIZE_MAX) temp = d->temp_size(n, max_chunk, total);
+    std::size_t scratch = 0;
+    for (const std::size_t i : members) {
+      auto& leaf = batch[i];
+      leaf.scratch = leaf.decode_scratch ? scratch : kInPlace;
+      scratch += leaf.decode_scratch;
+    }
+    std::byte* memory = arena.take(align_up(temp, kStagingAlignment) + scratch, stream, where);
+    std::byte* scratch_at = memory + align_up(temp, kStagingAlignment);
+    for (std::size_t m = 0; m < n; ++m) {
+      const auto& leaf = batch[members[m]];
+      host_arrays.outputs[first + m] = leaf.scratch == kInPlace
+                                           ? static_cast<void*>(leaf.destination.data)
+                                           : scratch_at + leaf.scratch;
+    }
+    ZD_CUDA_CHECK(cudaMemcpyAsync(device_arrays.outputs + first, host_arrays.outputs + first,
+                                  n * sizeof(void*), cudaMemcpyHostToDevice, stream));
+    // The slot's bytes and arrays are across (its last read queued so far): refilled from here.
+    ZD_CUDA_CHECK(cudaEventRecord(slot.done, stream));
+    ++decode_calls_;
+    decoded_chunks_ += n;
+    d->decompress(device_arrays.inputs + first, device_arrays.input_sizes + first,
+                  device_arrays.capacities + first, device_arrays.sizes + first, n,
+                  temp ? memory : nullptr, temp, device_arrays.outputs + first,
+                  device_arrays.statuses + first, stream);
+    place_from_scratch(batch, members, scratch_at, copies, [] {});
+  }
+  if (decodes.empty()) ZD_CUDA_CHECK(cudaEventRecord(slot.done, stream));
+  place_staged(batch, copy, copies);
+  AwaitedBatch awaited(device_, stream, device_arrays.statuses, device_arrays.sizes,
+                       std::move(checks), batch_index);
+  arena.release(stream);  // after the last work that reads the arena: the statuses' copy
+  slot.owner = id_;
+  slot.busy = true;
+  return awaited;
 }
 
 }  // namespace zarr_device::cuda

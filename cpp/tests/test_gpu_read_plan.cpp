@@ -322,5 +322,39 @@ TEST(GpuReadBatches, DecodesCanBeKeptOutOfPlace) {
   EXPECT_EQ(leaves[0].decode_scratch, std::size_t{1} << 18);
 }
 
+TEST(GpuReadBatches, ChunksASlotHoldsFewOfDecodeOffTheirSlots) {
+  // 64 MiB chunks of which a slot holds one (stored in 50 MiB, as bf16 weights): off their slots
+  // in an arena as large as the default decode memory; chunks four to a slot stay in regions.
+  const auto spec = test::make_spec({std::int64_t{1} << 26}, "uint8");
+  const std::size_t stored = std::size_t{50} << 20;
+  std::vector<Leaf> large(8, sized_leaf(Route::kDeviceDecode, stored, spec));
+  DecodeCosts costs{};
+  const std::size_t planned = spec.nbytes() * 305 / 100;  // nvCOMP's 3.05 per decoded byte
+  costs[static_cast<std::size_t>(DecodeKind::kZstd)] = {planned, planned};
+  constexpr std::size_t kSlot = std::size_t{64} << 20;
+  constexpr std::size_t kMemory = (std::size_t{2} << 30) - (std::size_t{16} << 20);
+  EXPECT_EQ(device_decodes_per_slot(large, kSlot), 1.0);
+  EXPECT_TRUE(decodes_off_slots(large, kSlot, kMemory, costs));
+  // A batch's bytes and twice its decode budget fit the arena (wherever the ring stands, its
+  // second range cannot overlap its first), and one chunk fits the budget.
+  const std::size_t budget = off_slot_decode_budget(kSlot, kMemory);
+  EXPECT_LE(kSlot + 2 * budget, kMemory);
+  EXPECT_GE(budget, planned);
+  // An arena too small for one chunk's planned memory beside its bytes: regions, as before.
+  EXPECT_FALSE(decodes_off_slots(large, kSlot, kSlot + planned, costs));
+  // Chunks four to a slot (their calls gather many) stay in regions.
+  std::vector<Leaf> smaller(8, sized_leaf(Route::kDeviceDecode, stored / 4, spec));
+  EXPECT_EQ(device_decodes_per_slot(smaller, kSlot), 5.0);
+  EXPECT_FALSE(decodes_off_slots(smaller, kSlot, kMemory, costs));
+  // No device decodes: nothing to move.
+  std::vector<Leaf> copies(8, sized_leaf(Route::kCopy, stored, spec));
+  EXPECT_FALSE(decodes_off_slots(copies, kSlot, kMemory, costs));
+  // Streams for as many as the arena holds at a decoded byte of working memory per decoded byte
+  // (50 + 64 MiB each: 18 in 2032 MiB), at most kMaxDecodeRegions, at least one.
+  EXPECT_EQ(off_slot_streams(large, kMemory), 18u);
+  EXPECT_EQ(off_slot_streams(large, kMemory * 4), kMaxDecodeRegions);
+  EXPECT_EQ(off_slot_streams(large, kSlot), 1u);
+}
+
 }  // namespace
 }  // namespace zarr_device::gpu

@@ -378,3 +378,16 @@ def crc32c(data: bytes) -> bytes:
         for _ in range(8):
             crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
     return (crc ^ 0xFFFFFFFF).to_bytes(4, "little")
+
+
+def declare_content_size(frame: bytes, size: int) -> bytes:
+    """A zstd frame whose header declares ``size`` decoded bytes, whatever its blocks hold (the
+    Frame_Content_Size field rewritten in place; ``size`` must fit the field the frame has)."""
+    assert frame[:4] == b"\x28\xb5\x2f\xfd", "not a zstd frame"
+    descriptor = frame[4]
+    fcs_flag, single_segment, dict_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
+    at = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    width = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+    assert width >= 2, "the frame's content size field is too small to rewrite"
+    value = size - 256 if width == 2 else size
+    return frame[:at] + value.to_bytes(width, "little") + frame[at + width :]

@@ -13,7 +13,7 @@ import math
 import os
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ from conftest import (
     basic_selections,
     bytes_codec,
     crc32c,
+    declare_content_size,
     golden_expected,
     golden_store,
     native,
@@ -774,6 +775,22 @@ def test_staging_settings_apply_to_the_next_read(tmp_path: Path) -> None:
         _restore_config(previous)
 
 
+def _read_counting_device_memory(arr: zd.Array, warm_at: Path) -> tuple[Any, int]:
+    """Reads ``arr`` whole onto the GPU as torch after a small zstd + crc32c read at ``warm_at``
+    (the CUDA context, the ring, nvCOMP's kernels, torch's pool); returns the tensor and how far
+    the device's free memory fell during the read."""
+    warm, _ = make_array(warm_at, shape=(8, 8), chunks=(8, 8),
+                         compressors=[{"name": "zstd"}, {"name": "crc32c"}])
+    warm.read(device=DEV, like="torch")
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    free_before = torch.cuda.mem_get_info(0)[0]
+    out = arr.read(device=DEV, like="torch")
+    torch.cuda.synchronize()
+    return out, free_before - torch.cuda.mem_get_info(0)[0]
+
+
 def test_device_memory_within_output_staging_and_decode_bytes(tmp_path: Path) -> None:
     """A read of well-compressed zstd chunks (many chunks per slot, and nvCOMP's temporary
     memory grows with the chunks decoded at once) holds at most the output, a copy of the staging
@@ -789,17 +806,7 @@ def test_device_memory_within_output_staging_and_decode_bytes(tmp_path: Path) ->
     decode = 8 * MIB
     previous = zd.set_config(staging_bytes=staging, staging_slots=4, decode_bytes=decode)
     try:
-        small = zd.create(tmp_path / "warm", shape=(8, 8), dtype="float32", chunks=(8, 8),
-                          compressors=[{"name": "zstd"}, {"name": "crc32c"}])
-        small[...] = np.ones((8, 8), dtype=np.float32)
-        small.read(device=DEV, like="torch")  # CUDA context, nvCOMP's kernels, torch's pool
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        free_before = torch.cuda.mem_get_info(0)[0]
-        out = arr.read(device=DEV, like="torch")
-        torch.cuda.synchronize()
-        used = free_before - torch.cuda.mem_get_info(0)[0]
+        out, used = _read_counting_device_memory(arr, tmp_path / "warm")
         assert tensor_bytes(out) == host_bytes(values)
         output = values.nbytes
         # 2 MiB: the driver's allocation granularity for the ring's and decoder's blocks
@@ -808,6 +815,109 @@ def test_device_memory_within_output_staging_and_decode_bytes(tmp_path: Path) ->
             f"{staging / MIB:.0f} MiB of staging and {decode / MIB:.0f} MiB of decode memory")
     finally:
         _restore_config(previous)
+
+
+# ----------------------------------------------------------------------------------------------
+# chunks a staging slot holds few of: decoded off their slots, in the decode arena
+
+# Slots of 2 MiB that hold one stored 2 MiB chunk each, and decode memory for several such chunks
+# at once: these reads decode in the arena, their slots refilled as soon as they are copied. The
+# CPU does not take the decodes (decode_sharing off), so the GPU's path is what is compared.
+OFF_SLOT = {"staging_bytes": 8 * MIB, "staging_slots": 4, "decode_bytes": 24 * MIB, "decode_sharing": "off"}
+
+
+@pytest.fixture
+def off_slot_config() -> Iterator[None]:
+    previous = zd.set_config(**OFF_SLOT)
+    yield
+    zd.set_config(**{f: getattr(previous, f) for f in OFF_SLOT})
+
+
+def _weights(path: Path, rows: int = 12 * 1024, seed: int = 0) -> tuple[Any, np.ndarray]:
+    """float32 values of a few hundred levels (zstd finds sequences in them: nvCOMP's working
+    memory is larger than for noise) in chunks of 2 MiB, one row of chunks."""
+    values = np.round(np.random.default_rng(seed).standard_normal((rows, 512)) * 50).astype(np.float32)
+    arr = zd.create(path, shape=values.shape, dtype="float32", chunks=(1024, 512),
+                    compressors=[{"name": "zstd"}, {"name": "crc32c"}])
+    arr[...] = values
+    return zd.open_array(path), values
+
+
+def _decoded_off_slots(capfd: pytest.CaptureFixture[str]) -> bool:
+    return "decoded off the slots" in capfd.readouterr().err
+
+
+def test_chunks_a_slot_holds_few_of_decode_off_their_slots(
+    tmp_path: Path, off_slot_config: None, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whole reads (decoded in place), selections (through scratch) and reads of many arrays in
+    one call (large and small zstd chunks, uncompressed chunks) equal the CPU's, and a read of
+    small chunks between them (decode regions) too: the decode memory changes hands."""
+    monkeypatch.setenv("ZARR_DEVICE_TRACE", "1")
+    arr, values = _weights(tmp_path / "w")
+    capfd.readouterr()
+    assert tensor_bytes(arr.read(device=DEV, like="torch")) == host_bytes(values)
+    assert _decoded_off_slots(capfd)
+    sel = (slice(100, 9000), slice(3, 500))
+    assert tensor_bytes(arr.read(sel, device=DEV, like="torch")) == host_bytes(values[sel])
+    assert _decoded_off_slots(capfd)
+    # Few small chunks: the read's chunks are still mostly large (a slot holds fewer than 4).
+    small, small_values = make_array(tmp_path / "small", shape=(128, 64), chunks=(64, 64),
+                                      compressors=[{"name": "zstd"}, {"name": "crc32c"}])
+    plain, plain_values = make_array(tmp_path / "plain", shape=(300, 200), chunks=(64, 64), compressors=None)
+    got = zd.read_many({"w": arr, "small": small, "plain": plain}, device=DEV, like="torch")
+    assert _decoded_off_slots(capfd)
+    assert tensor_bytes(got["w"]) == host_bytes(values)
+    assert tensor_bytes(got["small"]) == host_bytes(small_values)
+    assert tensor_bytes(got["plain"]) == host_bytes(plain_values)
+    many, many_values = make_array(tmp_path / "many", shape=(1024, 1024), chunks=(32, 64),
+                                   compressors=[{"name": "zstd"}, {"name": "crc32c"}])
+    assert tensor_bytes(many.read(device=DEV, like="torch")) == host_bytes(many_values)
+    assert not _decoded_off_slots(capfd)  # 8 KiB chunks: regions
+    assert tensor_bytes(arr.read(device=DEV, like="torch")) == host_bytes(values)
+    assert _decoded_off_slots(capfd)
+
+
+def test_reads_off_their_slots_from_threads(tmp_path: Path, off_slot_config: None) -> None:
+    """Reads at once each lease a ring of their own and its arena; a ring given back while its
+    last batches decode is safe for the next read, whose ranges wait for theirs."""
+    arrays = [_weights(tmp_path / f"w{i}", rows=6 * 1024, seed=i) for i in range(3)]
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda i: tensor_bytes(arrays[i % 3][0].read(device=DEV, like="torch")), range(24)))
+    for i, got in enumerate(results):
+        assert got == host_bytes(arrays[i % 3][1])
+
+
+def test_a_chunk_decoded_off_its_slot_to_the_wrong_size_names_it(tmp_path: Path, off_slot_config: None) -> None:
+    """A chunk whose frame declares 2 MiB but holds fewer, under a valid crc32c, passes every
+    check on the host: the GPU's decoder finds it short, and the read raises a CodecError naming
+    it; nothing is left queued, and the next reads are right."""
+    arr, values = _weights(tmp_path / "w")
+    short = zd.create(tmp_path / "short", shape=(1000, 512), dtype="float32", chunks=(1000, 512), compressors="zstd")
+    short[...] = values[:1000]
+    frame = declare_content_size((tmp_path / "short" / "c" / "0" / "0").read_bytes(), 1024 * 512 * 4)
+    (tmp_path / "w" / "c" / "5" / "0").write_bytes(frame + crc32c(frame))
+    damaged = zd.open_array(tmp_path / "w")
+    for _ in range(3):
+        with pytest.raises(zd.CodecError, match=r"chunk 'c/5/0'.*GPU decoder.*expected 2097152"):
+            damaged.read(device=DEV, like="torch")
+    torch.cuda.synchronize()
+    healthy, healthy_values = _weights(tmp_path / "ok", seed=1)
+    assert tensor_bytes(healthy.read(device=DEV, like="torch")) == host_bytes(healthy_values)
+    rows = (slice(0, 5 * 1024),)  # the chunks before the damaged one
+    assert tensor_bytes(damaged.read(rows, device=DEV, like="torch")) == host_bytes(values[rows])
+
+
+def test_device_memory_off_the_slots_within_output_staging_and_decode_bytes(
+    tmp_path: Path, off_slot_config: None
+) -> None:
+    """The decode arena holds a batch's bytes and its decoder's memory within decode_bytes: the
+    device's memory rises by at most the output, a copy of the staging and decode_bytes."""
+    arr, values = _weights(tmp_path / "w", rows=24 * 1024)
+    zd.set_config(decode_bytes=32 * MIB)  # a new ring: its decode memory is counted below
+    out, used = _read_counting_device_memory(arr, tmp_path / "warm")
+    assert tensor_bytes(out) == host_bytes(values)
+    assert used <= values.nbytes + 8 * MIB + 32 * MIB + 2 * MIB, f"device memory rose by {used / MIB:.1f} MiB"
 
 
 # ----------------------------------------------------------------------------------------------

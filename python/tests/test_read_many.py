@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import assert_bits_equal, crc32c
+from conftest import assert_bits_equal, crc32c, declare_content_size
 
 import zarr_device as zd
 
@@ -396,19 +396,6 @@ def test_failed_reads_leak_nothing(tmp_path: Path) -> None:
 # Reads that do not wait for the GPU's decoders (non_blocking=True)
 
 
-def _declare_content_size(frame: bytes, size: int) -> bytes:
-    """A zstd frame whose header declares ``size`` decoded bytes, whatever its blocks hold (the
-    Frame_Content_Size field rewritten in place; ``size`` must fit the field the frame has)."""
-    assert frame[:4] == b"\x28\xb5\x2f\xfd", "not a zstd frame"
-    descriptor = frame[4]
-    fcs_flag, single_segment, dict_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
-    at = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
-    width = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
-    assert width >= 2, "the frame's content size field is too small to rewrite"
-    value = size - 256 if width == 2 else size
-    return frame[:at] + value.to_bytes(width, "little") + frame[at + width :]
-
-
 def _lying_chunk_array(root: Path) -> zd.Array:
     """An int32 array of one 8 KiB chunk, zstd + crc32c, whose frame declares 8 KiB but holds the
     blocks of 4 KiB, under a valid crc32c: it passes every check on the host (checksum, framing)
@@ -416,7 +403,7 @@ def _lying_chunk_array(root: Path) -> zd.Array:
     rng = np.random.default_rng(11)
     half = zd.create(root / "half.zarr", shape=(1024,), dtype="int32", chunks=(1024,), compressors="zstd")
     half[...] = rng.integers(0, 50, size=1024, dtype=np.int32)
-    frame = _declare_content_size((root / "half.zarr" / "c" / "0").read_bytes(), 8192)
+    frame = declare_content_size((root / "half.zarr" / "c" / "0").read_bytes(), 8192)
     bad = zd.create(root / "bad.zarr", shape=(2048,), dtype="int32", chunks=(2048,), compressors=ZSTD_CRC)
     bad[...] = np.zeros(2048, dtype=np.int32) + 1
     (root / "bad.zarr" / "c" / "0").write_bytes(frame + crc32c(frame))

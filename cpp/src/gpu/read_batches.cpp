@@ -2,14 +2,60 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace zarr_device::gpu {
+
+double device_decodes_per_slot(std::span<const Leaf> leaves, std::size_t capacity) {
+  double staged = 0;
+  std::size_t chunks = 0;
+  for (const auto& leaf : leaves) {
+    if (leaf.route != Route::kDeviceDecode) continue;
+    staged += static_cast<double>(align_up(leaf.length, kStagingAlignment));
+    ++chunks;
+  }
+  if (chunks == 0) return std::numeric_limits<double>::infinity();
+  return std::max(1.0,
+                  std::floor(static_cast<double>(capacity) * static_cast<double>(chunks) / staged));
+}
+
+bool decodes_off_slots(std::span<const Leaf> leaves, std::size_t capacity,
+                       std::size_t decode_memory, const DecodeCosts& costs) {
+  if (device_decodes_per_slot(leaves, capacity) >= kFewPerSlot) return false;
+  std::size_t largest = 0;  // decode memory of the costliest chunk alone
+  for (const auto& leaf : leaves) {
+    if (leaf.route != Route::kDeviceDecode) continue;
+    largest = std::max(largest,
+                       costs[static_cast<std::size_t>(leaf.codec)].region(1, leaf.decode_scratch));
+  }
+  return largest <= off_slot_decode_budget(capacity, decode_memory);
+}
+
+std::size_t off_slot_decode_budget(std::size_t capacity, std::size_t decode_memory) {
+  // A batch's first range is its slot's bytes and its arrays (a few entries per chunk).
+  const std::size_t first =
+      capacity + kMaxBatch * (5 * sizeof(void*) + sizeof(int)) + 2 * kStagingAlignment;
+  return decode_memory > first ? (decode_memory - first) / 2 : 0;
+}
+
+std::size_t off_slot_streams(std::span<const Leaf> leaves, std::size_t decode_memory) {
+  double each = 0;  // stored and decoded bytes of a device decode, on average
+  std::size_t chunks = 0;
+  for (const auto& leaf : leaves) {
+    if (leaf.route != Route::kDeviceDecode) continue;
+    each += static_cast<double>(leaf.length + leaf.spec->nbytes());
+    ++chunks;
+  }
+  if (chunks == 0) return 1;
+  each /= static_cast<double>(chunks);
+  const double fit = std::ceil(static_cast<double>(decode_memory) / std::max(each, 1.0));
+  return static_cast<std::size_t>(std::clamp(fit, 1.0, static_cast<double>(kMaxDecodeRegions)));
+}
 
 std::size_t plan_decode_regions(std::span<Leaf> leaves, const DecodeCosts& costs,
                                 const PerKind& output_alignment, std::size_t slots,
                                 std::size_t capacity, std::size_t decode_memory, bool in_place) {
   std::size_t chunks = 0;
-  double staged = 0;     // per chunk, on average, in a slot
   double per_chunk = 0;  // decode memory per further chunk of a call, on average
   double first = 0;      // a call's first chunk costs more (the largest over the codecs present)
   double scratch = 0;    // scratch per chunk, on average
@@ -20,17 +66,15 @@ std::size_t plan_decode_regions(std::span<Leaf> leaves, const DecodeCosts& costs
                               ? 0
                               : align_up(leaf.spec->nbytes(), kStagingAlignment);
     ++chunks;
-    staged += static_cast<double>(align_up(leaf.length, kStagingAlignment));
     per_chunk += static_cast<double>(costs[kind].per_chunk);
     first = std::max(first, static_cast<double>(costs[kind].first));
     scratch += static_cast<double>(leaf.decode_scratch);
   }
   if (chunks == 0) return 1;
   const auto n = static_cast<double>(chunks);
-  staged /= n;
   per_chunk /= n;
   scratch /= n;
-  const double per_slot = std::max(1.0, std::floor(static_cast<double>(capacity) / staged));
+  const double per_slot = device_decodes_per_slot(leaves, capacity);
   const std::size_t most = std::max<std::size_t>(
       1, std::min(slots, per_slot < kFewPerSlot ? kMaxDecodeRegions : kHardwareQueues));
   std::size_t best = 1;

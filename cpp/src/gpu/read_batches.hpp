@@ -45,6 +45,33 @@ struct DecodeCost {
 using DecodeCosts = std::array<DecodeCost, DeviceDecoding::kKinds>;
 using PerKind = std::array<std::size_t, DeviceDecoding::kKinds>;
 
+// How many of the leaves' device-decoded chunks a slot of `capacity` bytes holds, on average (at
+// least one; infinity when there are none).
+double device_decodes_per_slot(std::span<const Leaf> leaves, std::size_t capacity);
+
+// Whether a read of `leaves` through slots of `capacity` bytes decodes in a decode arena of
+// `decode_memory` bytes, off its slots (gpu/fifo_ring.hpp), rather than in regions: where a slot
+// holds fewer than kFewPerSlot of its device-decoded chunks, their slots, not the decode memory,
+// bound how many decode at once (a 64 MiB chunk fills a slot of the default ring: 12 at most,
+// at 0.7-0.8 GB/s each on an H200). Only where each chunk alone, at `costs` (which plan for the
+// worst case) and with its scratch (set by plan_decode_regions), fits a batch's budget
+// (off_slot_decode_budget): a batch's bytes and its decoder's memory are two ranges of the arena
+// at once, and its decoder's memory is known only once its bytes are across.
+bool decodes_off_slots(std::span<const Leaf> leaves, std::size_t capacity,
+                       std::size_t decode_memory, const DecodeCosts& costs);
+
+// The decode budget of a batch of such a read: its bytes (a slot, at most, and its arrays) and
+// its decoder's memory fit the arena together wherever the ring stands: half of what the first
+// leaves (a range that does not fit before the arena's end starts over at its start, and may not
+// overlap the batch's first range there).
+std::size_t off_slot_decode_budget(std::size_t capacity, std::size_t decode_memory);
+
+// The streams such a read's batches decode on, in turn: as many as decode at once in the arena
+// when each chunk's decoder needs about its decoded size (what nvCOMP sizes for bf16 weights from
+// their frames) beside its stored bytes, at most kMaxDecodeRegions. A stream holds some of the
+// driver's device memory, so a small arena gets few.
+std::size_t off_slot_streams(std::span<const Leaf> leaves, std::size_t decode_memory);
+
 // Sets each device decode's scratch (none when it decodes straight into its place: whole,
 // contiguous, aligned to its decoder's `output_alignment`) and returns how many regions the decode
 // memory (`decode_memory` bytes) of a ring of `slots` slots of `capacity` bytes is best split into.
