@@ -199,7 +199,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   const std::size_t capacity = ctx.slots_.front().capacity;
   const std::size_t target = gpu::batch_target(need, capacity, ctx.slots_.size());
   const std::size_t decode_budget =
-      off_slot_ ? gpu::off_slot_decode_budget(capacity, ctx.decode_memory()) : ctx.decode_budget;
+      off_slot_ ? gpu::off_slot_decode_budget(capacity, ctx.arena_memory()) : ctx.decode_budget;
   const auto batches = gpu::pack_batches(leaves, capacity, target, costs_, decode_budget);
   // The device waits for the consumers' work, not the host, which goes on planning and reading.
   consumers_ = ctx.record_consumers(streams);
@@ -387,7 +387,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     if (std::getenv("ZARR_DEVICE_TRACE")) {
       const std::string decode_memory =
           off_slot_
-              ? "decoded off the slots in an arena of " + std::to_string(ctx.decode_memory()) + " B"
+              ? "decoded off the slots in an arena of " + std::to_string(ctx.arena_memory()) + " B"
               : std::to_string(ctx.decode_regions()) + " decode regions of " +
                     std::to_string(ctx.decode_budget) + " B";
       std::snprintf(

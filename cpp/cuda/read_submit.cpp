@@ -174,10 +174,10 @@ void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in
       gpu::plan_decode_regions(leaves, costs_, alignment, ctx.slots_.size(), capacity,
                                ctx.decode_memory(), in_place);  // (and each chunk's scratch)
   off_slot_ =
-      may_leave_slots && gpu::decodes_off_slots(leaves, capacity, ctx.decode_memory(), costs_);
+      may_leave_slots && gpu::decodes_off_slots(leaves, capacity, ctx.arena_memory(), costs_);
   if (off_slot_) {
     ctx.use_arena();
-    off_slot_streams_ = gpu::off_slot_streams(leaves, ctx.decode_memory());
+    off_slot_streams_ = gpu::off_slot_streams(leaves, ctx.arena_memory());
   } else {
     ctx.use_decode_regions(regions);
   }
@@ -199,7 +199,8 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
   std::size_t used = 0;
   for (const auto& leaf : batch) used = std::max(used, leaf.staging + leaf.staged);
   ZD_CUDA_CHECK(cudaSetDevice(device_));
-  ZD_CUDA_CHECK(cudaMemcpyAsync(slot.device, slot.host, used, cudaMemcpyHostToDevice, slot.stream));
+  std::byte* const device_copy = ctx.device_copy(slot);
+  ZD_CUDA_CHECK(cudaMemcpyAsync(device_copy, slot.host, used, cudaMemcpyHostToDevice, slot.stream));
 
   // Group the GPU decodes by codec. A group is decoded in as few calls as fit the batch's decode
   // region (a batch is cut where its region is full, so one call unless codecs are mixed).
@@ -266,7 +267,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
       for (std::size_t m = call.begin; m < call.end; ++m, ++next) {
         const auto& leaf = batch[members[m]];
         const std::size_t expected = leaf.spec->nbytes();
-        host_arrays.inputs[next] = slot.device + leaf.staging + leaf.header;
+        host_arrays.inputs[next] = device_copy + leaf.staging + leaf.header;
         host_arrays.input_sizes[next] = leaf.length - leaf.header - leaf.trailer;
         host_arrays.capacities[next] = expected;
         host_arrays.outputs[next] = leaf.scratch == kInPlace
@@ -310,7 +311,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
   }
 
   before_writing();
-  place_staged(batch, slot.device, copies);
+  place_staged(batch, device_copy, copies);
   ZD_CUDA_CHECK(cudaEventRecord(slot.done, slot.stream));
   slot.owner = id_;
   slot.busy = true;

@@ -870,6 +870,16 @@ def test_chunks_a_slot_holds_few_of_decode_off_their_slots(
     assert tensor_bytes(got["w"]) == host_bytes(values)
     assert tensor_bytes(got["small"]) == host_bytes(small_values)
     assert tensor_bytes(got["plain"]) == host_bytes(plain_values)
+    # Copies alone take the slots' device copies back from the arena, once its decodes are done.
+    assert tensor_bytes(plain.read(device=DEV, like="torch")) == host_bytes(plain_values)
+    assert not _decoded_off_slots(capfd)
+    assert tensor_bytes(arr.read(device=DEV, like="torch")) == host_bytes(values)
+    assert _decoded_off_slots(capfd)
+    # A read that leaves its decodes queued on the consumer's stream decodes in regions.
+    out = arr.read(device=DEV, like="torch", non_blocking=True)
+    torch.cuda.synchronize()
+    assert tensor_bytes(out) == host_bytes(values)
+    assert not _decoded_off_slots(capfd)
     many, many_values = make_array(tmp_path / "many", shape=(1024, 1024), chunks=(32, 64),
                                    compressors=[{"name": "zstd"}, {"name": "crc32c"}])
     assert tensor_bytes(many.read(device=DEV, like="torch")) == host_bytes(many_values)
@@ -911,8 +921,9 @@ def test_a_chunk_decoded_off_its_slot_to_the_wrong_size_names_it(tmp_path: Path,
 def test_device_memory_off_the_slots_within_output_staging_and_decode_bytes(
     tmp_path: Path, off_slot_config: None
 ) -> None:
-    """The decode arena holds a batch's bytes and its decoder's memory within decode_bytes: the
-    device's memory rises by at most the output, a copy of the staging and decode_bytes."""
+    """The decode arena holds a batch's bytes and its decoder's memory within decode_bytes and the
+    staging's device copies, which it takes over: the device's memory rises by at most the output,
+    a copy of the staging and decode_bytes."""
     arr, values = _weights(tmp_path / "w", rows=24 * 1024)
     zd.set_config(decode_bytes=32 * MIB)  # a new ring: its decode memory is counted below
     out, used = _read_counting_device_memory(arr, tmp_path / "warm")
