@@ -86,9 +86,11 @@ const std::array<SettingInfo, 8> kTable = {{
      {},
      "GPU memory that reads onto a GPU decode chunks in: nvCOMP's working memory and decoded "
      "chunks on their way to a strided place, taken as reads need it (up to this much) and kept "
-     "for later reads. nvCOMP's zstd decoder needs about three times a chunk's decoded size for "
+     "for later reads. nvCOMP's zstd decoder plans about three times a chunk's decoded size for "
      "each chunk it decodes at once, and it is fast only with many chunks at once: large chunks "
-     "(16 MiB and more) decode faster with more.",
+     "(16 MiB and more) decode faster with more. Reads of chunks that a staging slot holds fewer "
+     "than four of size that memory from the chunks (about their decoded size) and decode in "
+     "this memory together with the staging's device copies, which they do not otherwise use.",
      [](const Settings& s) { return std::uint64_t{s.decode_bytes}; },
      [](Settings& s, std::uint64_t v) { s.decode_bytes = v; }},
     {"staging_slots",
