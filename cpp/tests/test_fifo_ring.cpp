@@ -2,7 +2,11 @@
 // when a later range needs their place, never while their batch is still being built.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <random>
+#include <set>
 #include <vector>
 
 #include "gpu/fifo_ring.hpp"
@@ -72,6 +76,78 @@ TEST(GpuDecodeArena, ABatchLargerThanTheArenaOrOverItsOwnRangesIsRefused) {
   // Once reset (the streams synchronised), the whole arena is free again.
   ring.reset();
   EXPECT_EQ(ring.take(100, retire, "all").offset, 0u);
+}
+
+// Random batches of ranges against a model of the memory: each byte remembers the range that last
+// held it. Whatever the order, a new range is handed out only after every range that last held
+// one of its bytes was retired to it (its work waited for: the device never writes memory that a
+// queued decode still reads), a range reported gone holds no byte any more (its event is reused),
+// and a range is never retired after it was reported gone.
+TEST(GpuDecodeArena, EveryRangeWaitsForTheLastUsersOfItsBytes) {
+  constexpr std::size_t kCapacity = 64;
+  std::mt19937 random(20261204);
+  FifoRing ring(kCapacity);
+  std::vector<std::optional<std::uint64_t>> last(kCapacity);  // the range that last held a byte
+  std::set<std::uint64_t> gone_ids;
+  std::size_t taken = 0;
+  std::size_t refused = 0;
+  std::size_t wrapped = 0;
+  for (int batch = 0; batch < 4000; ++batch) {
+    if (random() % 97 == 0) {  // a read that failed: its streams drained, the arena forgotten
+      ring.reset();
+      std::fill(last.begin(), last.end(), std::nullopt);
+      continue;
+    }
+    const std::size_t ranges = 1 + random() % 3;
+    std::optional<std::uint64_t> newest;
+    bool refused_batch = false;
+    for (std::size_t r = 0; r < ranges; ++r) {
+      const std::size_t bytes = 1 + random() % (kCapacity / 2);
+      std::vector<std::pair<std::uint64_t, bool>> retired;
+      FifoRing::Taken got;
+      try {
+        got = ring.take(
+            bytes, [&](std::uint64_t id, bool gone) { retired.emplace_back(id, gone); }, "b");
+      } catch (const OutOfMemoryError&) {
+        refused_batch = true;  // the batch's own ranges do not fit together: the read fails
+        break;
+      }
+      ++taken;
+      ASSERT_LE(got.offset + bytes, kCapacity);
+      if (got.offset == 0 && taken > 1) ++wrapped;
+      std::set<std::uint64_t> retired_ids;
+      for (const auto& [id, gone] : retired) {
+        EXPECT_FALSE(gone_ids.count(id)) << "range " << id << " retired after it was gone";
+        retired_ids.insert(id);
+      }
+      for (std::size_t b = got.offset; b < got.offset + bytes; ++b) {
+        if (last[b]) {
+          ASSERT_TRUE(retired_ids.count(*last[b])) << "byte " << b << " handed to range " << got.id
+                                                   << " without waiting for range " << *last[b];
+        }
+        last[b] = got.id;
+      }
+      for (const auto& [id, gone] : retired) {
+        const bool holds = std::find(last.begin(), last.end(), id) != last.end();
+        EXPECT_EQ(gone, !holds) << "range " << id
+                                << (gone ? " reported gone but holds bytes"
+                                         : " kept live but holds none");
+        if (gone) gone_ids.insert(id);
+      }
+      newest = got.id;
+    }
+    if (refused_batch) {
+      ++refused;
+      ring.reset();
+      std::fill(last.begin(), last.end(), std::nullopt);
+      continue;
+    }
+    ring.close(*newest);
+  }
+  // The draw covered what matters: many ranges, wraps to the start, and refusals.
+  EXPECT_GT(taken, 5000u);
+  EXPECT_GT(wrapped, 500u);
+  EXPECT_GT(refused, 10u);
 }
 
 }  // namespace
