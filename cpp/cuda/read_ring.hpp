@@ -48,15 +48,19 @@ struct BatchArrays {
   std::size_t* sizes;
   void** outputs;
   int* statuses;
-  static constexpr std::size_t bytes() { return kMaxBatch * (5 * sizeof(void*) + sizeof(int)); }
-  static BatchArrays at(std::byte* base) {
+  // The bytes of arrays of `entries` each (a slot's hold kMaxBatch; a batch decoded in the
+  // decode arena takes as many as it has decodes), and those arrays laid out from `base`.
+  static constexpr std::size_t bytes(std::size_t entries = kMaxBatch) {
+    return entries * (5 * sizeof(void*) + sizeof(int));
+  }
+  static BatchArrays at(std::byte* base, std::size_t entries = kMaxBatch) {
     BatchArrays a{};
     a.inputs = reinterpret_cast<const void**>(base);
-    a.input_sizes = reinterpret_cast<std::size_t*>(base + kMaxBatch * 8);
-    a.capacities = reinterpret_cast<std::size_t*>(base + kMaxBatch * 16);
-    a.sizes = reinterpret_cast<std::size_t*>(base + kMaxBatch * 24);
-    a.outputs = reinterpret_cast<void**>(base + kMaxBatch * 32);
-    a.statuses = reinterpret_cast<int*>(base + kMaxBatch * 40);
+    a.input_sizes = reinterpret_cast<std::size_t*>(base + entries * 8);
+    a.capacities = reinterpret_cast<std::size_t*>(base + entries * 16);
+    a.sizes = reinterpret_cast<std::size_t*>(base + entries * 24);
+    a.outputs = reinterpret_cast<void**>(base + entries * 32);
+    a.statuses = reinterpret_cast<int*>(base + entries * 40);
     return a;
   }
 };

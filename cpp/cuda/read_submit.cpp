@@ -141,6 +141,16 @@ void place_staged(std::span<Leaf> batch, const std::byte* staged_copy, CopyMerge
   copies.flush();
 }
 
+// The batch's device decodes still to do, by codec: their indices in the batch, in order.
+std::map<GpuCodec, std::vector<std::size_t>> decodes_by_codec(std::span<const Leaf> batch) {
+  std::map<GpuCodec, std::vector<std::size_t>> decodes;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].route != Route::kDeviceDecode || batch[i].scratch == kPlaced) continue;
+    decodes[batch[i].codec].push_back(i);
+  }
+  return decodes;
+}
+
 }  // namespace
 
 void Reader::wait_for_consumers(DeviceContext& ctx, cudaStream_t stream) const {
@@ -202,14 +212,9 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
   std::byte* const device_copy = ctx.device_copy(slot);
   ZD_CUDA_CHECK(cudaMemcpyAsync(device_copy, slot.host, used, cudaMemcpyHostToDevice, slot.stream));
 
-  // Group the GPU decodes by codec. A group is decoded in as few calls as fit the batch's decode
-  // region (a batch is cut where its region is full, so one call unless codecs are mixed).
-  std::map<GpuCodec, std::vector<std::size_t>> decodes;
-  for (std::size_t i = 0; i < batch.size(); ++i) {
-    auto& leaf = batch[i];
-    if (leaf.route != Route::kDeviceDecode || leaf.scratch == kPlaced) continue;
-    decodes[leaf.codec].push_back(i);
-  }
+  // A codec's decodes are decoded in as few calls as fit the batch's decode region (a batch is
+  // cut where its region is full, so one call unless codecs are mixed).
+  const auto decodes = decodes_by_codec(batch);
   const BatchArrays& host_arrays = slot.host_arrays;
   const BatchArrays& device_arrays = slot.device_arrays;
   CopyMerger copies{slot.stream};
@@ -331,13 +336,9 @@ AwaitedBatch Reader::submit_off_slot(DeviceContext& ctx, Slot& slot, std::span<L
     waited_streams_[stream_index] = true;
   }
   DecodeArena& arena = ctx.use_arena();
-  std::map<GpuCodec, std::vector<std::size_t>> decodes;
+  const auto decodes = decodes_by_codec(batch);
   std::size_t count = 0;
-  for (std::size_t i = 0; i < batch.size(); ++i) {
-    if (batch[i].route != Route::kDeviceDecode || batch[i].scratch == kPlaced) continue;
-    decodes[batch[i].codec].push_back(i);
-    ++count;
-  }
+  for (const auto& [codec, members] : decodes) count += members.size();
   const std::string where = batch.front().where();
   // nvCOMP's memory sized from the frames where they are, in the pinned slot (the device reads
   // them across PCIe), on a stream of its own, before any of the arena is taken: sized on the
@@ -373,16 +374,8 @@ AwaitedBatch Reader::submit_off_slot(DeviceContext& ctx, Slot& slot, std::span<L
   }
   // The slot's bytes, then the batch's arrays (count entries of each).
   const std::size_t arrays_at = align_up(used, kStagingAlignment);
-  std::byte* copy =
-      arena.take(arrays_at + count * (5 * sizeof(void*) + sizeof(int)), stream, where);
-  BatchArrays device_arrays{};
-  std::byte* arrays = copy + arrays_at;
-  device_arrays.inputs = reinterpret_cast<const void**>(arrays);
-  device_arrays.input_sizes = reinterpret_cast<std::size_t*>(arrays + count * 8);
-  device_arrays.capacities = reinterpret_cast<std::size_t*>(arrays + count * 16);
-  device_arrays.sizes = reinterpret_cast<std::size_t*>(arrays + count * 24);
-  device_arrays.outputs = reinterpret_cast<void**>(arrays + count * 32);
-  device_arrays.statuses = reinterpret_cast<int*>(arrays + count * 40);
+  std::byte* copy = arena.take(arrays_at + BatchArrays::bytes(count), stream, where);
+  const BatchArrays device_arrays = BatchArrays::at(copy + arrays_at, count);
   ZD_CUDA_CHECK(cudaMemcpyAsync(copy, slot.host, used, cudaMemcpyHostToDevice, stream));
   const BatchArrays& host_arrays = slot.host_arrays;
   std::vector<PendingCheck> checks;
