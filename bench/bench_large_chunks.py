@@ -11,6 +11,11 @@ chunks per call, nvCOMP's working memory per chunk).
     python bench/bench_large_chunks.py --out /tmp/blc [--size 1GiB] [--chunks 4MiB,16MiB,64MiB]
         [--variants "default;decode_bytes=8GiB,staging_bytes=4GiB"] [--scaling]
 
+With --cold, each variant also reads each array once after the page cache is dropped (root
+only), against the disk's cold rate for the array's files measured in the same run (16 threads
+into pinned memory): a compressed array's cold read can deliver the disk rate divided by its
+stored fraction.
+
 With --scaling, each array is instead read in its first 1, 2, 4, ... chunks onto the GPU and into
 host memory (after a warm-up read, best of 3 and of 2): how the device's rate grows with the chunks it decodes at once,
 against the CPU threads'.
@@ -28,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_gpu import GIB, fmt_bytes, parse_size  # noqa: E402
+from bench_gpu import GIB, MIB, child_limits, drop_caches, fmt_bytes, parse_size  # noqa: E402
 from bench_layouts import COLS, ZSTD_CRC, best_of, weights  # noqa: E402
 
 VARIANTS: list[tuple[str, dict[str, Any]]] = [
@@ -81,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="directory for the arrays (reused when present)")
     parser.add_argument("--variants", default=None,
                         help="settings to read under, e.g. 'default;decode_bytes=8GiB' (default: the built-in five)")
+    parser.add_argument("--cold", action="store_true",
+                        help="also one read per variant after dropping the page cache, against the disk's cold rate")
     parser.add_argument("--scaling", action="store_true",
                         help="read the first 1, 2, 4, ... chunks of each array on the GPU and the CPU instead")
     args = parser.parse_args(argv)
@@ -99,6 +106,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                               compressors=ZSTD_CRC)
             array[...] = values
         array = zd.open_array(path)
+        disk = stored = 0.0
+        if args.cold:
+            limits = child_limits(path, args.device, 256 * MIB, os.cpu_count() or 16, cold=True)
+            cold_limit = limits["disk_to_pinned_cold"]
+            if "skipped" in cold_limit:
+                raise SystemExit(f"--cold: {cold_limit['skipped']}")
+            disk = float(cold_limit["gbps"])
+            stored = float(cold_limit["bytes"]) / array.nbytes
+            print(f"chunks of {fmt_bytes(chunk)}: disk -> pinned cold {disk:.2f} GB/s, stored {stored:.3f} of raw",
+                  flush=True)
         if args.scaling:
             scaling(array, args.device)
             continue
@@ -117,6 +134,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     os.environ.pop("ZARR_DEVICE_TRACE", None)
                     del out
                 print(f"chunks of {fmt_bytes(chunk)}, {label}: {array.nbytes / best / 1e9:.2f} GB/s", flush=True)
+                if args.cold:
+                    why = drop_caches()
+                    if why is not None:
+                        raise SystemExit(f"--cold: {why}")
+                    start = time.perf_counter()
+                    out = array.read(device=args.device, like="torch")
+                    torch.cuda.synchronize()
+                    cold = array.nbytes / (time.perf_counter() - start) / 1e9
+                    del out
+                    print(f"chunks of {fmt_bytes(chunk)}, {label}, cold: {cold:.2f} GB/s, {cold / disk:.2f}x the disk "
+                          f"rate ({cold * stored / disk:.2f} of what the stored fraction allows)", flush=True)
             finally:
                 zd.set_config(**{name: getattr(previous, name) for name in settings})
     return 0

@@ -2,7 +2,10 @@
 sharded and not, zstd + crc32c and uncompressed, and data written by zarr-python and tensorstore
 (zstd without a checksum) under each ``gpu_decode`` policy, against the limits measured in the
 same run: the page cache and the pinned copy at once (what a read through pinned staging does),
-and one core's zstd decode rate times the cores.
+and one core's zstd decode rate times the cores. The part ``foreign-crc`` writes the same array
+with zstd + crc32c by zarr-device, zarr-python and tensorstore in chunks of 1, 16 and 64 MiB (the
+frames each writer makes, decoded on the GPU under the default policy) and gives each writer's
+rate against zarr-device's.
 
     python bench/bench_layouts.py --size 1GiB --out /tmp/bl [--json results.json]
 
@@ -140,6 +143,33 @@ def one_core_zstd(path: str) -> float:
         zd.set_config(**{"threads": previous.threads})
 
 
+def write_with_crc32c(writer: str, path: str, data: np.ndarray, chunk_rows: int) -> None:
+    """`data` as one array of zstd (level 1) + crc32c chunks of `chunk_rows` rows, written by
+    `writer`: zarr-device (bfloat16), zarr-python or tensorstore (the same bytes as uint16, which
+    the read is checked against as bfloat16 all the same)."""
+    shape = data.shape
+    if writer == "zarr-device":
+        import zarr_device as zd
+
+        zd.create(path, shape=shape, dtype="bfloat16", chunks=(chunk_rows, COLS), compressors=ZSTD_CRC)[...] = data
+    elif writer == "zarr-python":
+        import zarr
+
+        z = zarr.create_array(path, shape=shape, chunks=(chunk_rows, COLS), dtype="uint16", overwrite=True,
+                              compressors=[zarr.codecs.ZstdCodec(level=1), zarr.codecs.Crc32cCodec()])
+        z[...] = data.view(np.uint16)
+    else:
+        import tensorstore as ts
+
+        spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": path},
+                "metadata": {"shape": list(shape), "data_type": "uint16",
+                             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [chunk_rows, COLS]}},
+                             "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                                        {"name": "zstd", "configuration": {"level": 1}}, {"name": "crc32c"}]}}
+        store = ts.open(spec, create=True, delete_existing=True).result()
+        store[...] = data.view(np.uint16)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=parse_size, default=GIB, help="array size (default 1GiB)")
@@ -147,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", default=None)
     parser.add_argument("--json", default=None)
-    parser.add_argument("--parts", default="limits,sweep,foreign", help="limits, sweep, foreign")
+    parser.add_argument("--parts", default="limits,sweep,foreign",
+                        help="limits, sweep, foreign, foreign-crc (not in the default)")
     parser.add_argument("--chunks", default=",".join(fmt_bytes(c).replace(" ", "") for c in CHUNKS),
                         help="chunk sizes of the sweep (default 16KiB,...,64MiB)")
     args = parser.parse_args(argv)
@@ -239,6 +270,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                 record("tensorstore chunks 1MiB", "zstd", policy, read_gpu(path, "tensorstore", policy))
         except ImportError:
             log("tensorstore: not installed, skipped")
+
+    if "foreign-crc" in parts:
+        for chunk in (MIB, 16 * MIB, 64 * MIB):
+            rates: dict[str, float] = {}
+            for writer in ("zarr-device", "zarr-python", "tensorstore"):
+                path = os.path.join(out_dir, f"crc-{writer}-{chunk}-{rows}.zarr")
+                try:
+                    if not os.path.isdir(path):
+                        write_with_crc32c(writer, path, data, rows_of(chunk))
+                        os.sync()
+                except ImportError as error:
+                    log(f"{writer}: not installed ({error}), skipped")
+                    continue
+                layout = f"{writer} chunks {fmt_bytes(chunk)}"
+                try:
+                    rates[writer] = read_gpu(path, layout)
+                except Exception as error:  # a writer whose frames fail is a finding, not the end of the run
+                    record(layout, "zstd+crc", "checked", float("nan"), f"FAILED: {error}")
+                    continue
+                own = rates.get("zarr-device")
+                record(layout, "zstd+crc", "checked", rates[writer],
+                       f"{rates[writer] / own:.2f}x zarr-device's" if own and writer != "zarr-device" else "")
 
     if "limits" in parts:
         path = os.path.join(out_dir, "limits.zarr")
