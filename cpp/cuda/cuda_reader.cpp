@@ -29,6 +29,7 @@
 #include "gpu/read_staging.hpp"
 #include "kernels.hpp"
 #include "place/strided_copy.hpp"
+#include "write_ring.hpp"
 
 namespace zarr_device {
 namespace cuda {
@@ -483,6 +484,14 @@ void synchronize_reads(int device) {
 }  // namespace cuda
 
 void synchronize_cuda_reads(int device) { cuda::synchronize_reads(device); }
+
+void release_cuda_memory(int device) {
+  if (device >= 0) cuda::check_device(device);
+  // Contexts free their memory as they go: each first settles what a read that did not wait
+  // left on its slots, keeping any failure for synchronize_cuda_reads.
+  for (auto* rings : cuda::read_rings()) rings->release_idle(device);
+  cuda::write_contexts().release_idle(device);
+}
 
 int cuda_device_count() {
   int count = 0;

@@ -158,6 +158,21 @@ class ContextPool {
     for (auto& context : it->second.idle) visit(*context);
   }
 
+  // Frees the idle contexts of `device` (every device's when negative); contexts lent meanwhile
+  // are kept and come back idle as usual. How many were freed.
+  std::size_t release_idle(int device) {
+    std::vector<std::unique_ptr<Context>> freed;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& [d, entry] : entries_) {
+        if (device >= 0 && d != device) continue;
+        for (auto& context : entry.idle) freed.push_back(std::move(context));
+        entry.idle.clear();
+      }
+    }
+    return freed.size();  // freed here, outside the lock: freeing pinned memory is slow
+  }
+
   // A context for `settings`, waiting while `limit` of the device's are lent and none is idle.
   template <typename Make>
   Lease acquire(int device, const Settings& settings, Make make) {

@@ -2,11 +2,15 @@
 
 namespace zarr_device::cuda {
 
-WriteContexts::Lease write_context_for(int device, std::size_t staging_bytes) {
+WriteContexts& write_contexts() {
   // Leaked, like the read rings.
   static auto* pool = new WriteContexts(kContextsPerDevice);
-  return pool->acquire(device, staging_bytes,
-                       [&] { return std::make_unique<WriteContext>(device, staging_bytes); });
+  return *pool;
+}
+
+WriteContexts::Lease write_context_for(int device, std::size_t staging_bytes) {
+  return write_contexts().acquire(
+      device, staging_bytes, [&] { return std::make_unique<WriteContext>(device, staging_bytes); });
 }
 
 }  // namespace zarr_device::cuda

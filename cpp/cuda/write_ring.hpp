@@ -112,5 +112,7 @@ using WriteContexts = ContextPool<WriteContext, std::size_t>;
 
 // The write staging of `device` for `staging_bytes`, lent to one write.
 WriteContexts::Lease write_context_for(int device, std::size_t staging_bytes);
+// The pool write_context_for lends from (release_cuda_memory frees its idle contexts).
+WriteContexts& write_contexts();
 
 }  // namespace zarr_device::cuda

@@ -131,6 +131,32 @@ TEST(ContextPool, ContextsOfOtherSettingsAreNotReused) {
   EXPECT_EQ(idle, 0);  // the old one was freed
 }
 
+TEST(ContextPool, ReleaseFreesIdleContextsAndKeepsLentOnes) {
+  Rings pool(3);
+  int made = 0;
+  auto make = [&] { return std::make_unique<Ring>(Ring{++made}); };
+  { auto lease = pool.acquire(0, {1}, make); }  // idle on device 0
+  { auto lease = pool.acquire(1, {1}, make); }  // idle on device 1
+  auto lent = pool.acquire(0, {1}, make);       // the idle one, lent
+  { auto lease = pool.acquire(0, {1}, make); }  // a second, idle
+  EXPECT_EQ(made, 3);
+  EXPECT_EQ(pool.release_idle(0), 1U);  // device 0's idle one; the lent one and device 1's stay
+  int idle = 0;
+  pool.for_each_idle(1, [&](Ring&) { ++idle; });
+  EXPECT_EQ(idle, 1);
+  // The lent context comes back idle and is lent again; the freed one is made anew.
+  const int kept = (*lent).made;
+  lent.release();
+  auto again = pool.acquire(0, {1}, make);
+  EXPECT_EQ((*again).made, kept);
+  auto fresh = pool.acquire(0, {1}, make);
+  EXPECT_EQ((*fresh).made, 4);
+  // Negative: every device's.
+  fresh.release();
+  EXPECT_EQ(pool.release_idle(-1), 2U);
+  EXPECT_EQ(pool.release_idle(-1), 0U);
+}
+
 TEST(ContextPool, AFailedMakeLendsNothing) {
   Rings pool(1);
   EXPECT_THROW(

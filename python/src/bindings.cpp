@@ -371,6 +371,8 @@ NB_MODULE(_core, m) {
       "requests"_a, "device"_a, "completed"_a = nb::none(), "non_blocking"_a = false);
   m.def("synchronize_cuda", &zd::synchronize_cuda_reads, "device"_a,
         nb::call_guard<nb::gil_scoped_release>());
+  m.def("release_cuda_memory", &zd::release_cuda_memory, "device"_a,
+        nb::call_guard<nb::gil_scoped_release>());
 
   m.def("cuda_device_count", &zd::cuda_device_count);
   m.def("cuda_build_info", [] { return json_to_python(zd::cuda_info()); });

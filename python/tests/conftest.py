@@ -391,3 +391,30 @@ def declare_content_size(frame: bytes, size: int) -> bytes:
     assert width >= 2, "the frame's content size field is too small to rewrite"
     value = size - 256 if width == 2 else size
     return frame[:at] + value.to_bytes(width, "little") + frame[at + width :]
+
+
+def lying_chunk_array(root: Path) -> Any:
+    """An int32 array of one 8 KiB chunk, zstd + crc32c, whose frame declares 8 KiB but holds the
+    blocks of 4 KiB, under a valid crc32c: it passes every check on the host (checksum, framing)
+    and only the GPU's decoder finds it short. Made in ``root`` (bad.zarr, and half.zarr whose
+    frame it borrows)."""
+    import zarr_device as zd
+
+    rng = np.random.default_rng(11)
+    half = zd.create(root / "half.zarr", shape=(1024,), dtype="int32", chunks=(1024,), compressors="zstd")
+    half[...] = rng.integers(0, 50, size=1024, dtype=np.int32)
+    frame = declare_content_size((root / "half.zarr" / "c" / "0").read_bytes(), 8192)
+    bad = zd.create(root / "bad.zarr", shape=(2048,), dtype="int32", chunks=(2048,),
+                    compressors=[{"name": "zstd"}, {"name": "crc32c"}])
+    bad[...] = np.zeros(2048, dtype=np.int32) + 1
+    (root / "bad.zarr" / "c" / "0").write_bytes(frame + crc32c(frame))
+    return zd.open_array(root / "bad.zarr")
+
+
+def rss_bytes() -> int:
+    """The process's resident memory (VmRSS), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")

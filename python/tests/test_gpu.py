@@ -40,6 +40,7 @@ from conftest import (
     native,
     numpy_dtype,
     random_values,
+    rss_bytes,
     selection_id,
     zd_supported_dtypes,
 )
@@ -125,14 +126,6 @@ def make_array(path: Path, dtype: str = "float32", shape: tuple[int, ...] = (300
     values = random_values(dtype, shape, np.random.default_rng(seed))
     arr[...] = values
     return zd.open_array(path), values
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def capsule_name(capsule: Any) -> bytes:

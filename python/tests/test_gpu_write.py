@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import numpy_dtype, random_values
-from test_gpu import DEV, N_GPUS, Setup, host_bytes, rss_bytes, setups, tensor_bytes
+from conftest import numpy_dtype, random_values, rss_bytes
+from test_gpu import DEV, N_GPUS, Setup, host_bytes, setups, tensor_bytes
 
 import zarr_device as zd
 from zarr_device.devices import cuda_build_info

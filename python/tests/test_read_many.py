@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import assert_bits_equal, crc32c, declare_content_size
+from conftest import assert_bits_equal, lying_chunk_array
 
 import zarr_device as zd
 
@@ -396,20 +396,6 @@ def test_failed_reads_leak_nothing(tmp_path: Path) -> None:
 # Reads that do not wait for the GPU's decoders (non_blocking=True)
 
 
-def _lying_chunk_array(root: Path) -> zd.Array:
-    """An int32 array of one 8 KiB chunk, zstd + crc32c, whose frame declares 8 KiB but holds the
-    blocks of 4 KiB, under a valid crc32c: it passes every check on the host (checksum, framing)
-    and only the GPU's decoder finds it short."""
-    rng = np.random.default_rng(11)
-    half = zd.create(root / "half.zarr", shape=(1024,), dtype="int32", chunks=(1024,), compressors="zstd")
-    half[...] = rng.integers(0, 50, size=1024, dtype=np.int32)
-    frame = declare_content_size((root / "half.zarr" / "c" / "0").read_bytes(), 8192)
-    bad = zd.create(root / "bad.zarr", shape=(2048,), dtype="int32", chunks=(2048,), compressors=ZSTD_CRC)
-    bad[...] = np.zeros(2048, dtype=np.int32) + 1
-    (root / "bad.zarr" / "c" / "0").write_bytes(frame + crc32c(frame))
-    return zd.open_array(root / "bad.zarr")
-
-
 @pytest.mark.gpu
 @gpu
 def test_non_blocking_reads_equal_the_host_reads(tmp_path: Path) -> None:
@@ -439,7 +425,7 @@ def test_a_chunk_the_gpu_fails_on_is_reported(tmp_path: Path) -> None:
     non-blocking read returns, and the failure is raised once, by zd.synchronize or by the next
     read onto the device, naming the chunk; reads after that work."""
     pytest.importorskip("torch")
-    bad = _lying_chunk_array(tmp_path)
+    bad = lying_chunk_array(tmp_path)
     good = zd.create(tmp_path / "good.zarr", shape=(4096,), dtype="int32", chunks=(1024,), compressors=ZSTD_CRC)
     good[...] = np.arange(4096, dtype=np.int32)
     previous = zd.set_config(decode_sharing="off", gpu_decode="checked")
@@ -475,7 +461,7 @@ def test_reads_that_wait_from_many_threads_each_get_their_own_failures(tmp_path:
     the GPU fails on gets the CodecError every time; the others get their values, and nothing is
     left over for a later synchronisation."""
     torch = pytest.importorskip("torch")
-    bad = _lying_chunk_array(tmp_path)
+    bad = lying_chunk_array(tmp_path)
     rng = np.random.default_rng(12)
     values = rng.integers(0, 1000, size=(64, 4096), dtype=np.int32)
     good = zd.create(tmp_path / "good.zarr", shape=values.shape, dtype="int32", chunks=(4, 4096), compressors=ZSTD_CRC)

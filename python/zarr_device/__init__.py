@@ -70,7 +70,7 @@ from zarr_device.errors import (
     ZarrDeviceError,
 )
 from zarr_device.stores import LocalStore, MemoryStore, ZarrStoreAdapter
-from zarr_device.transfers import synchronize
+from zarr_device.transfers import empty_cache, synchronize
 from zarr_device.zarr_plugin import disable, enable
 
 register_with_zarr(if_imported=True)
@@ -92,6 +92,7 @@ __all__ = [
     "ConvertSummary",
     "iter_many",
     "synchronize",
+    "empty_cache",
     "IoConfig",
     "get_config",
     "set_config",

@@ -113,6 +113,26 @@ def synchronize(device: DeviceLike = None) -> None:
         _core.synchronize_cuda(spec.index)
 
 
+def empty_cache(device: DeviceLike = None) -> None:
+    """Frees the memory reads and writes keep between calls for a CUDA device: the staging ring
+    (pinned host memory and its copy on the device) and the decode memory, as
+    ``torch.cuda.empty_cache()`` frees torch's cache. Call it after loading a model, before the
+    memory is wanted for something else (a serving engine's KV cache); the next read allocates them
+    again (pinning the staging takes tens of milliseconds). Rings in use by reads on other threads
+    are kept. Failures of reads that did not wait stay for :func:`synchronize`. ``device``:
+    "cuda:N" (or N, or a torch device); None: every CUDA device. With ``device=None``, a no-op
+    without a GPU."""
+    index = -1
+    if device is not None:
+        spec = parse_device(device)
+        if spec.kind != "cuda":
+            raise UsageError(f"empty_cache frees what reads keep for CUDA devices, not {spec.kind!r}")
+        index = -1 if spec.index is None else spec.index
+    if cuda_device_count() == 0:
+        return
+    _core.release_cuda_memory(index)
+
+
 def write_from_device(
     core: _core.Array, slices: Sequence[tuple[int, int, int]], shape: tuple[int, ...], values: Any, what: str
 ) -> bool:

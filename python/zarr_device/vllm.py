@@ -130,7 +130,15 @@ def _load_weights(self: Any, model: Any, model_config: Any) -> None:
     path = find_checkpoint(model_config.model, options.get("checkpoint"))
     device = weights_device(model.parameters(), options.get("device"))
     weights = iter_weights(path, device=device, window_bytes=options.get("window_bytes", DEFAULT_WINDOW))
-    loaded = model.load_weights(weights)
+    try:
+        loaded = model.load_weights(weights)
+    finally:
+        # vLLM sizes its KV cache from the GPU memory free after loading: the staging and decode
+        # memory the reads kept must not count against it.
+        if device.startswith("cuda"):
+            from zarr_device.transfers import empty_cache
+
+            empty_cache(device)
     # As vLLM's default loader does for an unquantized model that reports what it loaded:
     # every parameter must have come from the checkpoint.
     if getattr(model_config, "quantization", None) is None and loaded is not None:

@@ -105,6 +105,14 @@ void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
 // A negative `device`: every device read onto so far.
 void synchronize_cuda_reads(int device);
 
+// Frees the staging rings (pinned host memory and its device copies) and the decode memory that
+// reads and writes onto CUDA device `device` keep between calls (every device's when negative),
+// as torch.cuda.empty_cache does for its cache: the next call allocates them again (pinning
+// takes tens of milliseconds). Rings lent to calls running meanwhile on other threads are kept.
+// Failures of reads that did not wait stay for synchronize_cuda_reads. Nothing to do without
+// CUDA.
+void release_cuda_memory(int device);
+
 // How a write from a GPU runs; each setting starts from the setting of its name (settings.hpp).
 struct CudaWriteOptions {
   // Its threads, and the memory budget of the chunks the selection covers in part (written

@@ -30,6 +30,7 @@ void read_many_to_cuda(std::span<const CudaReadRequest>, int, const CudaReadOpti
 }
 
 void synchronize_cuda_reads(int) { no_cuda(); }
+void release_cuda_memory(int) {}  // nothing is held without CUDA
 
 nlohmann::json measure_cuda_decode(const Array&, std::span<const DimSlice>, int, int,
                                    const CudaReadOptions&) {
