@@ -20,22 +20,7 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-#define NV(x)                                                                              \
-  do {                                                                                     \
-    nvcompStatus_t s_ = (x);                                                               \
-    if (s_ != nvcompSuccess) {                                                             \
-      std::printf("%s:%d %s: status %d\n", __FILE__, __LINE__, #x, static_cast<int>(s_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
+#include "probe_checks.hpp"
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 

@@ -1,6 +1,7 @@
 // Tests of the bytes->bytes codecs (zstd, gzip, blosc, crc32c and the numcodecs ids) and of
 // CRC-32C itself. Golden vectors come from numcodecs 0.16 / zarr-python 3.1, so a change in our
 // encoding of the formats shows up here rather than as unreadable data elsewhere.
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_frameHeaderSize, to walk a frame's blocks
 #include <blosc.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -22,6 +23,7 @@
 #include "codecs/crc32c.hpp"
 #include "test_util.hpp"
 #include "zarr_device/codec.hpp"
+#include "zarr_device/settings.hpp"
 
 namespace zarr_device {
 namespace {
@@ -403,6 +405,61 @@ TEST(CompressionCodecs, ZstdRoundTrips) {
       }
     }
   }
+}
+
+// The blocks of one zstd frame, walked from their headers: how many, and whether any is larger
+// than `most` bytes stored (a compressed block's size is its stored size; raw and RLE blocks
+// store their decoded size).
+std::size_t zstd_blocks(const Buffer& frame) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(frame.data());
+  std::size_t at = ZSTD_frameHeaderSize(frame.data(), frame.size());
+  EXPECT_FALSE(ZSTD_isError(at));
+  std::size_t blocks = 0;
+  for (bool last = false; !last;) {
+    const std::uint32_t header = bytes[at] | (bytes[at + 1] << 8) | (bytes[at + 2] << 16);
+    last = (header & 1) != 0;
+    const std::uint32_t type = (header >> 1) & 3;
+    const std::uint32_t size = header >> 3;
+    at += 3 + (type == 1 ? 1 : size);
+    ++blocks;
+  }
+  return blocks;
+}
+
+TEST(CompressionCodecs, ZstdEndsABlockEveryZstdBlockBytes) {
+  // bf16-like values whose frames are mostly Huffman-coded literals, as model weights compress.
+  const Bytes data = typed_data(1 << 20, 2, 9);
+  const Settings before = settings();
+  Settings changed = before;
+  for (const std::size_t block : {std::size_t{0}, std::size_t{4096}, std::size_t{16384}}) {
+    changed.zstd_block_bytes = block;
+    set_settings(changed);
+    for (bool checksum : {false, true}) {
+      const auto codec = make("zstd", {{"level", 1}, {"checksum", checksum}});
+      const Buffer encoded = codec->encode(to_buffer(data));
+      // One standard frame with its content size, decoded by libzstd as by the codec.
+      EXPECT_EQ(ZSTD_getFrameContentSize(encoded.data(), encoded.size()), data.size());
+      Bytes back(data.size());
+      EXPECT_EQ(ZSTD_decompress(back.data(), back.size(), encoded.data(), encoded.size()),
+                data.size());
+      EXPECT_EQ(back, data);
+      expect_round_trip(*codec, data);
+      // A block every `block` bytes where that makes at most 128 (else libzstd's own: one per
+      // 128 KiB).
+      const std::size_t expected =
+          block == 0 || data.size() / block > 128 ? 8 : data.size() / block;
+      EXPECT_EQ(zstd_blocks(encoded), expected) << block;
+    }
+  }
+  changed.zstd_block_bytes = 16384;
+  set_settings(changed);
+  const auto codec = make("zstd", {{"level", 1}});
+  // A chunk no larger than a block is one block, as libzstd writes it.
+  EXPECT_EQ(zstd_blocks(codec->encode(to_buffer(typed_data(8000, 2, 1)))), 1U);
+  // Up to 128 blocks a chunk: 2 MiB in blocks of 16 KiB, 4 MiB in libzstd's 128 KiB.
+  EXPECT_EQ(zstd_blocks(codec->encode(to_buffer(typed_data(2 << 20, 2, 2)))), 128U);
+  EXPECT_EQ(zstd_blocks(codec->encode(to_buffer(typed_data(4 << 20, 2, 3)))), 32U);
+  set_settings(before);
 }
 
 TEST(CompressionCodecs, ZstdWritesContentSizeAndChecksumFlag) {

@@ -70,9 +70,9 @@ TEST_F(Settings, TheTableGivesEverySettingAVariableADefaultAndDocumentation) {
     EXPECT_EQ(&zd::setting_info(setting.name), &setting);
     EXPECT_NO_THROW(parse(setting.name, setting.default_text)) << setting.name;
   }
-  EXPECT_EQ(names, (std::set<std::string_view>{"threads", "max_inflight_bytes", "gpu_decode",
-                                               "gpu_encode", "staging_bytes", "decode_bytes",
-                                               "staging_slots", "decode_sharing"}));
+  EXPECT_EQ(names, (std::set<std::string_view>{
+                       "threads", "max_inflight_bytes", "gpu_decode", "gpu_encode", "staging_bytes",
+                       "decode_bytes", "staging_slots", "decode_sharing", "zstd_block_bytes"}));
   try {
     (void)zd::setting_info("stagingbytes");
     FAIL() << "an unknown setting was found";

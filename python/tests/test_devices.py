@@ -502,7 +502,8 @@ def test_io_config_reaches_the_engine_not_each_call() -> None:
         assert _core.settings() == {"threads": 3, "max_inflight_bytes": 1 << 20, "gpu_decode": "trusted",
                                     "staging_bytes": 32 << 20, "staging_slots": 2,
                                     "decode_bytes": previous.decode_bytes,
-                                    "gpu_encode": previous.gpu_encode, "decode_sharing": previous.decode_sharing}
+                                    "gpu_encode": previous.gpu_encode, "decode_sharing": previous.decode_sharing,
+                                    "zstd_block_bytes": previous.zstd_block_bytes}
         transfers.fill(Recorder(), [(0, 1, 4)], Destination(None, index=1, ptr=1234, nbytes=16, stream=7))  # type: ignore[arg-type]
         assert calls == [([(0, 1, 4)], 1, 1234, 16, 7, False)]
         with pytest.raises(zd.UsageError):

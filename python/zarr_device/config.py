@@ -74,6 +74,7 @@ class IoConfig:
     staging_slots: int = _TABLE["staging_slots"]["default"]
     gpu_encode: Literal["on", "off"] = _TABLE["gpu_encode"]["default"]
     decode_sharing: Literal["auto", "off"] = _TABLE["decode_sharing"]["default"]
+    zstd_block_bytes: int = _TABLE["zstd_block_bytes"]["default"]
 
     def __post_init__(self) -> None:
         # Every way a configuration is made (set_config, replace, IoConfig(...)) checks it.
@@ -100,7 +101,8 @@ def get_config() -> IoConfig:
 
 def set_config(**changes: Any) -> IoConfig:
     """Changes settings (``threads=``, ``max_inflight_bytes=``, ``gpu_decode=``, ``gpu_encode=``,
-    ``staging_bytes=``, ``decode_bytes=``, ``staging_slots=``, ``decode_sharing=``) for the reads and writes started afterwards, and
+    ``staging_bytes=``, ``decode_bytes=``, ``staging_slots=``, ``decode_sharing=``,
+    ``zstd_block_bytes=``) for the reads and writes started afterwards, and
     returns the previous ones. Sizes take units (``"256MiB"``). Raises UsageError naming the
     setting when a value is invalid; nothing changes then."""
     for name in changes:

@@ -49,6 +49,7 @@ struct Settings {
   int staging_slots;
   GpuEncode gpu_encode;
   DecodeSharing decode_sharing;
+  std::size_t zstd_block_bytes;
 
   bool operator==(const Settings&) const = default;
 };

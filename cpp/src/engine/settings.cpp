@@ -28,7 +28,7 @@ static_assert(static_cast<std::size_t>(GpuEncode::kOn) == 0 &&
 
 // The one table. A new setting is a member of Settings and a row here (Settings() sets every
 // member from its row, so a member without one is left undefined).
-const std::array<SettingInfo, 8> kTable = {{
+const std::array<SettingInfo, 9> kTable = {{
     {"threads",
      "ZARR_DEVICE_THREADS",
      SettingKind::kCount,
@@ -118,6 +118,23 @@ const std::array<SettingInfo, 8> kTable = {{
      "leaves every chunk the GPU can decode to it.",
      [](const Settings& s) { return static_cast<std::uint64_t>(s.decode_sharing); },
      [](Settings& s, std::uint64_t v) { s.decode_sharing = static_cast<DecodeSharing>(v); }},
+    {"zstd_block_bytes",
+     "ZARR_DEVICE_ZSTD_BLOCK_BYTES",
+     SettingKind::kSize,
+     "16KiB",
+     0,
+     128 * 1024,
+     {},
+     "Writes: the chunk bytes each zstd block covers at most, in chunks of up to 128 such "
+     "blocks (a frame's blocks are ended every this many bytes; larger chunks, and 0, leave them "
+     "to libzstd, up to 128 KiB). The frames stay standard zstd, one per chunk, for any reader. "
+     "nvCOMP decodes a block's Huffman-coded literals slowly and some of a frame's blocks side "
+     "by side, so such blocks decode sooner on a GPU: on an H200, bf16 weights in 2 MiB chunks "
+     "4.1 ms a call instead of 8.5, 256 KiB chunks 1.2 instead of 7.0, and arrays of 256 KiB-2 "
+     "MiB chunks read 1.15-1.32x as fast, for 0.3% more bytes stored and CPU decoding as fast. "
+     "Writes from GPU memory that nvCOMP compresses keep its own blocks.",
+     [](const Settings& s) { return std::uint64_t{s.zstd_block_bytes}; },
+     [](Settings& s, std::uint64_t v) { s.zstd_block_bytes = v; }},
 }};
 
 // 'text', as Python's repr shows a string.
