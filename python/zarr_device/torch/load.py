@@ -320,7 +320,9 @@ def load(
     are one tensor object, as they were one tensor when saved. ``progress``: a bar on stderr,
     advanced as each tensor completes (None, the default: where stderr is a terminal; False:
     none; or a function told of each tensor's bytes). With a bar, tensors are handed on as they
-    land (:func:`iter_load`); without, in one read.
+    land (:func:`iter_load`); without, in one read. Reads onto a GPU keep their staging and
+    decode memory for the reads after them; :func:`zarr_device.empty_cache` gives it back (after
+    loading a model whose GPU memory is wanted for other things).
 
     ``shard_plan``: tensor-parallel loading. ``{pattern: dim}`` with fnmatch-style patterns of
     tensor names (``"*.q_proj.weight": 0``); for each loaded tensor the first pattern (in the
