@@ -26,6 +26,7 @@
 #include "cufile_api.hpp"
 #include "device_memory.hpp"
 #include "gpu/decode_share.hpp"
+#include "gpu/leaf_parts.hpp"
 #include "gpu/read_staging.hpp"
 #include "kernels.hpp"
 #include "place/strided_copy.hpp"
@@ -179,6 +180,12 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     rates.slots = static_cast<std::size_t>(std::max(options_.slots, 1));
     shared = gpu::share_decodes(leaves, gpu::DecodeKind::kZstd, rates);
   }
+  // Chunks larger than a slot of the ring as configured, or decoded on the CPU and so large that
+  // its slots would bound how many decode at once, are staged a part at a time.
+  const auto slots_configured = static_cast<std::size_t>(std::max(options_.slots, 1));
+  const std::size_t parted = gpu::cut_into_parts(
+      leaves, {slot_capacity(options_.staging_bytes, slots_configured), slots_configured,
+               options_.staging_bytes, in_flight.share_of_all(workers_)});
   // The ring's slots hold the largest chunk: fewer, larger slots in the same staging.
   const auto need = gpu::staging_need(leaves);
   auto context = context_for(device_, options_, need);
@@ -315,6 +322,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
           finish(ctx.slot(base + started));  // an earlier read's last batch, left on the device
         }
         Slot& slot = ctx.slot(base + started);
+        gpu::lend_part_staging(batch_of(started), slot.host);  // before later batches' fetches
         auto stage = [this, &ctx, &slot, &announce, b = started, batch = batch_of(started)] {
           announce(b);
           fetch(ctx, slot, batch);
@@ -395,13 +403,14 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
           trace, sizeof(trace),
           "zarr-device read: %zu targets %zu leaves %zu batches (copies %zu B), %zu slots from "
           "%zu, fetched up to %zu ahead, %s, %zu decode calls of %zu chunks (%zu sized from "
-          "their frames, %zu in their slots), %zu shared with the CPU; plan %.2f ms (chunks %.2f), "
+          "their frames, %zu in their slots), %zu shared with the CPU, %zu in parts; plan %.2f ms "
+          "(chunks %.2f), "
           "fetch waits %.2f "
           "ms, "
           "batches %.2f ms",
           targets.size(), leaves.size(), batches.size(), target, slots, base % slots, most_ahead,
           decode_memory.c_str(), decode_calls_, decoded_chunks_, sized_calls_, sized_in_slots_,
-          shared, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+          shared, parted, std::chrono::duration<double, std::milli>(t1 - t0).count(),
           std::chrono::duration<double, std::milli>(t_chunks - t0).count(), waited_fetch * 1e3,
           std::chrono::duration<double, std::milli>(queued - t1).count());
     }

@@ -154,6 +154,11 @@ void settle_later(int device, Slot& slot);
 // the staging, and a chunk of a quarter of the staging fills one of four slots.
 inline constexpr std::size_t kSlotPage = std::size_t{2} << 20;
 
+// The bytes of each slot of a staging of `staging_bytes` cut into `count` slots: whole pages.
+inline std::size_t slot_capacity(std::size_t staging_bytes, std::size_t count) {
+  return std::max<std::size_t>(staging_bytes / count / kSlotPage * kSlotPage, kSlotPage);
+}
+
 // A device's staging ring, made once and kept: pinned allocations are slow and synchronise.
 class DeviceContext {
  public:
@@ -389,8 +394,7 @@ class DeviceContext {
  private:
   // `count` slots of the staging, each a whole number of pages.
   void cut(std::size_t count) {
-    const std::size_t per_slot =
-        std::max<std::size_t>(staging_bytes_ / count / kSlotPage * kSlotPage, kSlotPage);
+    const std::size_t per_slot = slot_capacity(staging_bytes_, count);
     slots_.assign(count, Slot{});
     for (auto& s : slots_) s.capacity = per_slot;
     next_batch = 0;

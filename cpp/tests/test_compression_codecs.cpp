@@ -299,6 +299,24 @@ TEST(Crc32c, ContinuesAcrossPieces) {
   }
 }
 
+// Checksums of pieces computed apart join into the whole's: each split, lengths past a table's
+// reach (of 2^k bytes and between) and empty pieces on either side.
+TEST(Crc32c, CombinesPiecesComputedApart) {
+  const Bytes data = random_bytes(70000, 12);
+  const std::span<const std::byte> all(data);
+  for (std::size_t split : {0, 1, 3, 4, 5, 8, 255, 256, 4096, 65536, 69999, 70000}) {
+    const std::uint32_t a = codecs::crc32c(all.first(split));
+    const std::uint32_t b = codecs::crc32c(all.subspan(split));
+    EXPECT_EQ(codecs::crc32c_combine(a, b, data.size() - split), codecs::crc32c(all))
+        << "split at " << split;
+  }
+  // Three pieces joined left to right.
+  const std::uint32_t ab = codecs::crc32c_combine(codecs::crc32c(all.first(100)),
+                                                  codecs::crc32c(all.subspan(100, 900)), 900);
+  EXPECT_EQ(codecs::crc32c_combine(ab, codecs::crc32c(all.subspan(1000)), data.size() - 1000),
+            codecs::crc32c(all));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Registry and configuration
 

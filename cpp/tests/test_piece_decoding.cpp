@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "codecs/codec_chain.hpp"
+#include "decode_test_util.hpp"
 #include "test_util.hpp"
 #include "zarr_device/array.hpp"
 #include "zarr_device/store.hpp"
@@ -25,40 +26,11 @@ using test::Bytes;
 using test::json;
 using test::make_spec;
 
-const char* const kZstd = R"([{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 3}}])";
-const char* const kZstdCrc =
-    R"([{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 3}}, {"name": "crc32c"}])";
-
-// Slowly rising little-endian uint16 values with noise: compressible, as array data is.
-Bytes array_like(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  Bytes out(n);
-  for (std::size_t i = 0; i + 1 < n; i += 2) {
-    const auto v = static_cast<std::uint16_t>(i / 64 + rng() % 7);
-    std::memcpy(out.data() + i, &v, 2);
-  }
-  return out;
-}
-
-// A whole-chunk decode of `stored` into `out`: empty when it succeeds, else the error's kind and
-// a description.
-struct Outcome {
-  bool ok = true;
-  ErrorKind kind = ErrorKind::kUsage;
-  std::string message;
-};
-
-Outcome whole(const CodecChain& chain, const Bytes& stored, Bytes& out) {
-  const auto& spec = chain.spec();
-  try {
-    chain.decode_into(
-        Buffer::copy_of(stored), test::full_selection(spec.shape),
-        StridedView{out.data(), spec.shape, test::c_strides(spec.shape, spec.dtype->size)});
-    return {};
-  } catch (const Error& e) {
-    return {false, e.kind(), e.what()};
-  }
-}
+using test::array_like;
+using test::kZstd;
+using test::kZstdCrc;
+using test::Outcome;
+using test::whole;
 
 // The same through the piece decoder, fed pieces of the sizes `cut` gives in turn.
 Outcome in_pieces(const CodecChain& chain, const Bytes& stored, Bytes& out,
@@ -109,15 +81,7 @@ TEST(PieceDecoding, EveryCutDecodesAsTheWholeChunkDoes) {
 TEST(PieceDecoding, SeveralFramesWithAndWithoutSizesCutAnywhere) {
   const auto spec = make_spec({40000}, "uint8");
   const Bytes chunk = array_like(spec.nbytes(), 2);
-  const auto frame = [](std::span<const std::byte> data, bool with_size) {
-    return test::zstd_frame(data, with_size, false);
-  };
-  Bytes stored;
-  for (const auto& f : {frame({}, true), frame(std::span(chunk).first(10), true),
-                        frame(std::span(chunk).subspan(10, 20000), false), frame({}, false),
-                        frame(std::span(chunk).subspan(20010), true)}) {
-    stored.insert(stored.end(), f.begin(), f.end());
-  }
+  const Bytes stored = test::several_frames(chunk);
   const CodecChain chain(json::parse(kZstd), spec);
   Bytes reference(chunk.size());
   ASSERT_TRUE(whole(chain, stored, reference).ok);
@@ -159,57 +123,21 @@ TEST(PieceDecoding, ChunksOfTheWrongSizeFailAsWholeOnesDo) {
 // Damage anywhere in a chunk under a crc32c: a checksum mismatch, however the pieces fall, as
 // when the chunk is verified whole before zstd sees it.
 TEST(PieceDecoding, DamageUnderAChecksumIsAChecksumMismatch) {
-  const auto spec = make_spec({600, 500}, "uint16");
-  const Bytes chunk = array_like(spec.nbytes(), 4);
-  const CodecChain chain(json::parse(kZstdCrc), spec);
-  const Bytes stored = test::to_bytes(*chain.encode(chunk));
-  std::mt19937 rng(5);
-  for (int trial = 0; trial < 60; ++trial) {
-    Bytes damaged = stored;
-    const std::size_t at = trial < 4 ? damaged.size() - 1 - trial : rng() % damaged.size();
-    damaged[at] ^= std::byte{static_cast<unsigned char>(1 + rng() % 255)};
-    Bytes reference(chunk.size());
-    const Outcome w = whole(chain, damaged, reference);
-    ASSERT_FALSE(w.ok);
-    ASSERT_EQ(w.kind, ErrorKind::kChecksum) << w.message;
-    for (const auto& cut : {std::vector<std::size_t>{4096}, std::vector<std::size_t>{1 << 20}}) {
-      Bytes out(chunk.size());
-      const Outcome o = in_pieces(chain, damaged, out, cut);
-      EXPECT_FALSE(o.ok) << "byte " << at;
-      EXPECT_EQ(o.kind, ErrorKind::kChecksum) << "byte " << at << ": " << o.message;
-      EXPECT_EQ(o.message, w.message);
-    }
-  }
+  test::expect_damage_is_a_checksum_mismatch(
+      [](const CodecChain& chain, const Bytes& stored, Bytes& out, std::size_t cut) {
+        return in_pieces(chain, stored, out, {cut});
+      },
+      {4096, 1 << 20});
 }
 
 // Random damage without a checksum: the piece decoder and the whole decode agree on whether the
 // chunk decodes, and on what it decodes to when it does.
 TEST(PieceDecoding, RandomDamageWithoutAChecksumIsJudgedAlike) {
-  const auto spec = make_spec({20000}, "uint8");
-  const Bytes chunk = array_like(spec.nbytes(), 6);
-  const CodecChain chain(json::parse(kZstd), spec);
-  const Bytes stored = test::to_bytes(*chain.encode(chunk));
-  std::mt19937 rng(7);
-  int failed = 0;
-  for (int trial = 0; trial < 400; ++trial) {
-    Bytes damaged = stored;
-    for (int flips = 1 + static_cast<int>(rng() % 3); flips > 0; --flips) {
-      damaged[rng() % damaged.size()] ^= std::byte{static_cast<unsigned char>(1 + rng() % 255)};
-    }
-    Bytes reference(chunk.size());
-    const Outcome w = whole(chain, damaged, reference);
-    Bytes out(chunk.size());
-    const Outcome o = in_pieces(chain, damaged, out, {1 + rng() % 5000});
-    ASSERT_EQ(o.ok, w.ok) << "trial " << trial << ": whole '" << w.message << "', pieces '"
-                          << o.message << "'";
-    if (w.ok) {
-      EXPECT_EQ(out, reference) << "trial " << trial;
-    } else {
-      EXPECT_EQ(o.kind, w.kind) << o.message;
-      ++failed;
-    }
-  }
-  EXPECT_GT(failed, 100);  // the damage is mostly caught
+  test::expect_random_damage_judged_alike(
+      [](const CodecChain& chain, const Bytes& stored, Bytes& out, std::size_t cut) {
+        return in_pieces(chain, stored, out, {cut});
+      },
+      5000);
 }
 
 TEST(PieceDecoding, OnlyWhereTheChunkDecompressesIntoPlace) {

@@ -752,18 +752,76 @@ def _restore_config(previous: Any) -> None:
 
 
 def test_staging_settings_apply_to_the_next_read(tmp_path: Path) -> None:
-    """The ring is made again when its settings change: a chunk larger than a slot is refused
-    with advice, and read once the slot is large enough."""
+    """The ring is made again when its settings change: a chunk larger than a slot that cannot be
+    staged in parts (gzip, decoded on the CPU whole) is refused with advice, and read once the
+    slot is large enough."""
     arr = zd.create(tmp_path / "big", shape=(1024, 1024), dtype="float32", chunks=(1024, 1024),
-                    compressors=None)
+                    compressors={"name": "gzip", "configuration": {"level": 1}})
     values = np.random.default_rng(3).standard_normal((1024, 1024), dtype=np.float32)
     arr[...] = values
-    previous = zd.set_config(staging_bytes=2 * MIB, staging_slots=2)  # 1 MiB slots, 4 MiB chunk
+    previous = zd.set_config(staging_bytes=2 * MIB, staging_slots=2)  # a 4 MiB chunk
     try:
         with pytest.raises(zd.OutOfMemoryError, match="raise staging_bytes"):
             arr.read(device=DEV, like="torch")
         zd.set_config(staging_bytes=16 * MIB, staging_slots=2)
         assert tensor_bytes(arr.read(device=DEV, like="torch")) == host_bytes(values)
+    finally:
+        _restore_config(previous)
+
+
+@pytest.mark.parametrize("codecs", ["plain+crc32c", "zstd", "zstd+crc32c", "sharded plain"])
+def test_chunks_larger_than_a_slot_are_staged_in_parts(tmp_path: Path, codecs: str) -> None:
+    """Chunks larger than a slot (8 MiB against 2 MiB slots), or than the whole ring (20 MiB
+    against 16 MiB, zstd + crc32c, which the GPU would decode), are read through the ring a part
+    at a time, bit-equal to the host read: whole, and into a slice of a larger output (out=). A
+    selection that cuts the chunks stages each whole (in larger slots), so a chunk larger than the
+    whole ring is refused there, with advice."""
+    shape = chunks = (5120, 1024) if codecs == "zstd+crc32c" else (3072, 1024)
+    if codecs != "zstd+crc32c":
+        chunks = (2048, 1024)
+    kwargs: dict[str, Any] = {
+        "plain+crc32c": {"codecs": [{"name": "bytes"}, {"name": "crc32c"}]},
+        "zstd": {"compressors": {"name": "zstd", "configuration": {"level": 1}}},
+        "zstd+crc32c": {"compressors": [{"name": "zstd", "configuration": {"level": 1}},
+                                        {"name": "crc32c"}]},
+        "sharded plain": {"compressors": None, "shards": (4096, 1024)},
+    }[codecs]
+    arr, values = make_array(tmp_path / "a", shape=shape, chunks=chunks, seed=4, **kwargs)
+    previous = zd.set_config(staging_bytes=16 * MIB, staging_slots=8)  # 2 MiB slots
+    try:
+        assert tensor_bytes(arr.read(device=DEV, like="torch")) == host_bytes(values)
+        out = torch.full((6000, 1024), -1.0, dtype=torch.float32, device=DEV)
+        arr.read(device=DEV, out=out[100:100 + shape[0]])
+        torch.cuda.synchronize()
+        assert tensor_bytes(out[100:100 + shape[0]]) == host_bytes(values)
+        assert bool((out[:100] == -1).all()) and bool((out[100 + shape[0]:] == -1).all())
+        cut = np.s_[5:2900, 3:1000]
+        if codecs == "zstd+crc32c":
+            with pytest.raises(zd.OutOfMemoryError, match="raise staging_bytes"):
+                arr.read(cut, device=DEV, like="torch")
+        else:
+            part = arr.read(cut, device=DEV, like="torch")
+            assert tensor_bytes(part) == host_bytes(np.ascontiguousarray(values[cut]))
+    finally:
+        _restore_config(previous)
+
+
+def test_a_damaged_part_is_a_checksum_error_naming_the_chunk(tmp_path: Path) -> None:
+    """A chunk staged in parts with a damaged byte in one part fails its crc32c once all its
+    parts are in: a ChecksumError that names the chunk; the next read of a healthy array works."""
+    arr, _ = make_array(tmp_path / "a", shape=(2048, 1024), chunks=(2048, 1024), seed=5,
+                        codecs=[{"name": "bytes"}, {"name": "crc32c"}])
+    chunk = tmp_path / "a" / "c" / "0" / "0"
+    damaged = bytearray(chunk.read_bytes())
+    damaged[5 * MIB + 3] ^= 0x10
+    chunk.write_bytes(bytes(damaged))
+    previous = zd.set_config(staging_bytes=8 * MIB, staging_slots=4)
+    try:
+        with pytest.raises(zd.ChecksumError, match=r"chunk 'c/0/0'"):
+            arr.read(device=DEV, like="torch")
+        healthy, values = make_array(tmp_path / "ok", shape=(2048, 1024), chunks=(2048, 1024),
+                                     compressors=None)
+        assert tensor_bytes(healthy.read(device=DEV, like="torch")) == host_bytes(values)
     finally:
         _restore_config(previous)
 

@@ -181,6 +181,20 @@ class PieceDecoder {
   virtual void finish() = 0;
 };
 
+// Decodes a codec's encoded bytes into consecutive windows of its decoded bytes, pulling the
+// encoded bytes as it needs them: for a chunk too large to stage whole, staged a part at a time
+// (device reads of chunks larger than a staging slot). Errors are the codec's own.
+class WindowDecoder {
+ public:
+  // Returns the next encoded bytes (valid until it is called again); empty once they have ended.
+  using Source = std::function<std::span<const std::byte>()>;
+  virtual ~WindowDecoder() = default;
+  // Decodes the next window.size() decoded bytes into `window`.
+  virtual void fill(std::span<std::byte> window) = 0;
+  // After the last window: raises unless the encoded bytes ended there, complete.
+  virtual void finish() = 0;
+};
+
 class BytesToBytesCodec : public Codec {
  public:
   // Optional capabilities, for decoding from pieces (nullptr: the codec does not):
@@ -193,6 +207,14 @@ class BytesToBytesCodec : public Codec {
   // whose output is a stretch of their input: crc32c's data before its checksum).
   [[nodiscard]] virtual std::unique_ptr<PieceDecoder> decoder_onto(
       std::unique_ptr<PieceDecoder> /*next*/, std::uint64_t /*encoded_size*/) const {
+    return nullptr;
+  }
+  // And a decoder of `encoded_size` bytes, pulled from `source`, into `decoded_size` bytes handed
+  // out in windows (decompressors whose state carries across windows of their output).
+  [[nodiscard]] virtual bool decodes_in_windows() const { return false; }
+  [[nodiscard]] virtual std::unique_ptr<WindowDecoder> window_decoder(
+      std::size_t /*decoded_size*/, std::uint64_t /*encoded_size*/,
+      const WindowDecoder::Source& /*source*/) const {
     return nullptr;
   }
 

@@ -36,6 +36,23 @@ class CodecChain {
                                                             const StridedView& destination,
                                                             std::uint64_t stored_size) const;
 
+  // Whether a chunk whose `selection` lands in `destination` decodes in windows of its decoded
+  // bytes (window_decoder): where decode_into would decompress straight into place, its one
+  // decompressor decodes in windows (zstd) and the codecs after it are checksums (crc32c).
+  [[nodiscard]] bool decodes_in_windows(std::span<const DimSlice> selection,
+                                        const StridedView& destination) const;
+  // Reads the stored chunk's bytes from `offset` into `into`; returns how many it read (fewer:
+  // the stored bytes ended).
+  using StoredReader = std::function<std::size_t(std::uint64_t offset, std::span<std::byte> into)>;
+  // A decoder of a stored chunk of `stored_size` bytes, read through `read` `piece_bytes` at a
+  // time as it needs them, into consecutive windows of its decoded bytes (C order, as stored):
+  // for a chunk staged a part at a time. Only where decodes_in_windows. What it raises is what
+  // decode_into raises for the same bytes; a checksum mismatch is reported as such even when the
+  // decompressor fails first on the damaged bytes.
+  [[nodiscard]] std::unique_ptr<WindowDecoder> window_decoder(std::uint64_t stored_size,
+                                                              StoredReader read,
+                                                              std::size_t piece_bytes) const;
+
   // Whether a chunk can be decoded from byte ranges (a shard without bytes->bytes codecs after it).
   [[nodiscard]] bool supports_partial_decode() const;
   // Decodes from byte ranges of a stored chunk of `total_size` bytes.

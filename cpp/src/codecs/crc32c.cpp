@@ -81,6 +81,13 @@ std::uint32_t load_le32(const std::byte* p) {
 
 }  // namespace
 
+std::uint32_t crc32c_combine(std::uint32_t first, std::uint32_t second, std::size_t second_length) {
+  // The register (before its final inversion) is linear in the data: running it over b from a's
+  // register is running it over b's zero bytes from there, plus b's register from zero. The
+  // inversions at both ends cancel out the same way.
+  return multiply_mod_p(x_to_the_8n(second_length), first) ^ second;
+}
+
 namespace detail {
 
 std::uint32_t crc32c_portable(std::span<const std::byte> data, std::uint32_t crc) {

@@ -11,6 +11,10 @@ namespace zarr_device::codecs {
 // crc32c(b, crc32c(a)) == crc32c(a + b). Uses the SSE4.2 instruction where the processor has it.
 std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc = 0);
 
+// The CRC-32C of a + b from crc32c(a), crc32c(b) and the length of b: checksums of pieces read
+// apart, in any order, joined in order.
+std::uint32_t crc32c_combine(std::uint32_t first, std::uint32_t second, std::size_t second_length);
+
 namespace detail {
 // The two implementations behind crc32c(), exposed so tests can check each against the other.
 std::uint32_t crc32c_portable(std::span<const std::byte> data, std::uint32_t crc);

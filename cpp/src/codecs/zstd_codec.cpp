@@ -1,9 +1,4 @@
 // The "zstd" codec (Zarr v3 core) and numcodecs' "zstd": standard zstd frames.
-// For ZSTD_d_stableOutBuffer (a parameter value; no static-only symbol is linked).
-#define ZSTD_STATIC_LINKING_ONLY
-#include <zstd.h>
-#include <zstd_errors.h>
-
 #include <algorithm>
 #include <array>
 #include <climits>
@@ -14,35 +9,15 @@
 #include <utility>
 
 #include "codecs/compression_common.hpp"
+#include "codecs/zstd_frames.hpp"
 #include "zarr_device/settings.hpp"
 
 namespace zarr_device::codecs {
 namespace {
 
-[[noreturn]] void throw_zstd_error(std::string_view codec, std::size_t code) {
-  if (ZSTD_getErrorCode(code) == ZSTD_error_checksum_wrong) {
-    throw ChecksumError(std::string(codec) +
-                        ": the frame's content checksum does not match its data");
-  }
-  throw CodecError(std::string(codec) + ": " + ZSTD_getErrorName(code));
-}
-
-struct DCtxDeleter {
-  void operator()(ZSTD_DCtx* dctx) const { ZSTD_freeDCtx(dctx); }
-};
 struct CCtxDeleter {
   void operator()(ZSTD_CCtx* cctx) const { ZSTD_freeCCtx(cctx); }
 };
-
-// One context per thread: creating one costs allocations, and codecs are shared across threads.
-ZSTD_DCtx* thread_dctx(std::string_view codec) {
-  thread_local std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx;
-  if (!dctx) dctx.reset(ZSTD_createDCtx());
-  if (!dctx) throw OutOfMemoryError(std::string(codec) + ": could not create a zstd context");
-  // A decode that threw may have left the context mid-frame.
-  ZSTD_DCtx_reset(dctx.get(), ZSTD_reset_session_and_parameters);
-  return dctx.get();
-}
 
 ZSTD_CCtx* thread_cctx(std::string_view codec) {
   thread_local std::unique_ptr<ZSTD_CCtx, CCtxDeleter> cctx;
@@ -50,14 +25,6 @@ ZSTD_CCtx* thread_cctx(std::string_view codec) {
   if (!cctx) throw OutOfMemoryError(std::string(codec) + ": could not create a zstd context");
   ZSTD_CCtx_reset(cctx.get(), ZSTD_reset_session_and_parameters);
   return cctx.get();
-}
-
-// The most `encoded_size` bytes of zstd can decode to. Every block that produces output takes at
-// least 4 bytes (3 of header, 1 of content: an RLE block) and produces at most 128 KiB; dividing
-// by 3 leaves a margin. Bounds output when frames do not declare their size, and exposes frames
-// that declare more than they can hold.
-std::size_t max_decoded_size(std::size_t encoded_size) {
-  return saturating_mul_add(encoded_size / 3 + 1, std::size_t{128} * 1024, 0);
 }
 
 struct FrameScan {
@@ -94,172 +61,23 @@ FrameScan scan_frames(std::span<const std::byte> in, std::string_view codec) {
   return scan;
 }
 
-// Streams frames into `out`, zstd writing straight into it (its stable-output mode) instead of
-// through a window buffer of its own. Why: a context keeps that buffer from one decode to the
-// next, and whether a frame that reaches back past its window decodes would then depend on the
-// decodes before it. Written straight into `out`, each frame sees all of its own output, as
-// one-shot decoding does, so every path accepts the same data. A frame that declares its size
-// must produce exactly that: libzstd's streaming decoder does not check it when the output buffer
-// is smaller than the declared size (1.5.4: a frame ending in an empty last block "completes"
-// early). The frames may come in pieces (a piece may end inside a frame's header: that header is
-// held until it is whole, to read the size it declares).
-class FrameStream {
- public:
-  // `total`: the bytes of frames that will be fed in all.
-  FrameStream(ZSTD_DCtx* dctx, std::span<std::byte> out, std::uint64_t total,
-              std::string_view codec)
-      : dctx_(dctx),
-        codec_(codec),
-        output_{out.empty() ? &empty_ : out.data(), out.size(), 0},
-        remaining_(total) {
-    const std::size_t stable = ZSTD_DCtx_setParameter(dctx, ZSTD_d_stableOutBuffer, 1);
-    if (ZSTD_isError(stable)) throw_zstd_error(codec_, stable);
-  }
-
-  // Decodes the next bytes of the frames; false when `out` cannot hold what they decode to.
-  bool feed(std::span<const std::byte> in) {
-    remaining_ -= std::min<std::uint64_t>(remaining_, in.size());
-    while (true) {
-      if (in_frame_) {
-        if (in.empty()) return true;
-        if (!decode_some(in)) return false;
-        continue;
-      }
-      // A frame starts: its header (all of it, or up to the end of the data) tells its size.
-      const auto need = static_cast<std::size_t>(
-          std::min<std::uint64_t>(header_.size(), held_ + in.size() + remaining_));
-      const std::size_t take = std::min(need - held_, in.size());
-      if (take > 0) std::memcpy(header_.data() + held_, in.data(), take);
-      held_ += take;
-      in = in.subspan(take);
-      if (need == 0 || held_ < need) return true;  // no more data, or the rest comes later
-      declared_ = ZSTD_getFrameContentSize(header_.data(), held_);
-      frame_start_ = output_.pos;
-      in_frame_ = true;
-      std::span<const std::byte> held{header_.data(), held_};
-      held_ = 0;
-      while (!held.empty() && in_frame_) {
-        if (!decode_some(held)) return false;
-      }
-      if (!held.empty()) {  // the frame ended inside them: the rest starts the next frame
-        std::memmove(header_.data(), held.data(), held.size());
-        held_ = held.size();
-      }
-    }
-  }
-
-  // After the last bytes: the bytes written (CodecError when the last frame is incomplete).
-  [[nodiscard]] std::size_t finish() const {
-    if (in_frame_ || held_ > 0) {
-      throw CodecError(std::string(codec_) + ": data is truncated (the last frame is incomplete)");
-    }
-    return output_.pos;
-  }
-
- private:
-  // One call of the decoder on the front of `in`, which it then drops from `in`; false when the
-  // output is full and more is to be written.
-  bool decode_some(std::span<const std::byte>& in) {
-    ZSTD_inBuffer input{in.data(), in.size(), 0};
-    const std::size_t out_before = output_.pos;
-    const std::size_t result = ZSTD_decompressStream(dctx_, &output_, &input);
-    if (ZSTD_isError(result)) {
-      if (ZSTD_getErrorCode(result) == ZSTD_error_dstSize_tooSmall) return false;
-      throw_zstd_error(codec_, result);
-    }
-    in = in.subspan(input.pos);
-    if (result == 0) {  // the frame is complete
-      const std::size_t produced = output_.pos - frame_start_;
-      if (declared_ != ZSTD_CONTENTSIZE_UNKNOWN && declared_ != ZSTD_CONTENTSIZE_ERROR &&
-          produced != declared_) {
-        throw CodecError(std::string(codec_) + ": a frame declares " + std::to_string(declared_) +
-                         " bytes and holds " + std::to_string(produced));
-      }
-      in_frame_ = false;
-      return true;
-    }
-    if (input.pos == 0 && output_.pos == out_before) {
-      if (output_.pos == output_.size) return false;
-      throw CodecError(std::string(codec_) + ": decompression made no progress");
-    }
-    return true;
-  }
-
-  ZSTD_DCtx* dctx_;
-  std::string_view codec_;
-  std::byte empty_{};
-  ZSTD_outBuffer output_;
-  std::uint64_t remaining_;  // bytes of frames not yet fed
-  bool in_frame_ = false;
-  unsigned long long declared_ = 0;  // the current frame's declared size, or ZSTD_CONTENTSIZE_*
-  std::size_t frame_start_ = 0;      // where its output starts
-  std::array<std::byte, ZSTD_FRAMEHEADERSIZE_MAX> header_{};
-  std::size_t held_ = 0;  // bytes of a frame's header held until it is whole
-};
-
-// Every frame of `in` streamed into `out` (FrameStream): the bytes written, or nullopt when `out`
-// is too small for them.
-std::optional<std::size_t> stream_frames_into(std::span<const std::byte> in,
-                                              std::span<std::byte> out, std::string_view codec) {
-  FrameStream stream(thread_dctx(codec), out, in.size(), codec);
-  if (!stream.feed(in)) return std::nullopt;
-  return stream.finish();
-}
-
 // One standard frame that declares exactly `decoded` bytes: what nvCOMP's zstd decoder takes.
 bool one_frame_of(std::span<const std::byte> stored, std::size_t decoded) {
   return ZSTD_getFrameContentSize(stored.data(), stored.size()) == decoded &&
          ZSTD_findFrameCompressedSize(stored.data(), stored.size()) == stored.size();
 }
 
-// A chunk's frames decoded from pieces into `out` (CodecChain::piece_decoder), with a context
-// of its own (it lives across the pieces, which a thread's shared context does not). What
-// decode_into checks before decoding is checked with the first piece (or at the end, of no data),
-// so that a checksum around it (crc32c) is compared first, as when the chunk is decoded whole.
-class ZstdPieces final : public PieceDecoder {
- public:
-  ZstdPieces(std::string_view codec, std::span<std::byte> out, std::uint64_t encoded_size)
-      : codec_(codec), out_(out), encoded_size_(encoded_size), dctx_(ZSTD_createDCtx()) {
-    if (!dctx_) throw OutOfMemoryError(std::string(codec) + ": could not create a zstd context");
-  }
-
-  void feed(std::span<const std::byte> piece) override {
-    if (!stream_) start();
-    if (!stream_->feed(piece)) {
-      throw CodecError(codec_ + ": data decodes to more than the expected " +
-                       std::to_string(out_.size()) + " bytes");
-    }
-  }
-
-  void finish() override {
-    if (!stream_) start();
-    const std::size_t written = stream_->finish();
-    if (written != out_.size()) throw_size_mismatch(codec_, written, out_.size());
-  }
-
- private:
-  void start() {
-    if (encoded_size_ == 0) throw CodecError(codec_ + ": no data (empty input)");
-    if (out_.size() > max_decoded_size(encoded_size_)) {
-      throw CodecError(codec_ + ": " + std::to_string(encoded_size_) +
-                       " bytes of zstd data cannot hold the expected " +
-                       std::to_string(out_.size()) + " bytes (truncated?)");
-    }
-    stream_.emplace(dctx_.get(), out_, encoded_size_, codec_);
-  }
-
-  std::string codec_;
-  std::span<std::byte> out_;
-  std::uint64_t encoded_size_;
-  std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx_;
-  std::optional<FrameStream> stream_;
-};
-
 class ZstdCodec final : public BytesToBytesCodec {
  public:
+  [[nodiscard]] bool decodes_in_windows() const override { return true; }
+  [[nodiscard]] std::unique_ptr<WindowDecoder> window_decoder(
+      std::size_t decoded_size, std::uint64_t encoded_size,
+      const WindowDecoder::Source& source) const override {
+    return make_zstd_windows(name_, decoded_size, encoded_size, source);
+  }
   [[nodiscard]] std::unique_ptr<PieceDecoder> decoder_into(
       std::span<std::byte> out, std::uint64_t encoded_size) const override {
-    return std::make_unique<ZstdPieces>(name_, out, encoded_size);
+    return make_zstd_pieces(name_, out, encoded_size);
   }
 
   [[nodiscard]] std::optional<DeviceDecoding> device_decoding() const override {

@@ -28,6 +28,8 @@ enum class Route {
 
 using DecodeKind = DeviceDecoding::Kind;
 
+struct ChunkParts;  // gpu/leaf_parts.hpp
+
 inline constexpr std::size_t kInPlace = SIZE_MAX;     // decoded straight into its destination
 inline constexpr std::size_t kPlaced = SIZE_MAX - 1;  // already in its destination
 
@@ -60,6 +62,11 @@ struct Leaf {
   std::size_t trailer = 0;  // checksum and framing bytes at the end
   int crc32c = 0;           // crc32c codecs to verify (on the CPU) and strip
   bool swap = false;        // big-endian elements
+  // A part of a chunk staged a part at a time (gpu/leaf_parts.hpp), and which; null for a whole
+  // chunk. A part's selection, destination and spec are those of its stretch of the chunk's
+  // decoded bytes, as a one-dimensional array.
+  std::shared_ptr<ChunkParts> parts;
+  std::size_t part = 0;
   // Filled while batching:
   std::size_t staging = 0;         // offset in the slot
   std::size_t staged = 0;          // bytes in the slot

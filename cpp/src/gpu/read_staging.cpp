@@ -11,13 +11,15 @@
 
 #include "codecs/crc32c.hpp"
 #include "engine/piece_decode.hpp"
+#include "gpu/leaf_parts.hpp"
 #include "gpu/read_plan.hpp"
 
 namespace zarr_device::gpu {
 namespace {
 
+// (A chunk's part is fetched by fetch_part, whatever its route.)
 bool staged_from_store(const Leaf& l) {
-  return l.route == Route::kCopy || l.route == Route::kDeviceDecode;
+  return !l.parts && (l.route == Route::kCopy || l.route == Route::kDeviceDecode);
 }
 
 // Verifies a staged leaf's checksums and sizes. Returns false when a device decoder cannot take
@@ -29,12 +31,7 @@ bool check_staged(const Leaf& leaf, const std::byte* host) {
     if (n < 4) throw CodecError("crc32c: chunk of " + std::to_string(n) + " bytes is too short");
     std::uint32_t want = 0;
     std::memcpy(&want, stored.data() + n - 4, 4);
-    const std::uint32_t got = codecs::crc32c(stored.first(n - 4));
-    if (got != want) {
-      char text[64];
-      std::snprintf(text, sizeof text, "crc32c mismatch: stored %08x, computed %08x", want, got);
-      throw ChecksumError(text);
-    }
+    check_crc32c(want, codecs::crc32c(stored.first(n - 4)));
     stored = stored.first(n - 4);
   }
   if (leaf.route == Route::kCopy && stored.size() != leaf.spec->nbytes()) {
@@ -82,6 +79,15 @@ Opened size_on_open(Leaf& leaf, std::byte* dst) {
 
 }  // namespace
 
+void check_crc32c(std::uint32_t stored, std::uint32_t computed) {
+  if (computed != stored) {
+    char text[64];
+    std::snprintf(text, sizeof text, "crc32c mismatch: stored %08x, computed %08x", stored,
+                  computed);
+    throw ChecksumError(text);
+  }
+}
+
 std::vector<ReadPiece> plan_pieces(std::span<const Leaf> batch) {
   std::vector<ReadPiece> pieces;
   for (std::size_t i = 0; i < batch.size();) {
@@ -123,7 +129,8 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
   // read in several pieces, are opened here and kept while the batch is read.
   std::vector<std::size_t> opened;
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    if (batch[i].route != Route::kFill && !batch[i].value) opened.push_back(i);
+    // (Parts of a chunk share one version of it, opened by the first: fetch_part.)
+    if (batch[i].route != Route::kFill && !batch[i].value && !batch[i].parts) opened.push_back(i);
   }
   std::vector<char> opened_by_its_piece(batch.size(), 0);
   struct Close {
@@ -188,7 +195,7 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const auto& leaf = batch[i];
     const bool whole_value = leaf.value && leaf.offset == 0 && leaf.value->size() == leaf.length;
-    if (leaf.route == Route::kFill || !leaf.value || whole_value ||
+    if (leaf.route == Route::kFill || !leaf.value || whole_value || leaf.parts ||
         !dynamic_cast<const BatchedGets*>(leaf.array->store().get())) {
       continue;
     }
@@ -228,9 +235,15 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
     std::lock_guard guard(decoded_mutex);
     decoded.push_back({index, std::move(bytes)});
   };
+  std::vector<std::size_t> busy_parts;  // parts whose chunks other threads were decoding
   const auto pieces = plan_pieces(batch);
-  pool.parallel_for(pieces.size(), workers, [&](std::size_t p) {
-    const auto& piece = pieces[p];
+  // A batch of parts of chunks decoded on the CPU holds a part of each of several chunks, and the
+  // batches after it, fetched at once, the next parts of the same chunks, each decoded after the
+  // one before it (fetch_part). Each batch starts at another chunk, so that the threads of the
+  // batches fetched at once decode different chunks rather than wait for each other's.
+  const std::size_t turn = !batch.empty() && batch.front().parts ? batch.front().part : 0;
+  pool.parallel_for(pieces.size(), workers, [&](std::size_t claimed) {
+    const auto& piece = pieces[(claimed + turn) % pieces.size()];
     std::size_t at = piece.first;
     try {
       auto& leaf = batch[at];
@@ -241,6 +254,13 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
         }
       } close_when_read{nullptr};
       std::byte* dst = host + leaf.staging;
+      if (leaf.parts) {
+        if (!fetch_part(leaf, dst, false)) {
+          std::lock_guard guard(decoded_mutex);
+          busy_parts.push_back(at);
+        }
+        return;
+      }
       std::size_t length = piece.length;
       if (opened_by_its_piece[at]) {
         leaf.value = leaf.source().open(leaf.key);
@@ -303,6 +323,17 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
       throw;
     }
   });
+
+  // Parts whose chunks were being decoded by other threads when first tried (their threads went
+  // on to other chunks instead of waiting): decoded here, or found decoded by then.
+  for (const std::size_t at : busy_parts) {
+    try {
+      (void)fetch_part(batch[at], host + batch[at].staging);
+    } catch (Error& e) {
+      e.add_context(batch[at].where());
+      throw;
+    }
+  }
 
   // 2. The leaves read in parts, checked once all their parts are in.
   std::vector<std::size_t> long_leaves;

@@ -26,6 +26,9 @@ struct ReadPiece {
   bool whole_leaves = false;  // holds its leaves whole (and checks them)
 };
 
+// ChecksumError unless a stored crc32c is the one computed.
+void check_crc32c(std::uint32_t stored, std::uint32_t computed);
+
 // The pieces of a batch (leaves placed by pack_batches), in order.
 std::vector<ReadPiece> plan_pieces(std::span<const Leaf> batch);
 

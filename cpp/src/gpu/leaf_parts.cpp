@@ -1,0 +1,313 @@
+#include "gpu/leaf_parts.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "codecs/crc32c.hpp"
+#include "engine/piece_decode.hpp"
+#include "gpu/read_plan.hpp"
+#include "gpu/read_staging.hpp"
+#include "place/strided_copy.hpp"
+
+namespace zarr_device::gpu {
+
+// What the parts of one chunk share.
+struct ChunkParts {
+  Leaf whole;                    // the chunk as planned
+  std::size_t part_bytes = 0;    // of each part but the last
+  std::size_t count = 0;         // parts
+  std::vector<ChunkSpec> specs;  // the parts' arrays: of a whole part, of the last
+
+  std::mutex mutex;                          // guards all below
+  std::shared_ptr<const ValueReader> value;  // one version of the chunk for all its parts
+  std::vector<std::byte*> staging;           // where each part is staged
+  std::size_t done = 0;                      // parts fetched (copies) or decoded, in order
+  std::vector<std::uint32_t> crcs;           // copies: each part's crc32c
+  std::unique_ptr<WindowDecoder> decoder;    // decodes: from the first part to the last
+  // A failure, for the parts fetched after it (each raises an error of its own: an error object
+  // gains context as it travels, and one object rethrown on several threads would race).
+  bool failed = false;
+  bool changed = false;  // the failure was ValueChanged
+  ErrorKind failure_kind = ErrorKind::kCodec;
+  std::string failure;
+
+  [[nodiscard]] std::size_t bytes_of(std::size_t part) const {
+    return part + 1 < count ? part_bytes : selection_bytes(whole) - part_bytes * (count - 1);
+  }
+};
+
+namespace {
+
+std::size_t element_size(const Leaf& leaf) { return leaf.spec->dtype->size; }
+
+// Whether a leaf lands whole and contiguous in its destination, as stored.
+bool lands_whole(const Leaf& leaf) {
+  return !leaf.has_array_codecs() && !leaf.swap &&
+         place::is_full(leaf.selection, leaf.spec->shape) &&
+         place::is_c_contiguous(leaf.destination, element_size(leaf));
+}
+
+bool copies_in_parts(const Leaf& leaf) {
+  return lands_whole(leaf) && leaf.crc32c <= 1 &&
+         leaf.length == leaf.spec->nbytes() + 4 * static_cast<std::size_t>(leaf.crc32c);
+}
+
+bool decodes_in_parts(const Leaf& leaf) {
+  return lands_whole(leaf) && leaf.chain->decodes_in_windows(leaf.selection, leaf.destination);
+}
+
+// A whole number of elements, at least one.
+std::size_t in_elements(std::size_t bytes, std::size_t element) {
+  return std::max(element, bytes / element * element);
+}
+
+std::shared_ptr<ChunkParts> parts_of(Leaf whole, std::size_t part_bytes) {
+  auto parts = std::make_shared<ChunkParts>();
+  const std::size_t total = selection_bytes(whole);
+  parts->part_bytes = in_elements(part_bytes, element_size(whole));
+  parts->count = (total + parts->part_bytes - 1) / parts->part_bytes;
+  parts->staging.assign(parts->count, nullptr);
+  parts->crcs.assign(parts->count, 0);
+  for (const std::size_t bytes :
+       {parts->part_bytes, total - parts->part_bytes * (parts->count - 1)}) {
+    ChunkSpec spec;
+    spec.shape = {static_cast<std::int64_t>(bytes / element_size(whole))};
+    spec.dtype = whole.spec->dtype;
+    spec.fill_value = whole.spec->fill_value;
+    parts->specs.push_back(std::move(spec));
+  }
+  parts->whole = std::move(whole);
+  return parts;
+}
+
+Leaf part_leaf(const std::shared_ptr<ChunkParts>& parts, std::size_t index) {
+  const Leaf& whole = parts->whole;
+  Leaf part;
+  part.array = whole.array;
+  part.target = whole.target;
+  part.key = whole.key;
+  part.store = whole.store;
+  part.chain = whole.chain;
+  part.route = whole.route;
+  part.spec = &parts->specs[index + 1 < parts->count ? 0 : 1];
+  const std::size_t at = index * parts->part_bytes;
+  const std::size_t bytes = parts->bytes_of(index);
+  const auto elements = static_cast<std::int64_t>(bytes / element_size(whole));
+  part.selection = {DimSlice{0, 1, elements}};
+  part.destination = StridedView{
+      whole.destination.data + at, {elements}, {static_cast<std::int64_t>(element_size(whole))}};
+  part.offset = whole.offset + at;  // a copy's bytes in the stored value
+  part.length = bytes;
+  part.parts = parts;
+  part.part = index;
+  return part;
+}
+
+[[noreturn]] void fail_again(const ChunkParts& parts) {
+  const std::string text = "an earlier part of the chunk failed: " + parts.failure;
+  if (parts.changed) throw ValueChanged(text);
+  switch (parts.failure_kind) {
+    case ErrorKind::kChecksum:
+      throw ChecksumError(text);
+    case ErrorKind::kStore:
+      throw StoreError(text);
+    case ErrorKind::kOutOfMemory:
+      throw OutOfMemoryError(text);
+    default:
+      throw CodecError(text);
+  }
+}
+
+// The chunk's one open version, opened by the first part to need it (`parts.mutex` held).
+void open_value(ChunkParts& parts) {
+  if (!parts.value) {
+    const Leaf& whole = parts.whole;
+    parts.value = whole.value ? whole.value : whole.source().open(whole.key);
+    if (!parts.value || (!whole.value && parts.value->size() != whole.offset + whole.length)) {
+      throw ValueChanged(whole.where() + ": the chunk was replaced while it was read");
+    }
+  }
+}
+
+void fetch_copied(ChunkParts& parts, std::size_t index, std::byte* staged) {
+  std::shared_ptr<const ValueReader> value;
+  {
+    std::lock_guard guard(parts.mutex);
+    if (parts.failed) fail_again(parts);
+    open_value(parts);  // kept open until the last part is in
+    value = parts.value;
+  }
+  const std::size_t bytes = parts.bytes_of(index);
+  const std::uint64_t at = parts.whole.offset + index * parts.part_bytes;
+  if (value->read_into(at, {staged, bytes}) != bytes) {
+    throw CodecError("chunk is shorter than its shard index says");
+  }
+  const std::uint32_t crc = parts.whole.crc32c ? codecs::crc32c({staged, bytes}) : 0;
+  std::lock_guard guard(parts.mutex);
+  parts.crcs[index] = crc;
+  if (++parts.done < parts.count) return;
+  if (parts.whole.crc32c) {
+    std::byte stored[4];
+    const std::uint64_t data = selection_bytes(parts.whole);
+    if (value->read_into(parts.whole.offset + data, stored) != 4) {
+      throw CodecError("chunk is shorter than its shard index says");
+    }
+    std::uint32_t want = 0;
+    std::memcpy(&want, stored, 4);
+    std::uint32_t got = parts.crcs[0];
+    for (std::size_t p = 1; p < parts.count; ++p) {
+      got = codecs::crc32c_combine(got, parts.crcs[p], parts.bytes_of(p));
+    }
+    check_crc32c(want, got);
+  }
+  parts.value.reset();
+}
+
+// False, having done nothing, when `wait` is false and another thread is decoding the chunk.
+bool fetch_decoded(ChunkParts& parts, std::size_t index, bool wait) {
+  std::unique_lock guard(parts.mutex, std::defer_lock);
+  if (!wait && !guard.try_lock()) return false;
+  if (wait) guard.lock();
+  if (parts.failed) fail_again(parts);
+  if (!parts.decoder) {
+    if (parts.done > 0) return true;  // all decoded (the decoder is let go with the last part)
+    open_value(parts);
+    const std::uint64_t offset = parts.whole.offset;
+    parts.decoder = parts.whole.chain->window_decoder(
+        parts.whole.length,
+        [value = parts.value, offset](std::uint64_t at, std::span<std::byte> into) {
+          return value->read_into(offset + at, into);
+        },
+        engine::kDecodePieceBytes);
+  }
+  for (; parts.done <= index; ++parts.done) {
+    std::byte* staged = parts.staging[parts.done];
+    if (!staged) throw std::logic_error("a chunk's part was decoded before it was lent its place");
+    parts.decoder->fill({staged, parts.bytes_of(parts.done)});
+  }
+  if (parts.done == parts.count) {
+    parts.decoder->finish();
+    parts.decoder.reset();
+    parts.value.reset();
+  }
+  return true;
+}
+
+}  // namespace
+
+std::size_t decoded_part_bytes(const PartSizes& sizes) {
+  return std::min(sizes.capacity, std::max(sizes.capacity / std::max<std::size_t>(sizes.workers, 1),
+                                           kMinPartBytes));
+}
+
+bool staged_in_parts(const Leaf& leaf, const PartSizes& sizes) {
+  if (!leaf.sized || leaf.parts || leaf.chain == nullptr) return false;
+  const std::size_t staged = staged_bytes(leaf);
+  switch (leaf.route) {
+    case Route::kCopy:
+      return staged > sizes.capacity && copies_in_parts(leaf);
+    case Route::kCpuDecode: {
+      // As many in flight as the read has threads: all slots but the one being copied hold some.
+      const std::size_t per_slot = sizes.capacity / std::max<std::size_t>(staged, 1);
+      const bool slot_bound =
+          (std::max<std::size_t>(sizes.slots, 2) - 1) * per_slot < sizes.workers;
+      return (staged > sizes.capacity || slot_bound) && decodes_in_parts(leaf);
+    }
+    case Route::kDeviceDecode:
+      return staged > sizes.staging_bytes && decodes_in_parts(leaf);
+    case Route::kFill:
+      return false;
+  }
+  return false;
+}
+
+std::size_t cut_into_parts(std::vector<Leaf>& leaves, const PartSizes& sizes) {
+  std::size_t cut = 0;
+  for (const auto& leaf : leaves) cut += staged_in_parts(leaf, sizes) ? 1 : 0;
+  if (cut == 0) return 0;
+  const std::size_t copy_part = std::min(kCopyBatchBytes, sizes.capacity);
+  const std::size_t decode_part = decoded_part_bytes(sizes);
+  std::vector<Leaf> out;
+  out.reserve(leaves.size() + cut * 4);
+  std::vector<std::shared_ptr<ChunkParts>> group;  // decoded chunks whose parts interleave
+  auto flush = [&] {
+    for (std::size_t p = 0; !group.empty(); ++p) {
+      bool any = false;
+      for (const auto& parts : group) {
+        if (p < parts->count) {
+          out.push_back(part_leaf(parts, p));
+          any = true;
+        }
+      }
+      if (!any) group.clear();
+    }
+  };
+  for (auto& leaf : leaves) {
+    if (!staged_in_parts(leaf, sizes)) {
+      flush();
+      out.push_back(std::move(leaf));
+      continue;
+    }
+    if (leaf.route == Route::kCopy) {
+      flush();
+      const auto parts = parts_of(std::move(leaf), copy_part);
+      for (std::size_t p = 0; p < parts->count; ++p) out.push_back(part_leaf(parts, p));
+      continue;
+    }
+    leaf.route = Route::kCpuDecode;  // (a device decode no slot holds)
+    group.push_back(parts_of(std::move(leaf), decode_part));
+    if (group.size() >= kChunksPerWorker * std::max<std::size_t>(sizes.workers, 1)) flush();
+  }
+  flush();
+  leaves = std::move(out);
+  return cut;
+}
+
+void lend_part_staging(std::span<Leaf> batch, std::byte* host) {
+  for (const auto& leaf : batch) {
+    if (!leaf.parts) continue;
+    std::lock_guard guard(leaf.parts->mutex);
+    leaf.parts->staging[leaf.part] = host + leaf.staging;
+  }
+}
+
+bool fetch_part(const Leaf& part, std::byte* staged, bool wait) {
+  ChunkParts& parts = *part.parts;
+  try {
+    if (part.route == Route::kCopy) {
+      fetch_copied(parts, part.part, staged);
+      return true;
+    }
+    {
+      std::lock_guard guard(parts.mutex);
+      if (!parts.staging[part.part]) parts.staging[part.part] = staged;
+    }
+    return fetch_decoded(parts, part.part, wait);
+  } catch (const ValueChanged& e) {
+    std::lock_guard guard(parts.mutex);
+    if (!parts.failed) {
+      parts.failed = parts.changed = true;
+      parts.failure = e.what();
+    }
+    parts.decoder.reset();
+    parts.value.reset();
+    throw;
+  } catch (const Error& e) {
+    std::lock_guard guard(parts.mutex);
+    if (!parts.failed) {
+      parts.failed = true;
+      parts.failure_kind = e.kind();
+      parts.failure = e.what();
+    }
+    parts.decoder.reset();
+    parts.value.reset();
+    throw;
+  }
+}
+
+}  // namespace zarr_device::gpu

@@ -1,0 +1,72 @@
+// Chunks staged a part at a time. A device read stages each chunk whole in a slot of its pinned
+// ring, so a chunk larger than a slot made the ring cut into fewer, larger slots (and one larger
+// than the whole ring was refused), and chunks decoded on CPU threads that fill most of a slot
+// each had the slots, not the cores, bound how many decode at once (64 MiB chunks in the default
+// ring's 64 MiB slots: 12 threads of 16, 48-68% of the cores' zstd rate on an H200's host). Such a
+// chunk is cut into parts of its decoded bytes, each a leaf of its own in a part of a slot: the
+// parts of a copied chunk are read apart, those of a chunk decoded on the CPU are decoded in
+// order from one decoder (CodecChain::window_decoder), by whichever of their fetches comes first,
+// and the parts of twice as many such chunks as the read has threads are interleaved, so that
+// they decode at once in slots of the ring as configured. Pure host logic.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "gpu/read_batches.hpp"
+#include "gpu/read_leaf.hpp"
+
+namespace zarr_device::gpu {
+
+// What cutting needs to know of a read.
+struct PartSizes {
+  std::size_t capacity = 0;       // bytes of a slot of the ring as configured
+  std::size_t slots = 1;          // its slots
+  std::size_t staging_bytes = 0;  // the whole ring
+  std::size_t workers = 1;        // the CPU threads that fetch and decode
+};
+
+// Parts are at least this large (a part costs a leaf, a lock and a copy).
+inline constexpr std::size_t kMinPartBytes = std::size_t{1} << 20;
+// The chunks decoded on the CPU whose parts interleave, for each of the read's threads: a thread
+// that finds the chunk of its next part being decoded by another goes on to another chunk, and
+// with more chunks than threads one is free more often (measured on an H200's 16 cores, 64 MiB
+// zstd chunks in the default ring: 4 GiB of float32 at 5.3-6.7 GB/s with as many chunks as
+// threads, 7.5-7.6 with twice as many, 7.9-8.1 with twice as many in 2 MiB parts, which made a
+// 1 GiB array of 16 such chunks slower, 6.3-6.4 against 6.7-7.1).
+inline constexpr std::size_t kChunksPerWorker = 2;
+
+// The bytes of the parts a chunk decoded on the CPU is cut into: a slot holds one of each of the
+// read's threads' chunks (at least kMinPartBytes, at most a slot). Copied chunks are cut into
+// parts of a batch of copies (kCopyBatchBytes), at most a slot.
+std::size_t decoded_part_bytes(const PartSizes& sizes);
+
+// Whether a leaf is better staged in parts: a copy (plain elements, at most one crc32c) or a CPU
+// decode (CodecChain::decodes_in_windows) that lands whole and contiguous in its destination,
+// and is larger than a slot or, decoded on the CPU, so large that the ring's slots hold fewer of
+// them than the read has threads; or a device decode larger than the whole ring, which no slot
+// can hold and which is then decoded on the CPU in parts.
+bool staged_in_parts(const Leaf& leaf, const PartSizes& sizes);
+
+// Replaces the leaves staged_in_parts says so by their parts, in place (device decodes among them
+// rerouted to the CPU); the parts of up to kChunksPerWorker x `workers` CPU-decoded chunks in a
+// row interleaved (the first part of each, then the second, ...). Returns how many chunks were
+// cut.
+std::size_t cut_into_parts(std::vector<Leaf>& leaves, const PartSizes& sizes);
+
+// Tells the parts in `batch` where they are staged (`host`: its slot) as the batch's fetch is
+// started, before any later batch's: a part's fetch may decode the parts of its chunk before it,
+// in batches fetched at the same time, into their places.
+void lend_part_staging(std::span<Leaf> batch, std::byte* host);
+
+// Fetches a part into `staged` (its place in its slot): a copied chunk's part is read, a decoded
+// chunk's parts are decoded in order up to it. Once a chunk's parts are all in, its checks are
+// those of the whole chunk: its size, its checksum (ChecksumError), its codecs' (CodecError),
+// ValueChanged when it was replaced since it was planned. A chunk that failed fails each part
+// fetched after. Without `wait`, returns false at once, having done nothing, while another thread
+// decodes the chunk (its parts up to that thread's, which may be past this one): the caller
+// fetches others meanwhile, and this one later, waiting.
+bool fetch_part(const Leaf& part, std::byte* staged, bool wait = true);
+
+}  // namespace zarr_device::gpu
