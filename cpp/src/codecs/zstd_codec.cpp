@@ -173,11 +173,9 @@ class ZstdCodec final : public BytesToBytesCodec {
     return block;
   }
 
-  // One frame whose blocks each cover at most `block` bytes of `decoded`: a block is ended (a
-  // flush) every `block` bytes. nvCOMP decodes a frame's blocks side by side but each block's
-  // Huffman-coded literals slowly, one thread per stream, so smaller blocks end a GPU decode
-  // sooner (settings.cpp, zstd_block_bytes). The output bound allows a block header per block
-  // beyond libzstd's own bound, which counts one per 128 KiB.
+  // One frame whose blocks each cover at most `block` bytes of `decoded` (why: block_bytes_for):
+  // a block is ended (a flush) every `block` bytes. The output bound allows a block header per
+  // block beyond libzstd's own bound, which counts one per 128 KiB.
   std::pair<ByteArray, std::size_t> encode_in_blocks(ZSTD_CCtx* cctx, const Buffer& decoded,
                                                      std::size_t block, std::size_t bound) const {
     if (const std::size_t r = ZSTD_CCtx_setPledgedSrcSize(cctx, decoded.size()); ZSTD_isError(r)) {
