@@ -102,6 +102,28 @@ TEST(GpuLeafParts, ChunksAreCutInPartsThatFitASlotAndInterleave) {
   EXPECT_FALSE(leaves.back().parts);
 }
 
+// Chunks whose decoders' memory (history and a stored piece each) would pass the window budget
+// interleave in smaller groups: here two at a time instead of all three.
+TEST(GpuLeafParts, GroupsKeepToTheWindowBudget) {
+  auto store = make_memory_store();
+  auto zstd = make_array(store, "zstd", {3, 200000}, {1, 200000}, kZstd);  // 800 KB chunks
+  std::vector<std::byte> out;
+  const std::vector<ReadTarget> targets = {whole(zstd, out)};
+  auto leaves = plan_sized(targets);
+  PartSizes tight = kSizes;
+  tight.window_budget = std::size_t{6} << 20;  // two chunks' 800 KB history and 2 MiB piece each
+  EXPECT_EQ(cut_into_parts(leaves, tight), 3u);
+  ASSERT_EQ(leaves.size(), 12u);
+  EXPECT_NE(leaves[0].parts, leaves[1].parts);
+  EXPECT_EQ(leaves[0].parts, leaves[2].parts);  // A0 B0 A1 B1 ...
+  EXPECT_EQ(leaves[8].parts, leaves[9].parts);  // ... then C0 C1 C2 C3
+  EXPECT_EQ(leaves[9].part, 1u);
+  Staged staged(std::move(leaves));
+  for (std::size_t b = 0; b < staged.batches.size(); ++b) staged.fetch(b);
+  staged.place();
+  EXPECT_EQ(out, bytes_of(counting(600000)));
+}
+
 // Fetched last batch first, so that a decoded chunk's later parts decode its earlier ones into
 // their slots, and a copied chunk's checksum is joined from parts fetched out of order.
 TEST(GpuLeafParts, PartsFetchedInAnyOrderEqualTheChunks) {

@@ -4,6 +4,7 @@
 // same kind of error: damaged bytes under a crc32c are a checksum mismatch, even where zstd trips
 // over them first.
 #include <gtest/gtest.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -155,6 +156,44 @@ TEST(WindowDecoding, RandomDamageWithoutAChecksumIsJudgedAlike) {
         return in_windows(chain, stored, out, cut, 1 + (cut * 7919) % 5000);
       },
       8000);
+}
+
+// What a decoder in windows keeps for a chunk: the window its first frame declares (from its
+// descriptor, or its content for a single-segment frame), at most the chunk; the chunk where the
+// bytes are no frame's start.
+TEST(WindowDecoding, MemoryIsTheFramesWindow) {
+  const auto frame_with_window = [](std::span<const std::byte> data, int window_log) {
+    ZSTD_CCtx* cctx = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, 1);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_windowLog, window_log);
+    Bytes out(ZSTD_compressBound(data.size()));
+    const std::size_t n = ZSTD_compress2(cctx, out.data(), out.size(), data.data(), data.size());
+    ZSTD_freeCCtx(cctx);
+    out.resize(n);
+    return out;
+  };
+  const Bytes chunk = array_like(std::size_t{4} << 20, 9);
+  const auto spec = make_spec({static_cast<std::int64_t>(chunk.size())}, "uint8");
+  const CodecChain chain(json::parse(kZstdCrc), spec);
+  const Bytes wide = frame_with_window(chunk, 20);
+  EXPECT_EQ(chain.window_memory(wide), std::size_t{1} << 20);
+  EXPECT_EQ(chain.window_memory(std::span(wide).first(6)), std::size_t{1} << 20);
+  const Bytes widest = frame_with_window(chunk, 23);  // more than the chunk: the chunk
+  EXPECT_EQ(chain.window_memory(widest), chunk.size());
+  const auto small_spec = make_spec({100000}, "uint8");
+  const CodecChain small(json::parse(kZstd), small_spec);
+  const Bytes single = test::zstd_frame(std::span(chunk).first(100000), true, false);
+  ASSERT_NE(static_cast<unsigned>(single[4]) & 0x20U, 0U);  // a single segment
+  EXPECT_EQ(small.window_memory(single), 100000U);
+  EXPECT_EQ(small.window_memory(std::span(single).first(3)), 100000U);  // too few bytes
+  const Bytes garbage(64, std::byte{7});
+  EXPECT_EQ(chain.window_memory(garbage), chunk.size());
+  // What it decodes with is within that: a chunk in windows, 1 MiB of history.
+  Bytes out(chunk.size());
+  const Bytes stored = test::to_bytes(*chain.encode(chunk));
+  EXPECT_LE(chain.window_memory(stored), chunk.size());
+  ASSERT_TRUE(in_windows(chain, stored, out, 65536, 4096).ok);
+  EXPECT_EQ(out, chunk);
 }
 
 TEST(WindowDecoding, OnlyWhereTheChunkDecompressesIntoPlace) {

@@ -212,6 +212,13 @@ class BytesToBytesCodec : public Codec {
   // And a decoder of `encoded_size` bytes, pulled from `source`, into `decoded_size` bytes handed
   // out in windows (decompressors whose state carries across windows of their output).
   [[nodiscard]] virtual bool decodes_in_windows() const { return false; }
+  // The host memory such a decoder keeps for a chunk of `decoded` bytes (the history its frames
+  // reach back into), from the first bytes of its encoding (`head`: a frame header's worth, or
+  // all there is); `decoded` where they do not say.
+  [[nodiscard]] virtual std::size_t window_memory(std::span<const std::byte> /*head*/,
+                                                  std::size_t decoded) const {
+    return decoded;
+  }
   [[nodiscard]] virtual std::unique_ptr<WindowDecoder> window_decoder(
       std::size_t /*decoded_size*/, std::uint64_t /*encoded_size*/,
       const WindowDecoder::Source& /*source*/) const {

@@ -49,6 +49,10 @@ class CodecChain {
   // for a chunk staged a part at a time. Only where decodes_in_windows. What it raises is what
   // decode_into raises for the same bytes; a checksum mismatch is reported as such even when the
   // decompressor fails first on the damaged bytes.
+  // The host memory window_decoder keeps for the chunk besides its pieces (its decompressor's
+  // history), from the stored chunk's first bytes (`head`); the chunk's size where they do not
+  // say.
+  [[nodiscard]] std::size_t window_memory(std::span<const std::byte> head) const;
   [[nodiscard]] std::unique_ptr<WindowDecoder> window_decoder(std::uint64_t stored_size,
                                                               StoredReader read,
                                                               std::size_t piece_bytes) const;

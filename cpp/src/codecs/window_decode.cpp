@@ -135,6 +135,11 @@ bool CodecChain::decodes_in_windows(std::span<const DimSlice> selection,
                      [](const auto& codec) { return codec->suffix_size() > 0; });
 }
 
+std::size_t CodecChain::window_memory(std::span<const std::byte> head) const {
+  // The checksums after the decompressor are suffixes: its encoding starts the stored chunk.
+  return bytes_to_bytes_.front()->window_memory(head, specs_.back().nbytes());
+}
+
 std::unique_ptr<WindowDecoder> CodecChain::window_decoder(std::uint64_t stored_size,
                                                           StoredReader read,
                                                           std::size_t piece_bytes) const {

@@ -61,6 +61,30 @@ FrameScan scan_frames(std::span<const std::byte> in, std::string_view codec) {
   return scan;
 }
 
+// The window a frame starting with `head` declares (RFC 8878, 3.1.1.1): its content size for a
+// single-segment frame, else from its window descriptor; nullopt where `head` is not a frame's
+// start (a skippable frame, too few bytes).
+std::optional<std::size_t> frame_window(std::span<const std::byte> head) {
+  constexpr std::uint32_t kMagic = 0xFD2FB528;
+  if (head.size() < 6) return std::nullopt;
+  std::uint32_t magic = 0;
+  std::memcpy(&magic, head.data(), 4);
+  if (magic != kMagic) return std::nullopt;
+  const auto descriptor = static_cast<unsigned>(head[4]);
+  if ((descriptor & 0x20U) != 0) {  // single segment: the window is the content
+    const unsigned long long content = ZSTD_getFrameContentSize(head.data(), head.size());
+    if (content == ZSTD_CONTENTSIZE_UNKNOWN || content == ZSTD_CONTENTSIZE_ERROR) {
+      return std::nullopt;
+    }
+    return static_cast<std::size_t>(std::min<unsigned long long>(content, SIZE_MAX));
+  }
+  const auto window = static_cast<unsigned>(head[5]);
+  const unsigned log = 10 + (window >> 3U);
+  if (log >= 8 * sizeof(std::size_t) - 1) return std::nullopt;
+  const std::size_t base = std::size_t{1} << log;
+  return base + (base / 8) * (window & 7U);
+}
+
 // One standard frame that declares exactly `decoded` bytes: what nvCOMP's zstd decoder takes.
 bool one_frame_of(std::span<const std::byte> stored, std::size_t decoded) {
   return ZSTD_getFrameContentSize(stored.data(), stored.size()) == decoded &&
@@ -70,6 +94,10 @@ bool one_frame_of(std::span<const std::byte> stored, std::size_t decoded) {
 class ZstdCodec final : public BytesToBytesCodec {
  public:
   [[nodiscard]] bool decodes_in_windows() const override { return true; }
+  [[nodiscard]] std::size_t window_memory(std::span<const std::byte> head,
+                                          std::size_t decoded) const override {
+    return std::min(frame_window(head).value_or(decoded), decoded);
+  }
   [[nodiscard]] std::unique_ptr<WindowDecoder> window_decoder(
       std::size_t decoded_size, std::uint64_t encoded_size,
       const WindowDecoder::Source& source) const override {

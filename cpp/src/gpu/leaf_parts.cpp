@@ -1,6 +1,7 @@
 #include "gpu/leaf_parts.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -198,6 +199,24 @@ bool fetch_decoded(ChunkParts& parts, std::size_t index, bool wait) {
   return true;
 }
 
+// The host memory a chunk decoding in parts keeps: its decompressor's history, from its stored
+// first bytes (one small read), and a piece of its stored bytes. A chunk that cannot be read now
+// counts as large as it is (its fetch will say why).
+std::size_t memory_in_parts(const Leaf& leaf) {
+  std::size_t history = selection_bytes(leaf);
+  try {
+    const auto value =
+        leaf.value ? leaf.value : key_reader(leaf.source(), leaf.key, leaf.offset + leaf.length);
+    std::array<std::byte, 32> head{};
+    const std::size_t got = value->read_into(
+        leaf.offset,
+        {head.data(), static_cast<std::size_t>(std::min<std::uint64_t>(head.size(), leaf.length))});
+    history = leaf.chain->window_memory({head.data(), got});
+  } catch (const Error&) {  // NOLINT(bugprone-empty-catch): counted at its size, as said above
+  }
+  return history + engine::kDecodePieceBytes;
+}
+
 }  // namespace
 
 std::size_t decoded_part_bytes(const PartSizes& sizes) {
@@ -235,7 +254,9 @@ std::size_t cut_into_parts(std::vector<Leaf>& leaves, const PartSizes& sizes) {
   std::vector<Leaf> out;
   out.reserve(leaves.size() + cut * 4);
   std::vector<std::shared_ptr<ChunkParts>> group;  // decoded chunks whose parts interleave
+  std::size_t group_memory = 0;
   auto flush = [&] {
+    group_memory = 0;
     for (std::size_t p = 0; !group.empty(); ++p) {
       bool any = false;
       for (const auto& parts : group) {
@@ -260,6 +281,9 @@ std::size_t cut_into_parts(std::vector<Leaf>& leaves, const PartSizes& sizes) {
       continue;
     }
     leaf.route = Route::kCpuDecode;  // (a device decode no slot holds)
+    const std::size_t memory = memory_in_parts(leaf);
+    if (!group.empty() && group_memory + memory > sizes.window_budget) flush();
+    group_memory += memory;
     group.push_back(parts_of(std::move(leaf), decode_part));
     if (group.size() >= kChunksPerWorker * std::max<std::size_t>(sizes.workers, 1)) flush();
   }

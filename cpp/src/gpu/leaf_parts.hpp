@@ -19,12 +19,20 @@
 
 namespace zarr_device::gpu {
 
+// The default PartSizes::window_budget: with the staging, within the host memory a GPU read may
+// hold beyond its ring (512 MiB).
+inline constexpr std::size_t kWindowBudget = std::size_t{256} << 20;
+
 // What cutting needs to know of a read.
 struct PartSizes {
   std::size_t capacity = 0;       // bytes of a slot of the ring as configured
   std::size_t slots = 1;          // its slots
   std::size_t staging_bytes = 0;  // the whole ring
   std::size_t workers = 1;        // the CPU threads that fetch and decode
+  // Host memory the chunks decoding in parts at once may keep besides the staging: each holds
+  // its decompressor's history (CodecChain::window_memory: 2 MiB at zstd's default level, 8 MiB
+  // at level 19, up to the chunk at levels 20-22) and a piece of its stored bytes.
+  std::size_t window_budget = kWindowBudget;
 };
 
 // Parts are at least this large (a part costs a leaf, a lock and a copy).
@@ -51,7 +59,8 @@ bool staged_in_parts(const Leaf& leaf, const PartSizes& sizes);
 
 // Replaces the leaves staged_in_parts says so by their parts, in place (device decodes among them
 // rerouted to the CPU); the parts of up to kChunksPerWorker x `workers` CPU-decoded chunks in a
-// row interleaved (the first part of each, then the second, ...). Returns how many chunks were
+// row interleaved (the first part of each, then the second, ...), fewer where their memory
+// (read from each chunk's first bytes) would pass `window_budget`. Returns how many chunks were
 // cut.
 std::size_t cut_into_parts(std::vector<Leaf>& leaves, const PartSizes& sizes);
 
