@@ -3,11 +3,13 @@
 // GPU path's CPU stage hands them a batch's chunks; shards keep their ranged reads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
 #include <numeric>
 
+#include "gpu/leaf_parts.hpp"
 #include "gpu/read_batches.hpp"
 #include "gpu/read_plan.hpp"
 #include "gpu/read_staging.hpp"
@@ -273,6 +275,43 @@ std::vector<gpu::CpuDecoded> stage_as_one_batch(std::vector<gpu::Leaf>& leaves,
   (void)gpu::pack_batches(leaves, 1 << 20, 1 << 20, gpu::DecodeCosts{}, 0);
   host.assign(std::size_t{1} << 20, std::byte{0});
   return gpu::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);
+}
+
+// Cutting a read's large chunks into parts asks a store of round trips for nothing (the history
+// their decoders keep is assumed, not read from each chunk's first bytes), and the parts, fetched
+// batch by batch, make the array.
+TEST(BatchedGets, ChunksCutIntoPartsAreNotAskedForWhileCut) {
+  auto store = std::make_shared<BatchingStore>();
+  auto array = Array::create(store, "p", array_doc({900000}, {300000}, "int32", 0, kZstd), false);
+  array->write(along(0, 900000), bytes(counting(900000)));
+  std::vector<std::byte> out;
+  auto leaves = plan_whole(*array, out);  // 1.2 MB chunks, decoded on the CPU
+  const int gets = store->gets.load();
+  const auto windows = store->windows;
+  const auto ranges = store->range_calls;
+  constexpr std::size_t kSlot = std::size_t{256} << 10;
+  EXPECT_EQ(gpu::cut_into_parts(leaves, {kSlot, 4, 4 * kSlot, 2}), 3U);
+  EXPECT_EQ(store->gets.load(), gets);
+  EXPECT_EQ(store->windows, windows);
+  EXPECT_EQ(store->range_calls, ranges);
+  const auto batches = gpu::pack_batches(leaves, kSlot, kSlot, gpu::DecodeCosts{}, 0);
+  std::vector<std::vector<std::byte>> slots(batches.size(), std::vector<std::byte>(kSlot));
+  auto batch = [&](std::size_t b) {
+    return std::span<gpu::Leaf>{leaves.data() + batches[b].begin,
+                                batches[b].end - batches[b].begin};
+  };
+  for (std::size_t b = 0; b < batches.size(); ++b)
+    gpu::lend_part_staging(batch(b), slots[b].data());
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    EXPECT_TRUE(
+        gpu::fetch_batch(batch(b), slots[b].data(), engine::ThreadPool::shared(2), 2).empty());
+    for (const auto& leaf : batch(b)) {
+      std::memcpy(leaf.destination.data, slots[b].data() + leaf.staging, leaf.staged);
+    }
+  }
+  const auto values = counting(900000);
+  const auto want = bytes(values);
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), want.begin(), want.end()));
 }
 
 // The GPU path: its plan asks for the shards' sizes and indexes in a call each, its CPU stage for

@@ -199,11 +199,19 @@ bool fetch_decoded(ChunkParts& parts, std::size_t index, bool wait) {
   return true;
 }
 
+// The history assumed for a chunk of a store whose requests wait on a round trip (BatchedGets):
+// what zstd's levels up to 19 keep. Reading each chunk's first bytes there would cost a round
+// trip each while the read is planned.
+constexpr std::size_t kRemoteHistory = std::size_t{8} << 20;
+
 // The host memory a chunk decoding in parts keeps: its decompressor's history, from its stored
 // first bytes (one small read), and a piece of its stored bytes. A chunk that cannot be read now
 // counts as large as it is (its fetch will say why).
 std::size_t memory_in_parts(const Leaf& leaf) {
   std::size_t history = selection_bytes(leaf);
+  if (dynamic_cast<const BatchedGets*>(leaf.array->store().get()) != nullptr) {
+    return std::min(history, kRemoteHistory) + engine::kDecodePieceBytes;
+  }
   try {
     const auto value =
         leaf.value ? leaf.value : key_reader(leaf.source(), leaf.key, leaf.offset + leaf.length);
