@@ -13,7 +13,6 @@
 #include "engine/piece_decode.hpp"
 #include "gpu/read_plan.hpp"
 #include "gpu/read_staging.hpp"
-#include "place/strided_copy.hpp"
 
 namespace zarr_device::gpu {
 
@@ -46,12 +45,9 @@ namespace {
 
 std::size_t element_size(const Leaf& leaf) { return leaf.spec->dtype->size; }
 
-// Whether a leaf lands whole and contiguous in its destination, as stored.
-bool lands_whole(const Leaf& leaf) {
-  return !leaf.has_array_codecs() && !leaf.swap &&
-         place::is_full(leaf.selection, leaf.spec->shape) &&
-         place::is_c_contiguous(leaf.destination, element_size(leaf));
-}
+// Whether a leaf lands whole and contiguous in its destination, as stored (as a device decode
+// straight into place does, whatever the alignment).
+bool lands_whole(const Leaf& leaf) { return !leaf.has_array_codecs() && decodes_in_place(leaf, 1); }
 
 bool copies_in_parts(const Leaf& leaf) {
   return lands_whole(leaf) && leaf.crc32c <= 1 &&
@@ -320,19 +316,11 @@ bool fetch_part(const Leaf& part, std::byte* staged, bool wait) {
       if (!parts.staging[part.part]) parts.staging[part.part] = staged;
     }
     return fetch_decoded(parts, part.part, wait);
-  } catch (const ValueChanged& e) {
-    std::lock_guard guard(parts.mutex);
-    if (!parts.failed) {
-      parts.failed = parts.changed = true;
-      parts.failure = e.what();
-    }
-    parts.decoder.reset();
-    parts.value.reset();
-    throw;
   } catch (const Error& e) {
     std::lock_guard guard(parts.mutex);
     if (!parts.failed) {
       parts.failed = true;
+      parts.changed = dynamic_cast<const ValueChanged*>(&e) != nullptr;
       parts.failure_kind = e.kind();
       parts.failure = e.what();
     }
