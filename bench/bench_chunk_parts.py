@@ -9,7 +9,11 @@ last and cut the ring into fewer, larger slots for the others.
 
 Prints GB/s (decoded bytes per second, 10^9), best of ``--repeat`` warm reads, each read checked
 against the host read; "refused" where the read raises OutOfMemoryError. ``--codecs`` picks from
-zstd (no checksum, as zarr-python writes it), plain+crc32c and zstd+crc32c.
+zstd (no checksum, as zarr-python writes it), plain (no codecs), plain+crc32c and zstd+crc32c.
+
+With ``--ranks N``, each array is instead read as a tensor-parallel rank reads it: N row slices,
+each on its own (best of ``--repeat`` each), GB/s of the slices' bytes over their times; a slice
+of a chunk larger than the whole staging is staged in parts of its selected rows.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from bench_layouts import COLS, best_of, weights  # noqa: E402
 
 CODECS: dict[str, dict[str, Any]] = {
     "zstd": {"compressors": {"name": "zstd", "configuration": {"level": 1}}},
+    "plain": {"compressors": None},
     "plain+crc32c": {"codecs": [{"name": "bytes"}, {"name": "crc32c"}]},
     "zstd+crc32c": {"compressors": [{"name": "zstd", "configuration": {"level": 1}}, {"name": "crc32c"}]},
 }
@@ -59,6 +64,7 @@ def main() -> None:
     parser.add_argument("--codecs", default="zstd,plain+crc32c,zstd+crc32c")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--ranks", type=int, default=0, help="read N row slices, one at a time")
     args = parser.parse_args()
 
     import torch
@@ -78,21 +84,32 @@ def main() -> None:
             stored = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
             nbytes = rows * COLS * 2
 
-            def host_then_copy(a: Any = arr) -> Any:
-                return torch.from_numpy(a.read(device="cpu", like="numpy").view(np.int16)).to(args.device)
+            ranks = max(1, args.ranks)
+            slices = [slice(r * rows // ranks, (r + 1) * rows // ranks) for r in range(ranks)]
+            if args.ranks:
+                nbytes = rows * COLS * 2  # all slices together
 
-            s_host, ref = best_of(host_then_copy, args.repeat)
+            def host_then_copy(sel: slice, a: Any = arr) -> Any:
+                return torch.from_numpy(a.read((sel,), device="cpu", like="numpy").view(np.int16)).to(args.device)
+
+            s_host = s_dev = 0.0
+            equal = True
             try:
-                s_dev, got = best_of(lambda a=arr: a.read(device=args.device, like="torch"), args.repeat)
+                for sel in slices:
+                    s, ref = best_of(lambda sel=sel: host_then_copy(sel), args.repeat)
+                    s_host += s
+                    s, got = best_of(lambda a=arr, sel=sel: a.read((sel,), device=args.device, like="torch"),
+                                     args.repeat)
+                    s_dev += s
+                    equal = equal and digest(torch, got.view(torch.int16)) == digest(torch, ref)
+                    del got, ref
             except zd.OutOfMemoryError as e:
                 print(f"{codec:14} {fmt_bytes(chunk_rows * COLS * 2):>8} {stored / nbytes:7.3f} "
-                      f"{'refused':>12} {nbytes / s_host / 1e9:12.2f}      -   ({str(e)[-60:]})", flush=True)
+                      f"{'refused':>12} {'':>12}      -   ({str(e)[-60:]})", flush=True)
                 continue
-            equal = digest(torch, got.view(torch.int16)) == digest(torch, ref)
             print(f"{codec:14} {fmt_bytes(chunk_rows * COLS * 2):>8} {stored / nbytes:7.3f} "
                   f"{nbytes / s_dev / 1e9:12.2f} {nbytes / s_host / 1e9:12.2f} {s_host / s_dev:5.2f}x"
                   f"{'' if equal else '  MISMATCH'}", flush=True)
-            del got, ref
 
 
 if __name__ == "__main__":

@@ -182,6 +182,95 @@ TEST(GpuLeafParts, DeviceDecodesNoSlotHoldsAreDecodedOnTheCpuInParts) {
   EXPECT_EQ(out, bytes_of(counting(1000000)));
 }
 
+// The values 1, 2, ... of an int32 array of `shape` at `selection`, in C order.
+std::vector<std::int32_t> selected_counting(const std::vector<std::int64_t>& shape,
+                                            const std::vector<DimSlice>& selection) {
+  std::vector<std::int32_t> out;
+  const std::int64_t cols = shape[1];
+  for (std::int64_t i = 0; i < selection[0].count; ++i) {
+    for (std::int64_t j = 0; j < selection[1].count; ++j) {
+      const std::int64_t r = selection[0].start + i * selection[0].step;
+      const std::int64_t c = selection[1].start + j * selection[1].step;
+      out.push_back(static_cast<std::int32_t>(r * cols + c + 1));
+    }
+  }
+  return out;
+}
+
+// A selection that cuts a chunk larger than the whole staging (refused before) is staged in parts
+// of its selected elements, taken from the chunk in one pass: rows, columns, steps, a single
+// element; decoded (zstd, zstd + crc32c: checked on the CPU, or a device decode no slot holds) or
+// stored as they are (with and without a crc32c). Only where the chunk passes the staging.
+TEST(GpuLeafParts, SelectionsOfChunksLargerThanTheStagingAreReadInParts) {
+  const std::vector<std::int64_t> shape = {600, 1000};  // one chunk of 2.4 MB
+  const std::vector<std::vector<DimSlice>> selections = {
+      {{100, 1, 400}, {0, 1, 1000}},  // rows: one stretch of the chunk
+      {{0, 1, 600}, {250, 1, 500}},   // columns: a run per row
+      {{3, 7, 80}, {1, 3, 300}},      // steps: an element per run
+      {{599, 1, 1}, {999, 1, 1}},     // the last element
+      {{0, 1, 600}, {0, 1, 999}},     // all but the last column
+  };
+  const json kPlain = json::array({{{"name", "bytes"}}});
+  auto store = make_memory_store();
+  std::size_t n = 0;
+  for (const auto& [codecs, policy] :
+       {std::pair{kZstd, GpuDecode::kChecked}, std::pair{kZstdCrc, GpuDecode::kChecked},
+        std::pair{kZstdCrc, GpuDecode::kTrusted}, std::pair{kPlainCrc, GpuDecode::kChecked},
+        std::pair{kPlain, GpuDecode::kChecked}}) {
+    auto array = make_array(store, "a" + std::to_string(n++), shape, shape, codecs);
+    for (const auto& selection : selections) {
+      const auto expected = selected_counting(shape, selection);
+      std::vector<std::byte> out(expected.size() * 4);
+      const std::vector<std::int64_t> counts = {selection[0].count, selection[1].count};
+      const ReadTarget target{array.get(), selection,
+                              StridedView{out.data(), counts, test::c_strides(counts, 4)}};
+      auto leaves = plan_sized({&target, 1}, policy);
+      ASSERT_EQ(leaves.size(), 1u);
+      PartSizes roomy = kSizes;
+      roomy.staging_bytes = std::size_t{8} << 20;
+      EXPECT_FALSE(staged_in_parts(leaves[0], roomy));  // a ring that holds the chunk
+      EXPECT_EQ(cut_into_parts(leaves, kSizes), 1u) << array->path();
+      EXPECT_EQ(leaves.front().route, Route::kCpuDecode);
+      Staged staged(std::move(leaves));
+      for (std::size_t b = staged.batches.size(); b-- > 0;) staged.fetch(b);  // last part first
+      staged.place();
+      EXPECT_EQ(out, bytes_of(expected)) << array->path() << " " << selection[0].start;
+    }
+  }
+}
+
+// Damage anywhere in a chunk cut by a selection fails its read (its checksum covers the bytes
+// the selection passes over), naming the chunk.
+TEST(GpuLeafParts, DamageOutsideASelectionIsFound) {
+  const std::vector<std::int64_t> shape = {600, 1000};
+  auto store = make_memory_store();
+  std::size_t n = 0;
+  for (const auto& codecs : {kPlainCrc, kZstdCrc}) {
+    auto array = make_array(store, "d" + std::to_string(n++), shape, shape, codecs);
+    const std::string key = array->path() + "/c/0/0";
+    auto stored = store->get(key);
+    std::vector<std::byte> bytes(stored->data(), stored->data() + stored->size());
+    bytes[bytes.size() - 100] ^= std::byte{1};  // in the last rows, which are not selected
+    store->set(key, bytes);
+    const std::vector<DimSlice> selection = {{0, 1, 10}, {0, 1, 1000}};
+    std::vector<std::byte> out(10 * 1000 * 4);
+    const std::vector<std::int64_t> counts = {10, 1000};
+    const ReadTarget target{array.get(), selection,
+                            StridedView{out.data(), counts, test::c_strides(counts, 4)}};
+    auto leaves = plan_sized({&target, 1});
+    ASSERT_EQ(cut_into_parts(leaves, kSizes), 1u);
+    Staged staged(std::move(leaves));
+    ASSERT_EQ(staged.batches.size(), 1u);
+    try {
+      (void)fetch_batch(staged.batch(0), staged.slots[0].data(), engine::ThreadPool::shared(2), 2);
+      ADD_FAILURE() << "damage not found in " << key;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kChecksum) << e.what();
+      EXPECT_NE(std::string(e.what()).find("chunk '" + key + "'"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Damage to a copied chunk's bytes is a checksum error naming the chunk once all its parts are
 // in; a truncated decoded chunk a codec error naming it, raised by each of its parts fetched
 // after the failure; a chunk replaced since the plan, ValueChanged.

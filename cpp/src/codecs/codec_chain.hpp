@@ -41,6 +41,10 @@ class CodecChain {
   // decompressor decodes in windows (zstd) and the codecs after it are checksums (crc32c).
   [[nodiscard]] bool decodes_in_windows(std::span<const DimSlice> selection,
                                         const StridedView& destination) const;
+  // Whether the chunk's decoded bytes come out of window_decoder at all, whatever is selected of
+  // them: its elements stored as they are in memory (little-endian, C order) and its codecs those
+  // said above.
+  [[nodiscard]] bool decodes_in_windows() const;
   // Reads the stored chunk's bytes from `offset` into `into`; returns how many it read (fewer:
   // the stored bytes ended).
   using StoredReader = std::function<std::size_t(std::uint64_t offset, std::span<std::byte> into)>;

@@ -126,7 +126,12 @@ class ChainWindows final : public WindowDecoder {
 
 bool CodecChain::decodes_in_windows(std::span<const DimSlice> selection,
                                     const StridedView& destination) const {
-  if (!array_to_array_.empty() || !decompresses_into_place(selection, destination) ||
+  return decompresses_into_place(selection, destination) && decodes_in_windows();
+}
+
+bool CodecChain::decodes_in_windows() const {
+  if (!array_to_array_.empty() || bytes_to_bytes_.empty() ||
+      array_to_bytes_->plain_layout() != Endian::kLittle ||
       !bytes_to_bytes_.front()->decodes_in_windows()) {
     return false;
   }

@@ -13,6 +13,8 @@
 #include "engine/piece_decode.hpp"
 #include "gpu/read_plan.hpp"
 #include "gpu/read_staging.hpp"
+#include "gpu/selection_stream.hpp"
+#include "place/strided_copy.hpp"
 
 namespace zarr_device::gpu {
 
@@ -23,12 +25,13 @@ struct ChunkParts {
   std::size_t count = 0;         // parts
   std::vector<ChunkSpec> specs;  // the parts' arrays: of a whole part, of the last
 
-  std::mutex mutex;                          // guards all below
-  std::shared_ptr<const ValueReader> value;  // one version of the chunk for all its parts
-  std::vector<std::byte*> staging;           // where each part is staged
-  std::size_t done = 0;                      // parts fetched (copies) or decoded, in order
-  std::vector<std::uint32_t> crcs;           // copies: each part's crc32c
-  std::unique_ptr<WindowDecoder> decoder;    // decodes: from the first part to the last
+  std::mutex mutex;                           // guards all below
+  std::shared_ptr<const ValueReader> value;   // one version of the chunk for all its parts
+  std::vector<std::byte*> staging;            // where each part is staged
+  std::size_t done = 0;                       // parts fetched (copies) or decoded, in order
+  std::vector<std::uint32_t> crcs;            // copies: each part's crc32c
+  std::unique_ptr<WindowDecoder> decoder;     // decodes: from the first part to the last
+  std::unique_ptr<SelectionStream> selected;  // the same for a selection that cuts the chunk
   // A failure, for the parts fetched after it (each raises an error of its own: an error object
   // gains context as it travels, and one object rethrown on several threads would race).
   bool failed = false;
@@ -56,6 +59,38 @@ bool copies_in_parts(const Leaf& leaf) {
 
 bool decodes_in_parts(const Leaf& leaf) {
   return lands_whole(leaf) && leaf.chain->decodes_in_windows(leaf.selection, leaf.destination);
+}
+
+bool cuts_chunk(const Leaf& leaf) { return !place::is_full(leaf.selection, leaf.spec->shape); }
+
+// The elements of a chunk stored as they are (at most one crc32c after them), not decoded.
+bool stored_as_elements(const Leaf& leaf) {
+  return leaf.route == Route::kCopy && leaf.crc32c <= 1 &&
+         leaf.length == leaf.spec->nbytes() + 4 * static_cast<std::size_t>(leaf.crc32c);
+}
+
+// A selection that cuts a chunk too large for the whole staging (which would be refused, or
+// decoded whole on the host) is staged in parts of its selected elements, taken from the chunk's
+// bytes in one pass (SelectionStream): where they land contiguous in their destination, as
+// stored.
+bool selected_in_parts(const Leaf& leaf, const PartSizes& sizes) {
+  // (A CPU decode stages only the selection, but decodes the whole chunk on the host.)
+  const std::size_t staged =
+      leaf.route == Route::kCpuDecode ? leaf.spec->nbytes() : staged_bytes(leaf);
+  if (leaf.has_array_codecs() || leaf.swap || staged <= sizes.staging_bytes ||
+      !place::is_c_contiguous(leaf.destination, element_size(leaf))) {
+    return false;
+  }
+  switch (leaf.route) {
+    case Route::kCopy:
+      return stored_as_elements(leaf);
+    case Route::kCpuDecode:
+    case Route::kDeviceDecode:
+      return leaf.chain->decodes_in_windows();
+    case Route::kFill:
+      return false;
+  }
+  return false;
 }
 
 // A whole number of elements, at least one.
@@ -171,25 +206,48 @@ bool fetch_decoded(ChunkParts& parts, std::size_t index, bool wait) {
   if (!wait && !guard.try_lock()) return false;
   if (wait) guard.lock();
   if (parts.failed) fail_again(parts);
-  if (!parts.decoder) {
+  if (!parts.decoder && !parts.selected) {
     if (parts.done > 0) return true;  // all decoded (the decoder is let go with the last part)
     open_value(parts);
-    const std::uint64_t offset = parts.whole.offset;
-    parts.decoder = parts.whole.chain->window_decoder(
-        parts.whole.length,
-        [value = parts.value, offset](std::uint64_t at, std::span<std::byte> into) {
-          return value->read_into(offset + at, into);
-        },
-        engine::kDecodePieceBytes);
+    const Leaf& whole = parts.whole;
+    const std::uint64_t offset = whole.offset;
+    auto decoder = [&] {
+      return whole.chain->window_decoder(
+          whole.length,
+          [value = parts.value, offset](std::uint64_t at, std::span<std::byte> into) {
+            return value->read_into(offset + at, into);
+          },
+          engine::kDecodePieceBytes);
+    };
+    if (!cuts_chunk(whole)) {
+      parts.decoder = decoder();
+    } else {
+      auto bytes = whole.chain->decodes_in_windows()
+                       ? decoded_bytes(decoder())
+                       : stored_bytes(parts.value, offset, whole.spec->nbytes(), whole.crc32c > 0);
+      parts.selected =
+          std::make_unique<SelectionStream>(whole.spec->shape, whole.selection, element_size(whole),
+                                            std::move(bytes), engine::kDecodePieceBytes);
+    }
   }
   for (; parts.done <= index; ++parts.done) {
     std::byte* staged = parts.staging[parts.done];
     if (!staged) throw std::logic_error("a chunk's part was decoded before it was lent its place");
-    parts.decoder->fill({staged, parts.bytes_of(parts.done)});
+    const std::span<std::byte> window{staged, parts.bytes_of(parts.done)};
+    if (parts.selected) {
+      parts.selected->fill(window);
+    } else {
+      parts.decoder->fill(window);
+    }
   }
   if (parts.done == parts.count) {
-    parts.decoder->finish();
+    if (parts.selected) {
+      parts.selected->finish();
+    } else {
+      parts.decoder->finish();
+    }
     parts.decoder.reset();
+    parts.selected.reset();
     parts.value.reset();
   }
   return true;
@@ -204,9 +262,13 @@ constexpr std::size_t kRemoteHistory = std::size_t{8} << 20;
 // first bytes (one small read), and a piece of its stored bytes. A chunk that cannot be read now
 // counts as large as it is (its fetch will say why).
 std::size_t memory_in_parts(const Leaf& leaf) {
-  std::size_t history = selection_bytes(leaf);
+  // A selection's stream keeps a window of the chunk besides.
+  const std::size_t window = cuts_chunk(leaf) ? engine::kDecodePieceBytes : 0;
+  if (stored_as_elements(leaf)) return window + engine::kDecodePieceBytes;
+  std::size_t history = std::min<std::size_t>(selection_bytes(leaf), leaf.spec->nbytes());
+  if (cuts_chunk(leaf)) history = leaf.spec->nbytes();
   if (dynamic_cast<const BatchedGets*>(leaf.array->store().get()) != nullptr) {
-    return std::min(history, kRemoteHistory) + engine::kDecodePieceBytes;
+    return std::min(history, kRemoteHistory) + engine::kDecodePieceBytes + window;
   }
   try {
     const auto value =
@@ -218,7 +280,7 @@ std::size_t memory_in_parts(const Leaf& leaf) {
     history = leaf.chain->window_memory({head.data(), got});
   } catch (const Error&) {  // NOLINT(bugprone-empty-catch): counted at its size, as said above
   }
-  return history + engine::kDecodePieceBytes;
+  return history + engine::kDecodePieceBytes + window;
 }
 
 }  // namespace
@@ -230,6 +292,7 @@ std::size_t decoded_part_bytes(const PartSizes& sizes) {
 
 bool staged_in_parts(const Leaf& leaf, const PartSizes& sizes) {
   if (!leaf.sized || leaf.parts || leaf.chain == nullptr) return false;
+  if (cuts_chunk(leaf)) return selected_in_parts(leaf, sizes);
   const std::size_t staged = staged_bytes(leaf);
   switch (leaf.route) {
     case Route::kCopy:
@@ -278,14 +341,14 @@ std::size_t cut_into_parts(std::vector<Leaf>& leaves, const PartSizes& sizes) {
       out.push_back(std::move(leaf));
       continue;
     }
-    if (leaf.route == Route::kCopy) {
+    if (leaf.route == Route::kCopy && !cuts_chunk(leaf)) {
       flush();
       const auto parts = parts_of(std::move(leaf), copy_part);
       for (std::size_t p = 0; p < parts->count; ++p) out.push_back(part_leaf(parts, p));
       continue;
     }
-    leaf.route = Route::kCpuDecode;  // (a device decode no slot holds)
     const std::size_t memory = memory_in_parts(leaf);
+    leaf.route = Route::kCpuDecode;  // (a device decode no slot holds, a selection's elements)
     if (!group.empty() && group_memory + memory > sizes.window_budget) flush();
     group_memory += memory;
     group.push_back(parts_of(std::move(leaf), decode_part));
@@ -325,6 +388,7 @@ bool fetch_part(const Leaf& part, std::byte* staged, bool wait) {
       parts.failure = e.what();
     }
     parts.decoder.reset();
+    parts.selected.reset();
     parts.value.reset();
     throw;
   }

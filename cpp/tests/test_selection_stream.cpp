@@ -1,0 +1,109 @@
+// A chunk's selected elements taken from its bytes in one pass (gpu/selection_stream.hpp): every
+// selection equals the same elements picked from the whole chunk, however the output is cut; the
+// chunk's bytes are asked for in order, whole windows nobody wants passed over, the rest of the
+// chunk passed over before its checks.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/selection_stream.hpp"
+
+namespace zarr_device::gpu {
+namespace {
+
+// The bytes 0, 1, 2, ... (mod 251) of a chunk, with a log of what was asked.
+class CountingBytes final : public ChunkBytes {
+ public:
+  explicit CountingBytes(std::string& log) : log_(log) {}
+  void fill(std::span<std::byte> window) override {
+    for (auto& b : window) b = static_cast<std::byte>(at_++ % 251);
+    log_ += "f" + std::to_string(window.size()) + " ";
+  }
+  void skip(std::uint64_t bytes, std::span<std::byte> /*scratch*/) override {
+    at_ += bytes;
+    log_ += "s" + std::to_string(bytes) + " ";
+  }
+  void finish() override { log_ += "end@" + std::to_string(at_); }
+
+ private:
+  std::string& log_;
+  std::uint64_t at_ = 0;
+};
+
+std::vector<std::byte> picked(const std::vector<std::int64_t>& shape,
+                              const std::vector<DimSlice>& sel, std::size_t es) {
+  std::vector<std::byte> out;
+  std::vector<std::int64_t> index(shape.size(), 0);
+  const std::int64_t total =
+      std::accumulate(sel.begin(), sel.end(), std::int64_t{1},
+                      [](std::int64_t n, const DimSlice& s) { return n * s.count; });
+  for (std::int64_t e = 0; e < total; ++e) {
+    std::uint64_t offset = 0;
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+      offset = offset * static_cast<std::uint64_t>(shape[d]) +
+               static_cast<std::uint64_t>(sel[d].start + index[d] * sel[d].step);
+    }
+    for (std::size_t b = 0; b < es; ++b)
+      out.push_back(static_cast<std::byte>((offset * es + b) % 251));
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      if (++index[d] < sel[d].count) break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+TEST(SelectionStream, EverySelectionEqualsTheElementsPickedFromTheWholeChunk) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::size_t dims = 1 + rng() % 3;
+    const std::size_t es = std::size_t{1} << (rng() % 4);
+    std::vector<std::int64_t> shape;
+    std::vector<DimSlice> sel;
+    for (std::size_t d = 0; d < dims; ++d) {
+      const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % 40);
+      shape.push_back(n);
+      const std::int64_t start = static_cast<std::int64_t>(rng() % n);
+      const std::int64_t step = rng() % 3 == 0 ? 1 + static_cast<std::int64_t>(rng() % 4) : 1;
+      const std::int64_t most = (n - start + step - 1) / step;
+      sel.push_back({start, step, 1 + static_cast<std::int64_t>(rng() % most)});
+      if (rng() % 3 == 0) sel.back() = {0, 1, n};  // whole dimensions after the cut
+    }
+    const auto expected = picked(shape, sel, es);
+    std::string log;
+    SelectionStream stream(shape, sel, es, std::make_unique<CountingBytes>(log), 1 + rng() % 64);
+    std::vector<std::byte> got(expected.size());
+    for (std::size_t at = 0; at < got.size();) {  // in pieces of any size
+      const std::size_t n = std::min<std::size_t>(got.size() - at, 1 + rng() % 100);
+      stream.fill({got.data() + at, n});
+      at += n;
+    }
+    stream.finish();
+    ASSERT_EQ(got, expected) << "trial " << trial;
+    std::uint64_t total = es;
+    for (const auto n : shape) total *= static_cast<std::uint64_t>(n);
+    EXPECT_NE(log.find("end@" + std::to_string(total)), std::string::npos) << log;
+  }
+}
+
+TEST(SelectionStream, WindowsNobodyWantsArePassedOver) {
+  // Rows 50-51 of 100 rows of 1000 bytes, windows of 4096: 12 whole windows passed over, then
+  // the windows holding the rows, then the rest passed over and the chunk's checks.
+  std::string log;
+  SelectionStream stream(std::vector<std::int64_t>{100, 1000},
+                         std::vector<DimSlice>{{50, 1, 2}, {0, 1, 1000}}, 1,
+                         std::make_unique<CountingBytes>(log), 4096);
+  std::vector<std::byte> out(2000);
+  stream.fill(out);
+  stream.finish();
+  EXPECT_EQ(log, "s49152 f4096 s46752 end@100000");
+  EXPECT_EQ(out, picked({100, 1000}, {{50, 1, 2}, {0, 1, 1000}}, 1));
+  EXPECT_THROW(stream.fill(std::span<std::byte>(out.data(), 1)), std::logic_error);
+}
+
+}  // namespace
+}  // namespace zarr_device::gpu
