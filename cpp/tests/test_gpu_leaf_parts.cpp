@@ -201,6 +201,7 @@ std::vector<std::int32_t> selected_counting(const std::vector<std::int64_t>& sha
 // of its selected elements, taken from the chunk in one pass: rows, columns, steps, a single
 // element; decoded (zstd, zstd + crc32c: checked on the CPU, or a device decode no slot holds) or
 // stored as they are (with and without a crc32c). Only where the chunk passes the staging.
+// (Chunks replaced since the plan fail as whole chunks do: FailuresNameTheChunk.)
 TEST(GpuLeafParts, SelectionsOfChunksLargerThanTheStagingAreReadInParts) {
   const std::vector<std::int64_t> shape = {600, 1000};  // one chunk of 2.4 MB
   const std::vector<std::vector<DimSlice>> selections = {
@@ -230,7 +231,16 @@ TEST(GpuLeafParts, SelectionsOfChunksLargerThanTheStagingAreReadInParts) {
       roomy.staging_bytes = std::size_t{8} << 20;
       EXPECT_FALSE(staged_in_parts(leaves[0], roomy));  // a ring that holds the chunk
       EXPECT_EQ(cut_into_parts(leaves, kSizes), 1u) << array->path();
-      EXPECT_EQ(leaves.front().route, Route::kCpuDecode);
+      // Rows (or part of one) of a chunk stored as it is, without a checksum: read as copies of
+      // that stretch alone; anything else taken from the whole chunk in one pass.
+      const bool stretch =
+          codecs == kPlain && (selection[1].count == 1000 || selection[0].count == 1);
+      EXPECT_EQ(leaves.front().route, stretch ? Route::kCopy : Route::kCpuDecode);
+      if (stretch) {
+        std::size_t read = 0;
+        for (const auto& leaf : leaves) read += leaf.length;
+        EXPECT_EQ(read, expected.size() * 4);
+      }
       Staged staged(std::move(leaves));
       for (std::size_t b = staged.batches.size(); b-- > 0;) staged.fetch(b);  // last part first
       staged.place();

@@ -105,5 +105,29 @@ TEST(SelectionStream, WindowsNobodyWantsArePassedOver) {
   EXPECT_THROW(stream.fill(std::span<std::byte>(out.data(), 1)), std::logic_error);
 }
 
+TEST(SelectionStream, ContiguousStretchesAreRowsOrPartOfOne) {
+  const std::vector<std::int64_t> shape = {10, 20, 30};
+  auto stretch = [&](std::vector<DimSlice> sel) { return contiguous_stretch(shape, sel, 4); };
+  const auto whole = stretch({{0, 1, 10}, {0, 1, 20}, {0, 1, 30}});
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->offset, 0u);
+  EXPECT_EQ(whole->bytes, 10u * 20 * 30 * 4);
+  const auto rows = stretch({{3, 1, 4}, {0, 1, 20}, {0, 1, 30}});
+  ASSERT_TRUE(rows);
+  EXPECT_EQ(rows->offset, 3u * 20 * 30 * 4);
+  EXPECT_EQ(rows->bytes, 4u * 20 * 30 * 4);
+  const auto inner = stretch({{2, 1, 1}, {5, 1, 3}, {0, 1, 30}});
+  ASSERT_TRUE(inner);
+  EXPECT_EQ(inner->offset, (2u * 20 * 30 + 5 * 30) * 4);
+  EXPECT_EQ(inner->bytes, 3u * 30 * 4);
+  const auto element = stretch({{9, 1, 1}, {19, 5, 1}, {7, 1, 1}});
+  ASSERT_TRUE(element);
+  EXPECT_EQ(element->offset, (9u * 20 * 30 + 19 * 30 + 7) * 4);
+  EXPECT_EQ(element->bytes, 4u);
+  EXPECT_FALSE(stretch({{3, 1, 2}, {5, 1, 3}, {0, 1, 30}}));    // rows of two blocks
+  EXPECT_FALSE(stretch({{0, 1, 10}, {0, 1, 20}, {0, 1, 29}}));  // a column short
+  EXPECT_FALSE(stretch({{0, 2, 5}, {0, 1, 20}, {0, 1, 30}}));   // every other block
+}
+
 }  // namespace
 }  // namespace zarr_device::gpu

@@ -20,7 +20,8 @@ namespace zarr_device::gpu {
 
 // What the parts of one chunk share.
 struct ChunkParts {
-  Leaf whole;                    // the chunk as planned
+  Leaf whole;                    // the chunk as planned (or the stretch of it that is read)
+  std::uint64_t stored_end = 0;  // where the stored value ends, as planned
   std::size_t part_bytes = 0;    // of each part but the last
   std::size_t count = 0;         // parts
   std::vector<ChunkSpec> specs;  // the parts' arrays: of a whole part, of the last
@@ -98,8 +99,10 @@ std::size_t in_elements(std::size_t bytes, std::size_t element) {
   return std::max(element, bytes / element * element);
 }
 
-std::shared_ptr<ChunkParts> parts_of(Leaf whole, std::size_t part_bytes) {
+std::shared_ptr<ChunkParts> parts_of(Leaf whole, std::size_t part_bytes,
+                                     std::uint64_t stored_end = 0) {
   auto parts = std::make_shared<ChunkParts>();
+  parts->stored_end = stored_end ? stored_end : whole.offset + whole.length;
   const std::size_t total = selection_bytes(whole);
   parts->part_bytes = in_elements(part_bytes, element_size(whole));
   parts->count = (total + parts->part_bytes - 1) / parts->part_bytes;
@@ -160,7 +163,7 @@ void open_value(ChunkParts& parts) {
   if (!parts.value) {
     const Leaf& whole = parts.whole;
     parts.value = whole.value ? whole.value : whole.source().open(whole.key);
-    if (!parts.value || (!whole.value && parts.value->size() != whole.offset + whole.length)) {
+    if (!parts.value || (!whole.value && parts.value->size() != parts.stored_end)) {
       throw ValueChanged(whole.where() + ": the chunk was replaced while it was read");
     }
   }
@@ -340,6 +343,22 @@ std::size_t cut_into_parts(std::vector<Leaf>& leaves, const PartSizes& sizes) {
       flush();
       out.push_back(std::move(leaf));
       continue;
+    }
+    if (leaf.route == Route::kCopy && cuts_chunk(leaf) && leaf.crc32c == 0) {
+      // Rows of a chunk stored as they are, nothing checking the rest: only they are read, in
+      // parts read apart (a tensor-parallel rank's share of a chunk stored whole).
+      if (const auto stretch =
+              contiguous_stretch(leaf.spec->shape, leaf.selection, element_size(leaf))) {
+        flush();
+        const std::uint64_t stored_end = leaf.offset + leaf.length;
+        leaf.offset += stretch->offset;
+        leaf.length = stretch->bytes;
+        leaf.selection = {
+            DimSlice{0, 1, static_cast<std::int64_t>(stretch->bytes / element_size(leaf))}};
+        const auto parts = parts_of(std::move(leaf), copy_part, stored_end);
+        for (std::size_t p = 0; p < parts->count; ++p) out.push_back(part_leaf(parts, p));
+        continue;
+      }
     }
     if (leaf.route == Route::kCopy && !cuts_chunk(leaf)) {
       flush();

@@ -77,6 +77,32 @@ class StoredBytes final : public ChunkBytes {
 
 }  // namespace
 
+std::optional<ByteStretch> contiguous_stretch(std::span<const std::int64_t> shape,
+                                              std::span<const DimSlice> selection,
+                                              std::size_t element_size) {
+  const auto strides = place::c_strides(shape, element_size);
+  std::size_t k = shape.size();  // the dimensions from k on are whole
+  while (k > 0 && selection[k - 1].start == 0 && selection[k - 1].step == 1 &&
+         selection[k - 1].count == shape[k - 1]) {
+    --k;
+  }
+  ByteStretch stretch;
+  if (k == 0) {
+    stretch.bytes = element_size;
+    for (const auto n : shape) stretch.bytes *= static_cast<std::uint64_t>(n);
+    return stretch;
+  }
+  const auto& cut = selection[k - 1];
+  if (cut.step != 1 && cut.count != 1) return std::nullopt;
+  for (std::size_t d = 0; d + 1 < k; ++d) {
+    if (selection[d].count != 1) return std::nullopt;
+    stretch.offset += static_cast<std::uint64_t>(selection[d].start * strides[d]);
+  }
+  stretch.offset += static_cast<std::uint64_t>(cut.start * strides[k - 1]);
+  stretch.bytes = static_cast<std::uint64_t>(cut.count * strides[k - 1]);
+  return stretch;
+}
+
 std::unique_ptr<ChunkBytes> decoded_bytes(std::unique_ptr<WindowDecoder> decoder) {
   return std::make_unique<DecodedBytes>(std::move(decoder));
 }

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -16,6 +17,17 @@
 #include "zarr_device/store.hpp"
 
 namespace zarr_device::gpu {
+
+// A stretch of a chunk's bytes.
+struct ByteStretch {
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = 0;
+};
+// The one stretch of the chunk that `selection` covers, where its elements lie side by side (rows
+// of a C-order chunk, or part of one row); nothing otherwise.
+std::optional<ByteStretch> contiguous_stretch(std::span<const std::int64_t> shape,
+                                              std::span<const DimSlice> selection,
+                                              std::size_t element_size);
 
 // Where a chunk's bytes come from, first to last.
 class ChunkBytes {
