@@ -1,7 +1,8 @@
-// A chunk's selected elements taken from its bytes in one pass (gpu/selection_stream.hpp): every
+// A chunk's selected elements taken from its bytes in one pass (engine/selection_stream.hpp): every
 // selection equals the same elements picked from the whole chunk, however the output is cut; the
 // chunk's bytes are asked for in order, whole windows nobody wants passed over, the rest of the
-// chunk passed over before its checks.
+// chunk passed over before its checks. Host reads of selections that cut a chunk of 64 MiB or
+// more go this way.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,9 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "gpu/selection_stream.hpp"
+#include "engine/selection_stream.hpp"
+#include "gpu_read_test_util.hpp"
+#include "test_util.hpp"
+#include "zarr_device/array.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::engine {
 namespace {
 
 // The bytes 0, 1, 2, ... (mod 251) of a chunk, with a log of what was asked.
@@ -129,5 +133,55 @@ TEST(SelectionStream, ContiguousStretchesAreRowsOrPartOfOne) {
   EXPECT_FALSE(stretch({{0, 2, 5}, {0, 1, 20}, {0, 1, 30}}));   // every other block
 }
 
+// Host reads of selections that cut one 64 MiB chunk (rows, a box, steps, one element), into a
+// whole output and into a box of a larger one: equal the elements written, for zstd, zstd +
+// crc32c and chunks stored as they are; damage in rows not selected is still found.
+TEST(SelectionStream, HostReadsOfLargeChunksCutBySelections) {
+  using gpu::test_support::make_array;
+  using test::json;
+  const std::vector<std::int64_t> shape = {4096, 4096};  // int32: one 64 MiB chunk
+  const std::vector<std::vector<DimSlice>> selections = {
+      {{1024, 1, 1024}, {0, 1, 4096}},
+      {{5, 1, 4000}, {100, 1, 3000}},
+      {{3, 7, 500}, {1, 9, 400}},
+      {{4095, 1, 1}, {4095, 1, 1}},
+  };
+  const json kPlain = json::array({{{"name", "bytes"}}});
+  auto store = make_memory_store();
+  std::size_t n = 0;
+  for (const auto& codecs : {gpu::test_support::kZstdCrc, kPlain,
+                             json::array({{{"name", "bytes"}}, {{"name", "zstd"}}})}) {
+    const auto array = make_array(store, "h" + std::to_string(n++), shape, shape, codecs);
+    for (const auto& sel : selections) {
+      std::vector<std::int32_t> want;
+      for (std::int64_t i = 0; i < sel[0].count; ++i) {
+        for (std::int64_t j = 0; j < sel[1].count; ++j) {
+          want.push_back(static_cast<std::int32_t>((sel[0].start + i * sel[0].step) * shape[1] +
+                                                   sel[1].start + j * sel[1].step + 1));
+        }
+      }
+      std::vector<std::int32_t> got(want.size(), -1);
+      array->read(sel, {reinterpret_cast<std::byte*>(got.data()), got.size() * 4});
+      EXPECT_EQ(got, want) << array->path() << " rows from " << sel[0].start;
+    }
+  }
+  // A flipped byte near the end, under a crc32c, in rows a read of the first rows passes over.
+  const auto array = make_array(store, "damaged", shape, shape, gpu::test_support::kZstdCrc);
+  const std::string key = "damaged/c/0/0";
+  const auto stored = store->get(key);
+  std::vector<std::byte> bytes(stored->data(), stored->data() + stored->size());
+  bytes[bytes.size() - 100] ^= std::byte{1};
+  store->set(key, bytes);
+  std::vector<std::int32_t> got(10 * 4096);
+  try {
+    array->read(std::vector<DimSlice>{{0, 1, 10}, {0, 1, 4096}},
+                {reinterpret_cast<std::byte*>(got.data()), got.size() * 4});
+    ADD_FAILURE() << "damage not found";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kChecksum) << e.what();
+    EXPECT_NE(std::string(e.what()).find("chunk 'damaged/c/0/0'"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::engine

@@ -1,7 +1,10 @@
 #include "codecs/crc32c.hpp"
 
 #include <array>
+#include <cstdio>
 #include <cstring>
+
+#include "zarr_device/errors.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <nmmintrin.h>
@@ -188,6 +191,15 @@ bool crc32c_hardware_available() { return false; }
 std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc) {
   return detail::crc32c_hardware_available() ? detail::crc32c_hardware(data, crc)
                                              : detail::crc32c_portable(data, crc);
+}
+
+void check_crc32c(std::uint32_t stored, std::uint32_t computed) {
+  if (computed != stored) {
+    char text[64];
+    std::snprintf(text, sizeof text, "crc32c mismatch: stored %08x, computed %08x", stored,
+                  computed);
+    throw ChecksumError(text);
+  }
 }
 
 }  // namespace zarr_device::codecs

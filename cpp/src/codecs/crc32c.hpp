@@ -15,6 +15,9 @@ std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc = 0);
 // apart, in any order, joined in order.
 std::uint32_t crc32c_combine(std::uint32_t first, std::uint32_t second, std::size_t second_length);
 
+// ChecksumError unless a stored crc32c is the one computed.
+void check_crc32c(std::uint32_t stored, std::uint32_t computed);
+
 namespace detail {
 // The two implementations behind crc32c(), exposed so tests can check each against the other.
 std::uint32_t crc32c_portable(std::span<const std::byte> data, std::uint32_t crc);

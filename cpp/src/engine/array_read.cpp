@@ -2,6 +2,7 @@
 // by the thread pool, and, for stores whose requests wait on a round trip (BatchedGets), windows
 // of chunks and of shards wanted in part fetched in a few calls each.
 #include <algorithm>
+#include <array>
 #include <future>
 #include <memory>
 #include <optional>
@@ -10,6 +11,7 @@
 
 #include "codecs/codec_chain.hpp"
 #include "engine/piece_decode.hpp"
+#include "engine/selection_stream.hpp"
 #include "engine/thread_pool.hpp"
 #include "place/chunk_grid.hpp"
 #include "place/strided_copy.hpp"
@@ -29,6 +31,58 @@ void refuse_oversized(std::uint64_t stored, const codecs::CodecChain& chain) {
                      " bytes, more than any encoding of it can take (" +
                      std::to_string(chain.max_stored_size()) + ")");
   }
+}
+
+// Chunks at least this large, cut by a selection, are read in one pass a window at a time
+// (engine/selection_stream.hpp) rather than decoded whole in memory: the host memory of a read of
+// rows of a 1-2 GiB chunk (a tensor-parallel rank's share of an embedding stored whole) is the
+// window, and an uncompressed chunk's bytes between its runs are not read.
+constexpr std::size_t kStreamedCutBytes = std::size_t{64} << 20;
+
+// Reads a selection (`within`) of a large chunk into `region` in one pass; false, having done
+// nothing, where it cannot (the caller reads the chunk whole): codecs other than a decompressor
+// that decodes in windows and checksums after it, or an output whose runs are too short.
+bool read_cut_in_one_pass(const codecs::CodecChain& chain, const Store& store,
+                          const std::string& key, std::span<const DimSlice> within,
+                          const StridedView& region, engine::ByteBudget& budget) {
+  const ChunkSpec& spec = chain.spec();
+  const std::size_t es = spec.dtype->size;
+  std::vector<std::span<std::byte>> runs;
+  if ((!chain.is_plain() && !chain.decodes_in_windows()) ||
+      !place::contiguous_runs(region, es, kMinRunBytes, runs)) {
+    return false;
+  }
+  const std::shared_ptr<const ValueReader> value = store.open(key);
+  if (!value) {
+    place::fill_strided(region, spec.fill_value);
+    return true;
+  }
+  const std::uint64_t stored = value->size();
+  refuse_oversized(stored, chain);
+  std::unique_ptr<engine::ChunkBytes> bytes;
+  std::size_t memory = 2 * engine::kDecodePieceBytes;  // a window of the chunk, a piece stored
+  if (chain.is_plain()) {
+    if (stored != spec.nbytes()) {
+      throw CodecError("chunk holds " + std::to_string(stored) + " bytes, expected " +
+                       std::to_string(spec.nbytes()) + " for its shape and data type");
+    }
+    bytes = engine::stored_bytes(value, 0, stored, false);
+  } else {
+    std::array<std::byte, 32> head{};
+    memory += chain.window_memory(
+        {head.data(),
+         value->read_into(0, {head.data(), std::min<std::size_t>(head.size(), stored)})});
+    bytes = engine::decoded_bytes(chain.window_decoder(
+        stored,
+        [value](std::uint64_t at, std::span<std::byte> into) { return value->read_into(at, into); },
+        engine::kDecodePieceBytes));
+  }
+  const engine::BudgetLease lease(budget, memory);
+  engine::SelectionStream stream(spec.shape, within, es, std::move(bytes),
+                                 engine::kDecodePieceBytes);
+  for (const auto run : runs) stream.fill(run);
+  stream.finish();
+  return true;
 }
 
 // Ranges of one open version of a value.
@@ -83,6 +137,10 @@ void read_chunk(const PreparedRead& read, const place::GridIntersection::Item& i
         throw CodecError("chunk holds " + std::to_string(*size) + " bytes, expected " +
                          std::to_string(chunk_bytes) + " for its shape and data type");
       }
+      return;
+    }
+    if (chunk_bytes >= kStreamedCutBytes && !place::is_full(item.within, meta.chunk_shape) &&
+        read_cut_in_one_pass(chain, store, key, item.within, region, budget)) {
       return;
     }
     if (chain.supports_partial_decode()) {

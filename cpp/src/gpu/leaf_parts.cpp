@@ -11,9 +11,9 @@
 
 #include "codecs/crc32c.hpp"
 #include "engine/piece_decode.hpp"
+#include "engine/selection_stream.hpp"
 #include "gpu/read_plan.hpp"
 #include "gpu/read_staging.hpp"
-#include "gpu/selection_stream.hpp"
 #include "place/strided_copy.hpp"
 
 namespace zarr_device::gpu {
@@ -26,13 +26,14 @@ struct ChunkParts {
   std::size_t count = 0;         // parts
   std::vector<ChunkSpec> specs;  // the parts' arrays: of a whole part, of the last
 
-  std::mutex mutex;                           // guards all below
-  std::shared_ptr<const ValueReader> value;   // one version of the chunk for all its parts
-  std::vector<std::byte*> staging;            // where each part is staged
-  std::size_t done = 0;                       // parts fetched (copies) or decoded, in order
-  std::vector<std::uint32_t> crcs;            // copies: each part's crc32c
-  std::unique_ptr<WindowDecoder> decoder;     // decodes: from the first part to the last
-  std::unique_ptr<SelectionStream> selected;  // the same for a selection that cuts the chunk
+  std::mutex mutex;                          // guards all below
+  std::shared_ptr<const ValueReader> value;  // one version of the chunk for all its parts
+  std::vector<std::byte*> staging;           // where each part is staged
+  std::size_t done = 0;                      // parts fetched (copies) or decoded, in order
+  std::vector<std::uint32_t> crcs;           // copies: each part's crc32c
+  std::unique_ptr<WindowDecoder> decoder;    // decodes: from the first part to the last
+  std::unique_ptr<engine::SelectionStream>
+      selected;  // the same for a selection that cuts the chunk
   // A failure, for the parts fetched after it (each raises an error of its own: an error object
   // gains context as it travels, and one object rethrown on several threads would race).
   bool failed = false;
@@ -225,12 +226,13 @@ bool fetch_decoded(ChunkParts& parts, std::size_t index, bool wait) {
     if (!cuts_chunk(whole)) {
       parts.decoder = decoder();
     } else {
-      auto bytes = whole.chain->decodes_in_windows()
-                       ? decoded_bytes(decoder())
-                       : stored_bytes(parts.value, offset, whole.spec->nbytes(), whole.crc32c > 0);
-      parts.selected =
-          std::make_unique<SelectionStream>(whole.spec->shape, whole.selection, element_size(whole),
-                                            std::move(bytes), engine::kDecodePieceBytes);
+      auto bytes =
+          whole.chain->decodes_in_windows()
+              ? engine::decoded_bytes(decoder())
+              : engine::stored_bytes(parts.value, offset, whole.spec->nbytes(), whole.crc32c > 0);
+      parts.selected = std::make_unique<engine::SelectionStream>(
+          whole.spec->shape, whole.selection, element_size(whole), std::move(bytes),
+          engine::kDecodePieceBytes);
     }
   }
   for (; parts.done <= index; ++parts.done) {
@@ -348,7 +350,7 @@ std::size_t cut_into_parts(std::vector<Leaf>& leaves, const PartSizes& sizes) {
       // Rows of a chunk stored as they are, nothing checking the rest: only they are read, in
       // parts read apart (a tensor-parallel rank's share of a chunk stored whole).
       if (const auto stretch =
-              contiguous_stretch(leaf.spec->shape, leaf.selection, element_size(leaf))) {
+              engine::contiguous_stretch(leaf.spec->shape, leaf.selection, element_size(leaf))) {
         flush();
         const std::uint64_t stored_end = leaf.offset + leaf.length;
         leaf.offset += stretch->offset;

@@ -79,15 +79,6 @@ Opened size_on_open(Leaf& leaf, std::byte* dst) {
 
 }  // namespace
 
-void check_crc32c(std::uint32_t stored, std::uint32_t computed) {
-  if (computed != stored) {
-    char text[64];
-    std::snprintf(text, sizeof text, "crc32c mismatch: stored %08x, computed %08x", stored,
-                  computed);
-    throw ChecksumError(text);
-  }
-}
-
 std::vector<ReadPiece> plan_pieces(std::span<const Leaf> batch) {
   std::vector<ReadPiece> pieces;
   for (std::size_t i = 0; i < batch.size();) {

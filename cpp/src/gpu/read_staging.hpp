@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "codecs/crc32c.hpp"
 #include "engine/thread_pool.hpp"
 #include "gpu/read_leaf.hpp"
 
@@ -26,8 +27,7 @@ struct ReadPiece {
   bool whole_leaves = false;  // holds its leaves whole (and checks them)
 };
 
-// ChecksumError unless a stored crc32c is the one computed.
-void check_crc32c(std::uint32_t stored, std::uint32_t computed);
+using codecs::check_crc32c;  // (codecs/crc32c.hpp)
 
 // The pieces of a batch (leaves placed by pack_batches), in order.
 std::vector<ReadPiece> plan_pieces(std::span<const Leaf> batch);

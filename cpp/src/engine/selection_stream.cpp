@@ -1,4 +1,4 @@
-#include "gpu/selection_stream.hpp"
+#include "engine/selection_stream.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -6,11 +6,10 @@
 #include <utility>
 
 #include "codecs/crc32c.hpp"
-#include "gpu/read_staging.hpp"
 #include "place/strided_copy.hpp"
 #include "zarr_device/errors.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::engine {
 
 namespace {
 
@@ -63,7 +62,7 @@ class StoredBytes final : public ChunkBytes {
     }
     std::uint32_t want = 0;
     std::memcpy(&want, stored, 4);
-    check_crc32c(want, crc_);
+    codecs::check_crc32c(want, crc_);
   }
 
  private:
@@ -211,4 +210,4 @@ void SelectionStream::finish() {
   bytes_->finish();
 }
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::engine
