@@ -33,6 +33,14 @@ void refuse_oversized(std::uint64_t stored, const codecs::CodecChain& chain) {
   }
 }
 
+// A chunk stored without codecs holds exactly its elements.
+void check_plain_size(std::uint64_t stored, std::size_t chunk_bytes) {
+  if (stored != chunk_bytes) {
+    throw CodecError("chunk holds " + std::to_string(stored) + " bytes, expected " +
+                     std::to_string(chunk_bytes) + " for its shape and data type");
+  }
+}
+
 // Chunks at least this large, cut by a selection, are read in one pass a window at a time
 // (engine/selection_stream.hpp) rather than decoded whole in memory: the host memory of a read of
 // rows of a 1-2 GiB chunk (a tensor-parallel rank's share of an embedding stored whole) is the
@@ -62,10 +70,7 @@ bool read_cut_in_one_pass(const codecs::CodecChain& chain, const Store& store,
   std::unique_ptr<engine::ChunkBytes> bytes;
   std::size_t memory = 2 * engine::kDecodePieceBytes;  // a window of the chunk, a piece stored
   if (chain.is_plain()) {
-    if (stored != spec.nbytes()) {
-      throw CodecError("chunk holds " + std::to_string(stored) + " bytes, expected " +
-                       std::to_string(spec.nbytes()) + " for its shape and data type");
-    }
+    check_plain_size(stored, spec.nbytes());
     bytes = engine::stored_bytes(value, 0, stored, false);
   } else {
     std::array<std::byte, 32> head{};
@@ -133,9 +138,8 @@ void read_chunk(const PreparedRead& read, const place::GridIntersection::Item& i
       auto size = store.get_into(key, std::span<const std::span<std::byte>>(rows));
       if (!size) {
         place::fill_strided(region, meta.fill_value);
-      } else if (*size != chunk_bytes) {
-        throw CodecError("chunk holds " + std::to_string(*size) + " bytes, expected " +
-                         std::to_string(chunk_bytes) + " for its shape and data type");
+      } else {
+        check_plain_size(*size, chunk_bytes);
       }
       return;
     }

@@ -40,7 +40,7 @@ class StoredBytes final : public ChunkBytes {
     if (at_ + window.size() > data_ || value_->read_into(offset_ + at_, window) != window.size()) {
       throw CodecError("chunk is shorter than its shard index says");
     }
-    if (crc32c_) crc_ = codecs::crc32c_combine(crc_, codecs::crc32c(window), window.size());
+    if (crc32c_) crc_ = codecs::crc32c(window, crc_);
     at_ += window.size();
   }
   void skip(std::uint64_t bytes, std::span<std::byte> scratch) override {

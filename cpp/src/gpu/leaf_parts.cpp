@@ -270,8 +270,7 @@ std::size_t memory_in_parts(const Leaf& leaf) {
   // A selection's stream keeps a window of the chunk besides.
   const std::size_t window = cuts_chunk(leaf) ? engine::kDecodePieceBytes : 0;
   if (stored_as_elements(leaf)) return window + engine::kDecodePieceBytes;
-  std::size_t history = std::min<std::size_t>(selection_bytes(leaf), leaf.spec->nbytes());
-  if (cuts_chunk(leaf)) history = leaf.spec->nbytes();
+  std::size_t history = leaf.spec->nbytes();
   if (dynamic_cast<const BatchedGets*>(leaf.array->store().get()) != nullptr) {
     return std::min(history, kRemoteHistory) + engine::kDecodePieceBytes + window;
   }
