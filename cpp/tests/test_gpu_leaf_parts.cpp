@@ -231,10 +231,11 @@ TEST(GpuLeafParts, SelectionsOfChunksLargerThanTheStagingAreReadInParts) {
       roomy.staging_bytes = std::size_t{8} << 20;
       EXPECT_FALSE(staged_in_parts(leaves[0], roomy));  // a ring that holds the chunk
       EXPECT_EQ(cut_into_parts(leaves, kSizes), 1u) << array->path();
-      // Rows (or part of one) of a chunk stored as it is, without a checksum: read as copies of
-      // that stretch alone; anything else taken from the whole chunk in one pass.
-      const bool stretch =
-          codecs == kPlain && (selection[1].count == 1000 || selection[0].count == 1);
+      // Rows (or part of one) of a chunk stored as it is: copies of that stretch alone (the
+      // rest of the chunk read only where a crc32c covers it); anything else taken from the
+      // whole chunk in one pass.
+      const bool stretch = (codecs == kPlain || codecs == kPlainCrc) &&
+                           (selection[1].count == 1000 || selection[0].count == 1);
       EXPECT_EQ(leaves.front().route, stretch ? Route::kCopy : Route::kCpuDecode);
       if (stretch) {
         std::size_t read = 0;
@@ -250,33 +251,44 @@ TEST(GpuLeafParts, SelectionsOfChunksLargerThanTheStagingAreReadInParts) {
 }
 
 // Damage anywhere in a chunk cut by a selection fails its read (its checksum covers the bytes
-// the selection passes over), naming the chunk.
+// the selection passes over), naming the chunk: before the selected rows or after them, the
+// selection one part or several (whose fetches each check a share of the rest).
 TEST(GpuLeafParts, DamageOutsideASelectionIsFound) {
   const std::vector<std::int64_t> shape = {600, 1000};
   auto store = make_memory_store();
   std::size_t n = 0;
   for (const auto& codecs : {kPlainCrc, kZstdCrc}) {
-    auto array = make_array(store, "d" + std::to_string(n++), shape, shape, codecs);
-    const std::string key = array->path() + "/c/0/0";
-    auto stored = store->get(key);
-    std::vector<std::byte> bytes(stored->data(), stored->data() + stored->size());
-    bytes[bytes.size() - 100] ^= std::byte{1};  // in the last rows, which are not selected
-    store->set(key, bytes);
-    const std::vector<DimSlice> selection = {{0, 1, 10}, {0, 1, 1000}};
-    std::vector<std::byte> out(10 * 1000 * 4);
-    const std::vector<std::int64_t> counts = {10, 1000};
-    const ReadTarget target{array.get(), selection,
-                            StridedView{out.data(), counts, test::c_strides(counts, 4)}};
-    auto leaves = plan_sized({&target, 1});
-    ASSERT_EQ(cut_into_parts(leaves, kSizes), 1u);
-    Staged staged(std::move(leaves));
-    ASSERT_EQ(staged.batches.size(), 1u);
-    try {
-      (void)fetch_batch(staged.batch(0), staged.slots[0].data(), engine::ThreadPool::shared(2), 2);
-      ADD_FAILURE() << "damage not found in " << key;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kChecksum) << e.what();
-      EXPECT_NE(std::string(e.what()).find("chunk '" + key + "'"), std::string::npos) << e.what();
+    for (const std::int64_t rows : {10, 200}) {
+      for (const bool damage_after : {true, false}) {
+        auto array = make_array(store, "d" + std::to_string(n++), shape, shape, codecs);
+        const std::string key = array->path() + "/c/0/0";
+        auto stored = store->get(key);
+        std::vector<std::byte> bytes(stored->data(), stored->data() + stored->size());
+        // In the last rows or the first, neither selected (zstd: its last block or its first).
+        bytes[damage_after ? bytes.size() - 100 : 100] ^= std::byte{1};
+        store->set(key, bytes);
+        const std::vector<DimSlice> selection = {{300, 1, rows}, {0, 1, 1000}};
+        std::vector<std::byte> out(static_cast<std::size_t>(rows) * 1000 * 4);
+        const std::vector<std::int64_t> counts = {rows, 1000};
+        const ReadTarget target{array.get(), selection,
+                                StridedView{out.data(), counts, test::c_strides(counts, 4)}};
+        auto leaves = plan_sized({&target, 1});
+        ASSERT_EQ(cut_into_parts(leaves, kSizes), 1u);
+        Staged staged(std::move(leaves));
+        EXPECT_EQ(staged.batches.size() > 1, rows == 200);
+        std::vector<std::string> errors;
+        for (std::size_t b = 0; b < staged.batches.size(); ++b) {
+          try {
+            (void)fetch_batch(staged.batch(b), staged.slots[b].data(),
+                              engine::ThreadPool::shared(2), 2);
+          } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::kChecksum) << e.what();
+            errors.emplace_back(e.what());
+          }
+        }
+        ASSERT_FALSE(errors.empty()) << "damage not found in " << key;
+        EXPECT_NE(errors[0].find("chunk '" + key + "'"), std::string::npos) << errors[0];
+      }
     }
   }
 }

@@ -18,6 +18,13 @@
 
 namespace zarr_device::gpu {
 
+// Stored bytes of a chunk that are checksummed but not staged.
+struct CheckedPiece {
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = 0;
+  std::uint32_t crc = 0;
+};
+
 // What the parts of one chunk share.
 struct ChunkParts {
   Leaf whole;                    // the chunk as planned (or the stretch of it that is read)
@@ -31,6 +38,12 @@ struct ChunkParts {
   std::vector<std::byte*> staging;           // where each part is staged
   std::size_t done = 0;                      // parts fetched (copies) or decoded, in order
   std::vector<std::uint32_t> crcs;           // copies: each part's crc32c
+  // A stretch of a chunk under a crc32c: the chunk's stored elements around it, in stored order
+  // (`before` of them ahead of the stretch), which its parts' fetches check, part p the pieces p,
+  // p + count, ..., so that the read's threads checksum the whole chunk side by side.
+  std::vector<CheckedPiece> around;
+  std::size_t before = 0;
+  std::uint64_t checksum_at = 0;  // where the stored crc32c lies
   std::unique_ptr<WindowDecoder> decoder;    // decodes: from the first part to the last
   std::unique_ptr<engine::SelectionStream>
       selected;  // the same for a selection that cuts the chunk
@@ -105,6 +118,7 @@ std::shared_ptr<ChunkParts> parts_of(Leaf whole, std::size_t part_bytes,
   auto parts = std::make_shared<ChunkParts>();
   parts->stored_end = stored_end ? stored_end : whole.offset + whole.length;
   const std::size_t total = selection_bytes(whole);
+  parts->checksum_at = whole.offset + total;
   parts->part_bytes = in_elements(part_bytes, element_size(whole));
   parts->count = (total + parts->part_bytes - 1) / parts->part_bytes;
   parts->staging.assign(parts->count, nullptr);
@@ -119,6 +133,24 @@ std::shared_ptr<ChunkParts> parts_of(Leaf whole, std::size_t part_bytes,
   }
   parts->whole = std::move(whole);
   return parts;
+}
+
+// Cuts the stored elements of a chunk [chunk_at, elements_end) around the stretch its parts
+// stage into about one piece for each part (at least a piece of a read's, kDecodePieceBytes).
+void check_around(ChunkParts& parts, std::uint64_t chunk_at, std::uint64_t elements_end) {
+  const std::uint64_t stretch_at = parts.whole.offset;
+  const std::uint64_t stretch_end = stretch_at + parts.whole.length;
+  const std::uint64_t total = (stretch_at - chunk_at) + (elements_end - stretch_end);
+  const std::uint64_t piece =
+      std::max<std::uint64_t>(engine::kDecodePieceBytes, (total + parts.count - 1) / parts.count);
+  auto cut = [&](std::uint64_t from, std::uint64_t to) {
+    for (std::uint64_t at = from; at < to; at += piece) {
+      parts.around.push_back(CheckedPiece{at, std::min(piece, to - at), 0});
+    }
+  };
+  cut(chunk_at, stretch_at);
+  parts.before = parts.around.size();
+  cut(stretch_end, elements_end);
 }
 
 Leaf part_leaf(const std::shared_ptr<ChunkParts>& parts, std::size_t index) {
@@ -170,6 +202,23 @@ void open_value(ChunkParts& parts) {
   }
 }
 
+// The crc32c of stored bytes [offset, offset + bytes), read a piece at a time.
+std::uint32_t checksum_of(const ValueReader& value, std::uint64_t offset, std::uint64_t bytes) {
+  const std::size_t piece =
+      static_cast<std::size_t>(std::min<std::uint64_t>(engine::kDecodePieceBytes, bytes));
+  const auto scratch = std::make_unique_for_overwrite<std::byte[]>(piece);
+  std::uint32_t crc = 0;
+  for (std::uint64_t at = 0; at < bytes;) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(piece, bytes - at));
+    if (value.read_into(offset + at, {scratch.get(), n}) != n) {
+      throw CodecError("chunk is shorter than its shard index says");
+    }
+    crc = codecs::crc32c({scratch.get(), n}, crc);
+    at += n;
+  }
+  return crc;
+}
+
 void fetch_copied(ChunkParts& parts, std::size_t index, std::byte* staged) {
   std::shared_ptr<const ValueReader> value;
   {
@@ -184,20 +233,31 @@ void fetch_copied(ChunkParts& parts, std::size_t index, std::byte* staged) {
     throw CodecError("chunk is shorter than its shard index says");
   }
   const std::uint32_t crc = parts.whole.crc32c ? codecs::crc32c({staged, bytes}) : 0;
+  // This part's share of the bytes around a stretch (nobody else touches these pieces).
+  for (std::size_t p = index; p < parts.around.size(); p += parts.count) {
+    parts.around[p].crc = checksum_of(*value, parts.around[p].offset, parts.around[p].bytes);
+  }
   std::lock_guard guard(parts.mutex);
   parts.crcs[index] = crc;
   if (++parts.done < parts.count) return;
   if (parts.whole.crc32c) {
     std::byte stored[4];
-    const std::uint64_t data = selection_bytes(parts.whole);
-    if (value->read_into(parts.whole.offset + data, stored) != 4) {
+    if (value->read_into(parts.checksum_at, stored) != 4) {
       throw CodecError("chunk is shorter than its shard index says");
     }
     std::uint32_t want = 0;
     std::memcpy(&want, stored, 4);
-    std::uint32_t got = parts.crcs[0];
-    for (std::size_t p = 1; p < parts.count; ++p) {
-      got = codecs::crc32c_combine(got, parts.crcs[p], parts.bytes_of(p));
+    // The pieces in stored order: those before the stretch, its parts, those after.
+    bool any = false;
+    std::uint32_t got = 0;
+    auto join = [&](std::uint32_t next, std::uint64_t length) {
+      got = any ? codecs::crc32c_combine(got, next, length) : next;
+      any = true;
+    };
+    for (std::size_t p = 0; p < parts.before; ++p) join(parts.around[p].crc, parts.around[p].bytes);
+    for (std::size_t p = 0; p < parts.count; ++p) join(parts.crcs[p], parts.bytes_of(p));
+    for (std::size_t p = parts.before; p < parts.around.size(); ++p) {
+      join(parts.around[p].crc, parts.around[p].bytes);
     }
     check_crc32c(want, got);
   }
@@ -345,18 +405,25 @@ std::size_t cut_into_parts(std::vector<Leaf>& leaves, const PartSizes& sizes) {
       out.push_back(std::move(leaf));
       continue;
     }
-    if (leaf.route == Route::kCopy && cuts_chunk(leaf) && leaf.crc32c == 0) {
-      // Rows of a chunk stored as they are, nothing checking the rest: only they are read, in
-      // parts read apart (a tensor-parallel rank's share of a chunk stored whole).
+    if (leaf.route == Route::kCopy && cuts_chunk(leaf)) {
+      // Rows of a chunk stored as they are (a tensor-parallel rank's share of a chunk stored
+      // whole): only they are staged, in parts read apart; under a crc32c the parts' fetches
+      // also checksum the rest of the chunk, each a share.
       if (const auto stretch =
               engine::contiguous_stretch(leaf.spec->shape, leaf.selection, element_size(leaf))) {
         flush();
+        const std::uint64_t chunk_at = leaf.offset;
         const std::uint64_t stored_end = leaf.offset + leaf.length;
+        const std::uint64_t elements_end = chunk_at + leaf.spec->nbytes();
         leaf.offset += stretch->offset;
         leaf.length = stretch->bytes;
         leaf.selection = {
             DimSlice{0, 1, static_cast<std::int64_t>(stretch->bytes / element_size(leaf))}};
         const auto parts = parts_of(std::move(leaf), copy_part, stored_end);
+        if (parts->whole.crc32c) {
+          parts->checksum_at = elements_end;
+          check_around(*parts, chunk_at, elements_end);
+        }
         for (std::size_t p = 0; p < parts->count; ++p) out.push_back(part_leaf(parts, p));
         continue;
       }
