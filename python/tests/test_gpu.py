@@ -823,6 +823,32 @@ def test_a_damaged_part_is_a_checksum_error_naming_the_chunk(tmp_path: Path) -> 
         _restore_config(previous)
 
 
+@pytest.mark.parametrize("damage_at", [None, "before", "after"])
+def test_rows_of_a_checksummed_chunk_larger_than_the_ring(tmp_path: Path, damage_at: str | None) -> None:
+    """Rows of an uncompressed chunk under a crc32c larger than the whole ring (20 MiB against 16
+    MiB) are staged alone, the parts' fetches checksumming the rest of the chunk: bit-equal to
+    the host read, and a byte flipped in rows before or after the selection is a ChecksumError
+    naming the chunk."""
+    arr, values = make_array(tmp_path / "a", shape=(5120, 1024), chunks=(5120, 1024), seed=6,
+                             codecs=[{"name": "bytes"}, {"name": "crc32c"}])
+    if damage_at is not None:
+        chunk = tmp_path / "a" / "c" / "0" / "0"
+        damaged = bytearray(chunk.read_bytes())
+        damaged[1000 if damage_at == "before" else len(damaged) - 1000] ^= 0x08
+        chunk.write_bytes(bytes(damaged))
+    previous = zd.set_config(staging_bytes=16 * MIB, staging_slots=8)
+    try:
+        for rows in (np.s_[1280:3840], np.s_[4000:4001, 7:9]):
+            if damage_at is None:
+                part = arr.read(rows, device=DEV, like="torch")
+                assert tensor_bytes(part) == host_bytes(np.ascontiguousarray(values[rows]))
+            else:
+                with pytest.raises(zd.ChecksumError, match=r"chunk 'c/0/0'"):
+                    arr.read(rows, device=DEV, like="torch")
+    finally:
+        _restore_config(previous)
+
+
 def _read_counting_device_memory(arr: zd.Array, warm_at: Path) -> tuple[Any, int]:
     """Reads ``arr`` whole onto the GPU as torch after a small zstd + crc32c read at ``warm_at``
     (the CUDA context, the ring, nvCOMP's kernels, torch's pool); returns the tensor and how far

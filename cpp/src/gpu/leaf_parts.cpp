@@ -43,8 +43,8 @@ struct ChunkParts {
   // p + count, ..., so that the read's threads checksum the whole chunk side by side.
   std::vector<CheckedPiece> around;
   std::size_t before = 0;
-  std::uint64_t checksum_at = 0;  // where the stored crc32c lies
-  std::unique_ptr<WindowDecoder> decoder;    // decodes: from the first part to the last
+  std::uint64_t checksum_at = 0;           // where the stored crc32c lies
+  std::unique_ptr<WindowDecoder> decoder;  // decodes: from the first part to the last
   std::unique_ptr<engine::SelectionStream>
       selected;  // the same for a selection that cuts the chunk
   // A failure, for the parts fetched after it (each raises an error of its own: an error object
