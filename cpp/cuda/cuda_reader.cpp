@@ -178,6 +178,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     rates.cpu_threads = in_flight.share_of_all(workers_);
     rates.staging_bytes = options_.staging_bytes;
     rates.slots = static_cast<std::size_t>(std::max(options_.slots, 1));
+    rates.device_chunk = gpu::device_chunk_rate(leaves, gpu::DecodeKind::kZstd, rates);
     shared = gpu::share_decodes(leaves, gpu::DecodeKind::kZstd, rates);
   }
   // Chunks larger than a slot of the ring as configured, or decoded on the CPU and so large that

@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "gpu/decode_share.hpp"
 #include "gpu/read_plan.hpp"
 #include "gpu_read_test_util.hpp"
 #include "test_util.hpp"
+#include "zarr_device/settings.hpp"
 
 namespace zarr_device::gpu {
 namespace {
@@ -147,6 +151,45 @@ TEST(GpuDecodeShare, LargeChunksStayOnTheDevice) {
   EXPECT_EQ(on_cpu(leaves), 0U);
   rates.largest_shared = 16 * 1024;
   EXPECT_EQ(share_decodes(leaves, DecodeKind::kZstd, rates), 8U);
+}
+
+// Frames of small blocks (zarr-device's writes of chunks up to 2 MiB) are judged to decode sooner
+// on the device, whether the chunks are sized when planned or by their fetch; libzstd's blocks,
+// data that compresses far, and chunks not decoded on the device keep the rate given.
+TEST(GpuDecodeShare, FramesOfSmallBlocksDecodeSoonerOnTheDevice) {
+  auto store = make_memory_store();
+  const std::vector<std::int64_t> shape = {4 * 65536};  // four chunks of 256 KiB
+  std::vector<float> weights(static_cast<std::size_t>(shape[0]));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0F, 0.02F);
+  for (auto& w : weights) w = normal(rng);
+  const std::vector<float> constant(weights.size(), 0.5F);
+  const json kZstd = json::array({{{"name", "bytes"}}, {{"name", "zstd"}}});
+  const Settings before = settings();
+  std::size_t n = 0;
+  auto rate_of = [&](std::size_t block_bytes, const std::vector<float>& values, const json& codecs,
+                     PlanSizes sizes) {
+    Settings changed = before;
+    changed.zstd_block_bytes = block_bytes;
+    set_settings(changed);
+    auto array = make_array(store, "a" + std::to_string(n++), shape, {65536}, codecs, false);
+    array->write(test::full_selection(shape),
+                 {reinterpret_cast<const std::byte*>(values.data()), values.size() * 4});
+    set_settings(before);
+    std::vector<std::byte> out;
+    const ReadTarget target = whole(array, out);
+    auto leaves = plan_reads({&target, 1}, all_decoders(), GpuDecode::kChecked,
+                             engine::ThreadPool::shared(2), 2, sizes);
+    DecodeRates rates;
+    rates.device_chunk = 1e8;
+    return device_chunk_rate(leaves, DecodeKind::kZstd, rates);
+  };
+  for (const PlanSizes sizes : {PlanSizes::kNow, PlanSizes::kAtFetch}) {
+    EXPECT_DOUBLE_EQ(rate_of(16384, weights, kZstdCrc, sizes), 1e8 * kSmallBlockSpeedup);
+    EXPECT_DOUBLE_EQ(rate_of(0, weights, kZstdCrc, sizes), 1e8);       // libzstd's blocks
+    EXPECT_DOUBLE_EQ(rate_of(16384, constant, kZstdCrc, sizes), 1e8);  // compresses far
+    EXPECT_DOUBLE_EQ(rate_of(16384, weights, kZstd, sizes), 1e8);      // decoded on the CPU
+  }
 }
 
 }  // namespace

@@ -168,6 +168,10 @@ struct DeviceDecoding {
   // since device decoders trust their input. Checksums (kChecksum) are verified on the CPU
   // instead and have none.
   bool (*accepts)(std::span<const std::byte> stored, std::size_t decoded) = nullptr;
+  // The stored bytes of the stream's first block, from its first bytes (`head`, 32 or fewer where
+  // the stream is shorter); 0 where it is unknown or not a compressed block. How soon the device
+  // decodes a chunk follows its blocks' size for zstd (gpu/decode_share.hpp).
+  std::size_t (*first_block)(std::span<const std::byte> head) = nullptr;
 };
 
 // Decodes a codec's encoded bytes fed in pieces, in order, for a chunk too large to hold whole

@@ -85,6 +85,31 @@ std::optional<std::size_t> frame_window(std::span<const std::byte> head) {
   return base + (base / 8) * (window & 7U);
 }
 
+// The stored bytes of a frame's first block, where it is a compressed one (RFC 8878: the frame
+// header, magic, descriptor, window descriptor unless single segment, dictionary ID and content
+// size as the descriptor says, then a 3-byte block header).
+std::size_t first_compressed_block(std::span<const std::byte> head) {
+  constexpr std::uint32_t kMagic = 0xFD2FB528;
+  if (head.size() < 5) return 0;
+  std::uint32_t magic = 0;
+  std::memcpy(&magic, head.data(), 4);
+  if (magic != kMagic) return 0;
+  const auto descriptor = static_cast<unsigned>(head[4]);
+  const bool single_segment = (descriptor & 0x20U) != 0;
+  constexpr std::array<std::size_t, 4> kDictionaryBytes = {0, 1, 2, 4};
+  constexpr std::array<std::size_t, 4> kContentBytes = {0, 2, 4, 8};
+  const unsigned content_flag = descriptor >> 6U;
+  const std::size_t header =
+      5 + (single_segment ? 0 : 1) + kDictionaryBytes[descriptor & 3U] +
+      (content_flag == 0 && single_segment ? 1 : kContentBytes[content_flag]);
+  if (head.size() < header + 3) return 0;
+  const std::uint32_t block = static_cast<std::uint32_t>(head[header]) |
+                              (static_cast<std::uint32_t>(head[header + 1]) << 8U) |
+                              (static_cast<std::uint32_t>(head[header + 2]) << 16U);
+  constexpr unsigned kCompressed = 2;
+  return ((block >> 1U) & 3U) == kCompressed ? block >> 3U : 0;
+}
+
 // One standard frame that declares exactly `decoded` bytes: what nvCOMP's zstd decoder takes.
 bool one_frame_of(std::span<const std::byte> stored, std::size_t decoded) {
   return ZSTD_getFrameContentSize(stored.data(), stored.size()) == decoded &&
@@ -109,7 +134,8 @@ class ZstdCodec final : public BytesToBytesCodec {
   }
 
   [[nodiscard]] std::optional<DeviceDecoding> device_decoding() const override {
-    return DeviceDecoding{DeviceDecoding::Kind::kZstd, 0, 0, &one_frame_of};
+    return DeviceDecoding{DeviceDecoding::Kind::kZstd, 0, 0, &one_frame_of,
+                          &first_compressed_block};
   }
 
   ZstdCodec(std::string name, MetadataStyle style, const nlohmann::json& configuration)

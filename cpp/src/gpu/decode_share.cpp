@@ -1,8 +1,14 @@
 #include "gpu/decode_share.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstring>
+#include <memory>
+#include <optional>
+
+#include "codecs/codec_chain.hpp"
+#include "zarr_device/errors.hpp"
 
 namespace zarr_device::gpu {
 
@@ -40,6 +46,42 @@ std::size_t hardware_queues(const char* max_connections) {
   const auto [last, error] = std::from_chars(max_connections, end, value);
   if (error != std::errc() || last != end || value < 1 || value > 32) return kDefault;
   return value;
+}
+
+double device_chunk_rate(std::span<const Leaf> leaves, DecodeKind kind, const DecodeRates& rates) {
+  const Leaf* largest = nullptr;
+  for (const auto& leaf : leaves) {
+    if (leaf.route != Route::kDeviceDecode || leaf.codec != kind || leaf.parts) continue;
+    if (!largest || leaf.spec->nbytes() > largest->spec->nbytes()) largest = &leaf;
+  }
+  if (largest == nullptr || largest->chain == nullptr) return rates.device_chunk;
+  const Leaf& leaf = *largest;
+  const auto codecs = leaf.chain->bytes_to_bytes();
+  const auto decoding = codecs.empty() ? std::nullopt : codecs.front()->device_decoding();
+  if (!decoding || decoding->first_block == nullptr) return rates.device_chunk;
+  try {
+    std::uint64_t stored = leaf.length;
+    std::shared_ptr<const ValueReader> value = leaf.value;
+    if (!leaf.sized) {  // (a chunk sized by its fetch: its file's size)
+      value = leaf.source().open(leaf.key);
+      if (!value) return rates.device_chunk;
+      stored = value->size() - leaf.offset;
+    }
+    if (!value) value = key_reader(leaf.source(), leaf.key, leaf.offset + leaf.length);
+    std::array<std::byte, 32> head{};
+    const std::size_t got = value->read_into(
+        leaf.offset + leaf.header,
+        {head.data(), static_cast<std::size_t>(std::min<std::uint64_t>(head.size(), stored))});
+    const std::size_t block = decoding->first_block({head.data(), got});
+    const double ratio = static_cast<double>(stored) / static_cast<double>(leaf.spec->nbytes());
+    if (block == 0 || ratio < kSmallBlockRatio ||
+        static_cast<double>(block) / ratio > kSmallBlockBytes) {
+      return rates.device_chunk;
+    }
+  } catch (const Error&) {  // unreadable now: its fetch will say why
+    return rates.device_chunk;
+  }
+  return rates.device_chunk * kSmallBlockSpeedup;
 }
 
 std::size_t share_decodes(std::span<Leaf> leaves, DecodeKind kind, const DecodeRates& rates) {

@@ -49,6 +49,24 @@ double decode_seconds(double device_bytes, double cpu_bytes, double largest, dou
 // queues, 4.7 with one), and such a read is better decoded as a read that waits.
 std::size_t hardware_queues(const char* max_connections);
 
+// nvCOMP's time for a zstd frame follows the size of its blocks: each block's Huffman-coded
+// literals are decoded slowly, the blocks of a frame side by side, so frames of 16 KiB blocks
+// (zarr-device's writes of chunks up to 2 MiB) decode about twice as soon as libzstd's 128 KiB
+// blocks (measured on an H200, bf16 weights: a call of 2 MiB frames 3.40-4.09 ms against
+// 7.65-8.48; BENCHMARKS.md, "zstd blocks that GPUs decode sooner"). DecodeRates::device_chunk
+// describes libzstd's blocks.
+inline constexpr double kSmallBlockSpeedup = 2.0;
+// Blocks of at most this many decoded bytes are small, judged where a chunk is stored in at least
+// kSmallBlockRatio of its size (weights-like data, whose literals dominate, as measured; data
+// that compresses far, such as text or zeros, decodes at other rates and keeps the plain rate).
+inline constexpr double kSmallBlockBytes = 32 << 10;
+inline constexpr double kSmallBlockRatio = 0.5;
+
+// `rates.device_chunk` for a read's device decodes of `kind`, judged from the stored blocks of its
+// largest such chunk (its first bytes read where they lie: one small read): the rate times
+// kSmallBlockSpeedup where they are small, as is otherwise.
+double device_chunk_rate(std::span<const Leaf> leaves, DecodeKind kind, const DecodeRates& rates);
+
 // Moves every device decode of `kind` to the CPU where the estimate says the read then ends
 // sooner and no chunk of them decodes to more than `rates.largest_shared` bytes; returns how many
 // moved.
