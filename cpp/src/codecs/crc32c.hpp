@@ -15,6 +15,20 @@ std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc = 0);
 // apart, in any order, joined in order.
 std::uint32_t crc32c_combine(std::uint32_t first, std::uint32_t second, std::size_t second_length);
 
+// The CRC-32C of pieces checksummed apart, joined in their stored order.
+class Crc32cJoin {
+ public:
+  void append(std::uint32_t crc, std::size_t length) {
+    crc_ = any_ ? crc32c_combine(crc_, crc, length) : crc;
+    any_ = true;
+  }
+  [[nodiscard]] std::uint32_t value() const { return crc_; }
+
+ private:
+  std::uint32_t crc_ = 0;
+  bool any_ = false;
+};
+
 // ChecksumError unless a stored crc32c is the one computed.
 void check_crc32c(std::uint32_t stored, std::uint32_t computed);
 

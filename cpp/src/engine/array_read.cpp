@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codecs/codec_chain.hpp"
+#include "engine/elements_read.hpp"
 #include "engine/piece_decode.hpp"
 #include "engine/selection_stream.hpp"
 #include "engine/thread_pool.hpp"
@@ -109,7 +110,8 @@ struct PreparedRead {
 // Reads one chunk of a target (item of its grid) into its place in the output. `fetched`: its
 // value, already fetched with others (nullopt inside: there is none); null: ask the store.
 void read_chunk(const PreparedRead& read, const place::GridIntersection::Item& item,
-                engine::ByteBudget& budget, const std::optional<Buffer>* fetched = nullptr) {
+                engine::ByteBudget& budget, engine::ThreadPool& pool, std::size_t workers,
+                const std::optional<Buffer>* fetched = nullptr) {
   const Array& array = *read.array;
   const StridedView& out = read.out;
   const auto& meta = array.metadata();
@@ -128,6 +130,12 @@ void read_chunk(const PreparedRead& read, const place::GridIntersection::Item& i
       const engine::BudgetLease lease(
           budget, (*fetched)->size() + chain.decode_scratch(item.within, region));
       chain.decode_into(**fetched, item.within, region);
+      return;
+    }
+    // A large chunk stored as its elements: read (and checked) by the threads side by side.
+    if (chunk_bytes >= engine::kElementsReadBytes &&
+        engine::read_stored_elements(chain, store, key, item.within, region, kMinRunBytes, pool,
+                                     workers, budget)) {
       return;
     }
     std::vector<std::span<std::byte>> rows;
@@ -566,7 +574,7 @@ void read_batched(std::span<const PreparedRead> reads, std::span<const std::size
         place::GridIntersection::Item chunk;
         const std::size_t t = locate(reads, first, chunks[current.begin + k], chunk);
         if (current.whole[k]) {
-          read_chunk(reads[t], chunk, budget, &current.values[k]);
+          read_chunk(reads[t], chunk, budget, pool, workers, &current.values[k]);
         } else {
           read_shard_in_part(*reads[t].array, chunk, reads[t].out, budget, current.shards[k]);
         }
@@ -608,7 +616,7 @@ void read_many(std::span<const ReadRequest> requests, const IoOptions& options) 
     pool.parallel_for(first.back(), workers, [&](std::size_t i) {
       place::GridIntersection::Item item;
       const std::size_t t = locate(reads, first, i, item);
-      read_chunk(reads[t], item, budget);
+      read_chunk(reads[t], item, budget, pool, workers);
     });
     return;
   }
@@ -625,7 +633,7 @@ void read_many(std::span<const ReadRequest> requests, const IoOptions& options) 
   pool.parallel_for(single.size(), workers, [&](std::size_t k) {
     place::GridIntersection::Item item;
     const std::size_t t = locate(reads, first, single[k], item);
-    read_chunk(reads[t], item, budget);
+    read_chunk(reads[t], item, budget, pool, workers);
   });
   read_sharded(reads, first, sharded, budget, pool, workers);
   read_batched(reads, first, batched, budget, options.max_inflight_bytes, pool, workers);

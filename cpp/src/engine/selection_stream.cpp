@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <utility>
 
 #include "codecs/crc32c.hpp"
+#include "engine/piece_decode.hpp"
 #include "place/strided_copy.hpp"
 #include "zarr_device/errors.hpp"
 
@@ -100,6 +102,35 @@ std::optional<ByteStretch> contiguous_stretch(std::span<const std::int64_t> shap
   stretch.offset += static_cast<std::uint64_t>(cut.start * strides[k - 1]);
   stretch.bytes = static_cast<std::uint64_t>(cut.count * strides[k - 1]);
   return stretch;
+}
+
+AroundStretch around_stretch(std::uint64_t total, ByteStretch stretch, std::uint64_t piece) {
+  piece = std::max<std::uint64_t>(piece, 1);
+  AroundStretch around;
+  auto cut = [&](std::uint64_t from, std::uint64_t to) {
+    for (std::uint64_t at = from; at < to; at += piece) {
+      around.pieces.push_back(ByteStretch{at, std::min(piece, to - at)});
+    }
+  };
+  cut(0, stretch.offset);
+  around.before = around.pieces.size();
+  cut(stretch.offset + stretch.bytes, total);
+  return around;
+}
+
+std::optional<std::uint32_t> stored_crc32c(const ValueReader& value, std::uint64_t offset,
+                                           std::uint64_t bytes) {
+  const auto piece = static_cast<std::size_t>(
+      std::min<std::uint64_t>(kDecodePieceBytes, std::max<std::uint64_t>(bytes, 1)));
+  const auto scratch = std::make_unique_for_overwrite<std::byte[]>(piece);
+  std::uint32_t crc = 0;
+  for (std::uint64_t at = 0; at < bytes;) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(piece, bytes - at));
+    if (value.read_into(offset + at, {scratch.get(), n}) != n) return std::nullopt;
+    crc = codecs::crc32c({scratch.get(), n}, crc);
+    at += n;
+  }
+  return crc;
 }
 
 std::unique_ptr<ChunkBytes> decoded_bytes(std::unique_ptr<WindowDecoder> decoder) {

@@ -30,6 +30,20 @@ std::optional<ByteStretch> contiguous_stretch(std::span<const std::int64_t> shap
                                               std::span<const DimSlice> selection,
                                               std::size_t element_size);
 
+// A chunk's bytes [0, total) around `stretch`, cut into pieces of at most `piece` bytes in stored
+// order: the first `before` of them ahead of the stretch, the rest after it. What a read of the
+// stretch alone still checks where a checksum covers the whole chunk.
+struct AroundStretch {
+  std::vector<ByteStretch> pieces;
+  std::size_t before = 0;
+};
+AroundStretch around_stretch(std::uint64_t total, ByteStretch stretch, std::uint64_t piece);
+
+// The CRC-32C of stored bytes [offset, offset + bytes) of `value`, read kDecodePieceBytes at a
+// time; nullopt where the value ends before them.
+std::optional<std::uint32_t> stored_crc32c(const ValueReader& value, std::uint64_t offset,
+                                           std::uint64_t bytes);
+
 // Where a chunk's bytes come from, first to last.
 class ChunkBytes {
  public:

@@ -138,19 +138,15 @@ std::shared_ptr<ChunkParts> parts_of(Leaf whole, std::size_t part_bytes,
 // Cuts the stored elements of a chunk [chunk_at, elements_end) around the stretch its parts
 // stage into about one piece for each part (at least a piece of a read's, kDecodePieceBytes).
 void check_around(ChunkParts& parts, std::uint64_t chunk_at, std::uint64_t elements_end) {
-  const std::uint64_t stretch_at = parts.whole.offset;
-  const std::uint64_t stretch_end = stretch_at + parts.whole.length;
-  const std::uint64_t total = (stretch_at - chunk_at) + (elements_end - stretch_end);
-  const std::uint64_t piece =
-      std::max<std::uint64_t>(engine::kDecodePieceBytes, (total + parts.count - 1) / parts.count);
-  auto cut = [&](std::uint64_t from, std::uint64_t to) {
-    for (std::uint64_t at = from; at < to; at += piece) {
-      parts.around.push_back(CheckedPiece{at, std::min(piece, to - at), 0});
-    }
-  };
-  cut(chunk_at, stretch_at);
-  parts.before = parts.around.size();
-  cut(stretch_end, elements_end);
+  const engine::ByteStretch stretch{parts.whole.offset - chunk_at, parts.whole.length};
+  const std::uint64_t total = elements_end - chunk_at;
+  const std::uint64_t piece = std::max<std::uint64_t>(
+      engine::kDecodePieceBytes, (total - stretch.bytes + parts.count - 1) / parts.count);
+  const auto around = engine::around_stretch(total, stretch, piece);
+  for (const auto& p : around.pieces) {
+    parts.around.push_back(CheckedPiece{chunk_at + p.offset, p.bytes, 0});
+  }
+  parts.before = around.before;
 }
 
 Leaf part_leaf(const std::shared_ptr<ChunkParts>& parts, std::size_t index) {
@@ -202,23 +198,6 @@ void open_value(ChunkParts& parts) {
   }
 }
 
-// The crc32c of stored bytes [offset, offset + bytes), read a piece at a time.
-std::uint32_t checksum_of(const ValueReader& value, std::uint64_t offset, std::uint64_t bytes) {
-  const std::size_t piece =
-      static_cast<std::size_t>(std::min<std::uint64_t>(engine::kDecodePieceBytes, bytes));
-  const auto scratch = std::make_unique_for_overwrite<std::byte[]>(piece);
-  std::uint32_t crc = 0;
-  for (std::uint64_t at = 0; at < bytes;) {
-    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(piece, bytes - at));
-    if (value.read_into(offset + at, {scratch.get(), n}) != n) {
-      throw CodecError("chunk is shorter than its shard index says");
-    }
-    crc = codecs::crc32c({scratch.get(), n}, crc);
-    at += n;
-  }
-  return crc;
-}
-
 void fetch_copied(ChunkParts& parts, std::size_t index, std::byte* staged) {
   std::shared_ptr<const ValueReader> value;
   {
@@ -235,7 +214,9 @@ void fetch_copied(ChunkParts& parts, std::size_t index, std::byte* staged) {
   const std::uint32_t crc = parts.whole.crc32c ? codecs::crc32c({staged, bytes}) : 0;
   // This part's share of the bytes around a stretch (nobody else touches these pieces).
   for (std::size_t p = index; p < parts.around.size(); p += parts.count) {
-    parts.around[p].crc = checksum_of(*value, parts.around[p].offset, parts.around[p].bytes);
+    const auto crc = engine::stored_crc32c(*value, parts.around[p].offset, parts.around[p].bytes);
+    if (!crc) throw CodecError("chunk is shorter than its shard index says");
+    parts.around[p].crc = *crc;
   }
   std::lock_guard guard(parts.mutex);
   parts.crcs[index] = crc;
@@ -248,18 +229,15 @@ void fetch_copied(ChunkParts& parts, std::size_t index, std::byte* staged) {
     std::uint32_t want = 0;
     std::memcpy(&want, stored, 4);
     // The pieces in stored order: those before the stretch, its parts, those after.
-    bool any = false;
-    std::uint32_t got = 0;
-    auto join = [&](std::uint32_t next, std::uint64_t length) {
-      got = any ? codecs::crc32c_combine(got, next, length) : next;
-      any = true;
-    };
-    for (std::size_t p = 0; p < parts.before; ++p) join(parts.around[p].crc, parts.around[p].bytes);
-    for (std::size_t p = 0; p < parts.count; ++p) join(parts.crcs[p], parts.bytes_of(p));
-    for (std::size_t p = parts.before; p < parts.around.size(); ++p) {
-      join(parts.around[p].crc, parts.around[p].bytes);
+    codecs::Crc32cJoin joined;
+    for (std::size_t p = 0; p < parts.before; ++p) {
+      joined.append(parts.around[p].crc, parts.around[p].bytes);
     }
-    check_crc32c(want, got);
+    for (std::size_t p = 0; p < parts.count; ++p) joined.append(parts.crcs[p], parts.bytes_of(p));
+    for (std::size_t p = parts.before; p < parts.around.size(); ++p) {
+      joined.append(parts.around[p].crc, parts.around[p].bytes);
+    }
+    check_crc32c(want, joined.value());
   }
   parts.value.reset();
 }
