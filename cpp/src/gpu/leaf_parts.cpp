@@ -214,9 +214,10 @@ void fetch_copied(ChunkParts& parts, std::size_t index, std::byte* staged) {
   const std::uint32_t crc = parts.whole.crc32c ? codecs::crc32c({staged, bytes}) : 0;
   // This part's share of the bytes around a stretch (nobody else touches these pieces).
   for (std::size_t p = index; p < parts.around.size(); p += parts.count) {
-    const auto crc = engine::stored_crc32c(*value, parts.around[p].offset, parts.around[p].bytes);
-    if (!crc) throw CodecError("chunk is shorter than its shard index says");
-    parts.around[p].crc = *crc;
+    const auto checked =
+        engine::stored_crc32c(*value, parts.around[p].offset, parts.around[p].bytes);
+    if (!checked) throw CodecError("chunk is shorter than its shard index says");
+    parts.around[p].crc = *checked;
   }
   std::lock_guard guard(parts.mutex);
   parts.crcs[index] = crc;
