@@ -1,7 +1,6 @@
 #include "engine/elements_read.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -105,13 +104,9 @@ bool read_stored_elements(const codecs::CodecChain& chain, const Store& store,
     if (*checksums > 0) piece.crc = codecs::crc32c({piece.into, n});
   });
   if (*checksums > 0) {
-    std::byte stored[4];
-    if (value->read_into(elements, stored) != 4) value_ended(size);
-    std::uint32_t want = 0;
-    std::memcpy(&want, stored, 4);
     codecs::Crc32cJoin joined;
     for (const auto& piece : pieces) joined.append(piece.crc, piece.bytes);
-    codecs::check_crc32c(want, joined.value());
+    if (!check_stored_crc32c(*value, elements, joined.value())) value_ended(size);
   }
   return true;
 }

@@ -57,14 +57,9 @@ class StoredBytes final : public ChunkBytes {
     }
   }
   void finish() override {
-    if (!crc32c_) return;
-    std::byte stored[4];
-    if (value_->read_into(offset_ + data_, stored) != 4) {
+    if (crc32c_ && !check_stored_crc32c(*value_, offset_ + data_, crc_)) {
       throw CodecError("chunk is shorter than its shard index says");
     }
-    std::uint32_t want = 0;
-    std::memcpy(&want, stored, 4);
-    codecs::check_crc32c(want, crc_);
   }
 
  private:
@@ -131,6 +126,15 @@ std::optional<std::uint32_t> stored_crc32c(const ValueReader& value, std::uint64
     at += n;
   }
   return crc;
+}
+
+bool check_stored_crc32c(const ValueReader& value, std::uint64_t at, std::uint32_t computed) {
+  std::byte stored[4];
+  if (value.read_into(at, stored) != 4) return false;
+  std::uint32_t want = 0;
+  std::memcpy(&want, stored, 4);
+  codecs::check_crc32c(want, computed);
+  return true;
 }
 
 std::unique_ptr<ChunkBytes> decoded_bytes(std::unique_ptr<WindowDecoder> decoder) {

@@ -43,6 +43,9 @@ AroundStretch around_stretch(std::uint64_t total, ByteStretch stretch, std::uint
 // time; nullopt where the value ends before them.
 std::optional<std::uint32_t> stored_crc32c(const ValueReader& value, std::uint64_t offset,
                                            std::uint64_t bytes);
+// Compares `computed` with the crc32c stored at `at` of `value` (ChecksumError where they
+// differ); false where the value ends before it (the caller says what that means).
+bool check_stored_crc32c(const ValueReader& value, std::uint64_t at, std::uint32_t computed);
 
 // Where a chunk's bytes come from, first to last.
 class ChunkBytes {

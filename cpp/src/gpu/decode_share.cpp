@@ -54,7 +54,13 @@ double device_chunk_rate(std::span<const Leaf> leaves, DecodeKind kind, const De
     if (leaf.route != Route::kDeviceDecode || leaf.codec != kind || leaf.parts) continue;
     if (!largest || leaf.spec->nbytes() > largest->spec->nbytes()) largest = &leaf;
   }
-  if (largest == nullptr || largest->chain == nullptr) return rates.device_chunk;
+  // Nothing is moved past largest_shared whatever the rate; a store whose requests wait on a round
+  // trip (BatchedGets) is not asked for a chunk's first bytes while the read is planned.
+  if (largest == nullptr || largest->chain == nullptr ||
+      largest->spec->nbytes() > rates.largest_shared ||
+      dynamic_cast<const BatchedGets*>(largest->array->store().get()) != nullptr) {
+    return rates.device_chunk;
+  }
   const Leaf& leaf = *largest;
   const auto codecs = leaf.chain->bytes_to_bytes();
   const auto decoding = codecs.empty() ? std::nullopt : codecs.front()->device_decoding();

@@ -63,8 +63,9 @@ inline constexpr double kSmallBlockBytes = 32 << 10;
 inline constexpr double kSmallBlockRatio = 0.5;
 
 // `rates.device_chunk` for a read's device decodes of `kind`, judged from the stored blocks of its
-// largest such chunk (its first bytes read where they lie: one small read): the rate times
-// kSmallBlockSpeedup where they are small, as is otherwise.
+// largest such chunk (its first bytes read where they lie: one small read, not made where the
+// chunk is larger than `rates.largest_shared` or its store answers in round trips): the rate
+// times kSmallBlockSpeedup where they are small, as is otherwise.
 double device_chunk_rate(std::span<const Leaf> leaves, DecodeKind kind, const DecodeRates& rates);
 
 // Moves every device decode of `kind` to the CPU where the estimate says the read then ends

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -223,12 +222,6 @@ void fetch_copied(ChunkParts& parts, std::size_t index, std::byte* staged) {
   parts.crcs[index] = crc;
   if (++parts.done < parts.count) return;
   if (parts.whole.crc32c) {
-    std::byte stored[4];
-    if (value->read_into(parts.checksum_at, stored) != 4) {
-      throw CodecError("chunk is shorter than its shard index says");
-    }
-    std::uint32_t want = 0;
-    std::memcpy(&want, stored, 4);
     // The pieces in stored order: those before the stretch, its parts, those after.
     codecs::Crc32cJoin joined;
     for (std::size_t p = 0; p < parts.before; ++p) {
@@ -238,7 +231,9 @@ void fetch_copied(ChunkParts& parts, std::size_t index, std::byte* staged) {
     for (std::size_t p = parts.before; p < parts.around.size(); ++p) {
       joined.append(parts.around[p].crc, parts.around[p].bytes);
     }
-    check_crc32c(want, joined.value());
+    if (!engine::check_stored_crc32c(*value, parts.checksum_at, joined.value())) {
+      throw CodecError("chunk is shorter than its shard index says");
+    }
   }
   parts.value.reset();
 }
