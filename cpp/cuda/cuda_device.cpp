@@ -32,6 +32,13 @@ class CudaDevice final : public Device {
   DeviceKind kind() const override { return DeviceKind::kCuda; }
   int index() const override { return index_; }
   std::string name() const override { return "cuda:" + std::to_string(index_); }
+  std::size_t memory_bytes() const override {
+    current();
+    std::size_t free = 0;
+    std::size_t total = 0;
+    ZD_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return total;
+  }
 
   void* allocate(std::size_t bytes) override {
     current();

@@ -207,7 +207,9 @@ ReadContexts::Lease context_for(int device, const CudaReadOptions& options,
     return fitted(std::move(*lease));
   }
   const RingShape small{kSmallRingBytes, std::min(configured, static_cast<int>(kSmallRingSlots)),
-                        std::min(options.decode_bytes, kSmallRingDecodeBytes)};
+                        options.decode_bytes == 0  // (automatic: sized by the device)
+                            ? kSmallRingDecodeBytes
+                            : std::min(options.decode_bytes, kSmallRingDecodeBytes)};
   return fitted(small_rings->acquire(device, small, make(small)));
 }
 

@@ -22,6 +22,7 @@
 #include "gpu/read_leaf.hpp"
 #include "zarr_device/cuda.hpp"
 #include "zarr_device/errors.hpp"
+#include "zarr_device/settings.hpp"
 
 namespace zarr_device::cuda {
 
@@ -171,7 +172,8 @@ class DeviceContext {
     // on an H200: 4 MiB for 12 streams, 6-10 MiB in all) comes out of the decode memory, so that
     // a read's device memory stays within its output, the staging and decode_bytes.
     constexpr std::size_t kDriverShare = std::size_t{16} << 20;
-    decode_memory_ = decode_bytes >= 8 * kDriverShare ? decode_bytes - kDriverShare : decode_bytes;
+    const std::size_t decode = decode_memory_for(decode_bytes, gpu_->memory_bytes());
+    decode_memory_ = decode >= 8 * kDriverShare ? decode - kDriverShare : decode;
   }
   ~DeviceContext() {
     for (auto& s : slots_) {

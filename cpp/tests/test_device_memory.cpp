@@ -17,6 +17,7 @@ class CountingDevice final : public Device {
   [[nodiscard]] DeviceKind kind() const override { return cpu_->kind(); }
   [[nodiscard]] int index() const override { return 0; }
   [[nodiscard]] std::string name() const override { return "counting"; }
+  [[nodiscard]] std::size_t memory_bytes() const override { return cpu_->memory_bytes(); }
   [[nodiscard]] void* allocate(std::size_t bytes) override {
     ++allocations;
     last_allocation = bytes;

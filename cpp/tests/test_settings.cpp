@@ -89,7 +89,7 @@ TEST_F(Settings, DefaultsAreTheTables) {
   EXPECT_EQ(defaults.gpu_encode, zd::GpuEncode::kOn);
   EXPECT_EQ(defaults.decode_sharing, zd::DecodeSharing::kAuto);
   EXPECT_EQ(defaults.staging_bytes, 768 * kMiB);
-  EXPECT_EQ(defaults.decode_bytes, 2048 * kMiB);
+  EXPECT_EQ(defaults.decode_bytes, 0U);  // sized by the device
   EXPECT_EQ(defaults.staging_slots, 12);
   for (const auto& setting : zd::settings_table()) {
     EXPECT_EQ(setting.get(defaults), parse(setting.name, setting.default_text)) << setting.name;
@@ -120,6 +120,28 @@ TEST_F(Settings, SizesTakeTheUnitsOfSizesPy) {
   for (const char* huge : {"18446744073709551616", "1e400", "20000000TiB"}) {
     EXPECT_NE(refusal("max_inflight_bytes", huge).find("at most"), std::string::npos) << huge;
   }
+}
+
+TEST_F(Settings, ADecodeMemoryOfZeroIsSizedByTheDevice) {
+  EXPECT_EQ(parse("decode_bytes", "0"), 0U);
+  EXPECT_EQ(parse("decode_bytes", "2MiB"), 2 * kMiB);
+  EXPECT_EQ(refusal("decode_bytes", "1MiB"),
+            "decode_bytes must be 0 (automatic) or at least 2 MiB, not '1MiB'");
+  // Only the setting that says so takes 0 below its minimum.
+  EXPECT_NE(refusal("staging_bytes", "0").find("must be at least 2 MiB"), std::string::npos);
+  zd::Settings values;
+  values.decode_bytes = 1;
+  EXPECT_THROW(zd::set_settings(values), zd::UsageError);
+  values.decode_bytes = 0;
+  zd::set_settings(values);
+  EXPECT_EQ(zd::settings().decode_bytes, 0U);
+
+  constexpr std::size_t kGiB = std::size_t{1} << 30;
+  EXPECT_EQ(zd::decode_memory_for(0, 141 * kGiB), 141 * kGiB / 32);  // an H200: 4.4 GiB
+  EXPECT_EQ(zd::decode_memory_for(0, 80 * kGiB), 5 * kGiB / 2);
+  EXPECT_EQ(zd::decode_memory_for(0, 24 * kGiB), 2 * kGiB);  // at least the minimum
+  EXPECT_EQ(zd::decode_memory_for(0, 0), 2 * kGiB);
+  EXPECT_EQ(zd::decode_memory_for(512 * kMiB, 141 * kGiB), 512 * kMiB);  // a size set is kept
 }
 
 TEST_F(Settings, CountsAndChoicesAreCheckedAgainstTheirRanges) {

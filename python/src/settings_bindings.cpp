@@ -63,6 +63,7 @@ void bind_settings(nb::module_& m) {
       row["default_text"] = setting.default_text;
       row["minimum"] = setting.minimum;
       row["maximum"] = setting.maximum;
+      row["zero_is_automatic"] = setting.zero_is_automatic;
       nb::list choices;
       for (const auto& choice : setting.choices) choices.append(choice);
       row["choices"] = choices;
@@ -71,6 +72,7 @@ void bind_settings(nb::module_& m) {
     }
     return table;
   });
+  m.def("decode_memory_for", &zd::decode_memory_for, "decode_bytes"_a, "device_memory"_a);
   // The environment's grammar of a setting (the tests hold it against zarr_device.sizes).
   m.def(
       "parse_setting",

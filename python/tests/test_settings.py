@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import typing
@@ -39,7 +40,7 @@ def test_python_takes_its_defaults_and_documentation_from_the_engine() -> None:
     defaults = dataclasses.asdict(IoConfig())
     assert defaults == {name: row["default"] for name, row in TABLE.items()}
     assert defaults == {"threads": 0, "max_inflight_bytes": 256 << 20, "gpu_decode": "checked",
-                        "staging_bytes": 768 << 20, "decode_bytes": 2 << 30, "staging_slots": 12,
+                        "staging_bytes": 768 << 20, "decode_bytes": 0, "staging_slots": 12,
                         "gpu_encode": "on", "decode_sharing": "auto", "zstd_block_bytes": 16 << 10}
     hints = typing.get_type_hints(IoConfig)
     for name, row in TABLE.items():
@@ -84,6 +85,22 @@ def test_a_bad_variable_fails_the_import_naming_it(variable: str, value: str) ->
     child = _config_in_child(**{variable: value})
     assert child.returncode != 0
     assert "zarr_device.errors.UsageError: the environment variable " + variable in child.stderr
+
+
+def test_a_decode_memory_of_zero_is_sized_by_the_device() -> None:
+    assert IoConfig(decode_bytes="0").decode_bytes == 0
+    assert IoConfig(decode_bytes="2MiB").decode_bytes == 2 << 20
+    message = "decode_bytes must be 0 (automatic) or at least 2 MiB, not '1MiB'"
+    with pytest.raises(zd.UsageError, match=re.escape(message)):
+        IoConfig(decode_bytes="1MiB")
+    with pytest.raises(zd.UsageError, match="0 \\(automatic\\) or at least 2 MiB"):
+        _core.parse_setting("decode_bytes", "1MiB")  # the engine says the same
+    with pytest.raises(zd.UsageError, match="at least"):
+        IoConfig(staging_bytes=0)  # only the setting that says so takes 0
+    gib = 1 << 30
+    assert _core.decode_memory_for(0, 141 * gib) == 141 * gib // 32  # a 141 GiB GPU: 4.4 GiB
+    assert _core.decode_memory_for(0, 24 * gib) == 2 * gib  # at least 2 GiB
+    assert _core.decode_memory_for(512 << 20, 141 * gib) == 512 << 20  # a size set is kept
 
 
 def test_set_config_changes_what_the_engine_starts_from() -> None:

@@ -13,12 +13,12 @@ from typing import Any, Callable, Literal
 
 from zarr_device import _core
 from zarr_device.errors import UsageError
-from zarr_device.sizes import parse_size
+from zarr_device.sizes import format_bytes, parse_size
 
 __all__ = ["IoConfig", "get_config", "set_config"]
 
 # The engine's table, by name: {"name", "variable", "kind", "default", "default_text", "minimum",
-# "maximum", "choices", "doc"}.
+# "maximum", "zero_is_automatic", "choices", "doc"}.
 _TABLE: dict[str, dict[str, Any]] = {row["name"]: row for row in _core.settings_table()}
 
 
@@ -37,8 +37,16 @@ def _count(minimum: int, maximum: int) -> Callable[[Any, str], int]:
     return parse
 
 
-def _size(minimum: int, maximum: int) -> Callable[[Any, str], int]:
-    return lambda value, what: parse_size(value, what=what, minimum=minimum, maximum=maximum)
+def _size(minimum: int, maximum: int, zero_is_automatic: bool) -> Callable[[Any, str], int]:
+    def parse(value: Any, what: str) -> int:
+        if not zero_is_automatic:
+            return parse_size(value, what=what, minimum=minimum, maximum=maximum)
+        size = parse_size(value, what=what, minimum=0, maximum=maximum)
+        if 0 < size < minimum:
+            raise UsageError(f"{what} must be 0 (automatic) or at least {format_bytes(minimum)}, not {value!r}")
+        return size
+
+    return parse
 
 
 def _choice(*choices: str) -> Callable[[Any, str], str]:
@@ -54,7 +62,7 @@ def _parser(row: dict[str, Any]) -> Callable[[Any, str], Any]:
     if row["kind"] == "count":
         return _count(row["minimum"], row["maximum"])
     if row["kind"] == "size":
-        return _size(row["minimum"], row["maximum"])
+        return _size(row["minimum"], row["maximum"], row["zero_is_automatic"])
     return _choice(*row["choices"])
 
 

@@ -37,7 +37,7 @@ struct CudaReadOptions {
   // Device memory for GPU decoding (nvCOMP's working memory, chunks on their way to a strided
   // place): taken as reads need it, up to this, and kept with the ring. Reads of chunks a slot
   // holds few of decode in it together with the slots' device copies (the device memory stays
-  // the same: the output, the staging and this).
+  // the same: the output, the staging and this). 0: sized by the device (decode_memory_for).
   std::size_t decode_bytes = settings().decode_bytes;
   // The cudaStream_t the caller uses `out` on (cudaStreamLegacy, 1, for the legacy default
   // stream): the read's writes wait for the work queued on it so far (its memory may have been

@@ -1,6 +1,8 @@
 // The host as a device: memory is ordinary (cache-line aligned) memory and every operation
 // completes when it is enqueued, so code written against streams and events runs unchanged on the
 // CPU.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -26,6 +28,12 @@ class CpuDevice final : public Device {
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   int index() const override { return 0; }
   std::string name() const override { return "cpu"; }
+  std::size_t memory_bytes() const override {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
+                                 : 0;
+  }
 
   void* allocate(std::size_t bytes) override { return aligned_allocate(bytes); }
   void deallocate(void* pointer) noexcept override { std::free(pointer); }

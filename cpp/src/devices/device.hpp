@@ -35,6 +35,8 @@ class Device {
   [[nodiscard]] virtual int index() const = 0;
   // "cpu", "cuda:0": the name get_device() takes.
   [[nodiscard]] virtual std::string name() const = 0;
+  // The memory the device has in all, free or not (what defaults sized by the device follow).
+  [[nodiscard]] virtual std::size_t memory_bytes() const = 0;
 
   // Memory on the device; OutOfMemoryError when there is not enough. Zero bytes gives a valid,
   // unique pointer.

@@ -80,19 +80,22 @@ const std::array<SettingInfo, 9> kTable = {{
     {"decode_bytes",
      "ZARR_DEVICE_DECODE_BYTES",
      SettingKind::kSize,
-     "2GiB",
+     "0",
      2 * kMiB,
      kNoLimit,
      {},
      "GPU memory that reads onto a GPU decode chunks in: nvCOMP's working memory and decoded "
      "chunks on their way to a strided place, taken as reads need it (up to this much) and kept "
-     "for later reads. nvCOMP's zstd decoder plans about three times a chunk's decoded size for "
-     "each chunk it decodes at once, and it is fast only with many chunks at once: large chunks "
-     "(16 MiB and more) decode faster with more. Reads of chunks that a staging slot holds fewer "
-     "than four of size that memory from the chunks (about their decoded size) and decode in "
-     "this memory together with the staging's device copies, which they do not otherwise use.",
+     "for later reads until zarr_device.empty_cache(). 0 (the default): a 32nd of the GPU's "
+     "memory, at least 2 GiB (4.3 GiB on a 141 GB GPU). nvCOMP's zstd decoder plans about "
+     "three times a chunk's decoded size for each chunk it decodes at once, and it is fast only "
+     "with many chunks at once: large chunks (16 MiB and more) decode faster with more. Reads of "
+     "chunks that a staging slot holds fewer than four of size that memory from the chunks "
+     "(about their decoded size) and decode in this memory together with the staging's device "
+     "copies, which they do not otherwise use.",
      [](const Settings& s) { return std::uint64_t{s.decode_bytes}; },
-     [](Settings& s, std::uint64_t v) { s.decode_bytes = v; }},
+     [](Settings& s, std::uint64_t v) { s.decode_bytes = v; },
+     true},
     {"staging_slots",
      "ZARR_DEVICE_STAGING_SLOTS",
      SettingKind::kCount,
@@ -218,8 +221,9 @@ void check_value(const SettingInfo& setting, bool fits, std::uint64_t value, std
       }
       return;
     case SettingKind::kSize:
-      if (fits && value < setting.minimum) {
-        throw UsageError(refused + "at least " + describe_bytes(setting.minimum) + given);
+      if (fits && value < setting.minimum && !(value == 0 && setting.zero_is_automatic)) {
+        throw UsageError(refused + (setting.zero_is_automatic ? "0 (automatic) or " : "") +
+                         "at least " + describe_bytes(setting.minimum) + given);
       }
       if (!fits || value > setting.maximum) {
         throw UsageError(refused + "at most " + std::to_string(setting.maximum) + " bytes" + given);
@@ -344,6 +348,11 @@ Current& current() {
 }  // namespace
 
 std::span<const SettingInfo> settings_table() { return kTable; }
+
+std::size_t decode_memory_for(std::size_t decode_bytes, std::size_t device_memory) {
+  if (decode_bytes != 0) return decode_bytes;
+  return std::max(device_memory / kAutomaticDecodeShare, kAutomaticDecodeMinimum);
+}
 
 const SettingInfo& setting_info(std::string_view name) {
   for (const auto& setting : kTable) {

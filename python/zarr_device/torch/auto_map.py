@@ -22,6 +22,7 @@ from typing import Any, Literal, Union
 
 import torch
 
+from zarr_device import _core
 from zarr_device.errors import UsageError
 from zarr_device.sizes import format_bytes, parse_size
 from zarr_device.torch.device_map import DeviceMapValue, device_name
@@ -56,7 +57,7 @@ def gpu_reserve(total: int, working_bytes: int) -> int:
     """The bytes of a GPU of ``total`` bytes that the default budget leaves free: a tenth of it
     (activations, buffers, the allocator's slack), and never less than the read's own working
     memory on the GPU, ``working_bytes`` (a copy of each staging slot and nvCOMP's decoding
-    memory: the ``staging_bytes`` and ``decode_bytes`` settings)."""
+    memory: the ``staging_bytes`` setting and the ``decode_bytes`` one, or what 0 sizes it to)."""
     return max(int(total * _GPU_RESERVE_FRACTION), working_bytes)
 
 
@@ -88,7 +89,8 @@ def machine_memory() -> dict[str, int]:
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             free, total = torch.cuda.mem_get_info(index)
-            budgets[f"cuda:{index}"] = max(0, free - gpu_reserve(total, staging + config.decode_bytes))
+            decode = _core.decode_memory_for(config.decode_bytes, total)
+            budgets[f"cuda:{index}"] = max(0, free - gpu_reserve(total, staging + decode))
     budgets["cpu"] = max(0, host_available() - (staging if budgets else 0))
     return budgets
 
