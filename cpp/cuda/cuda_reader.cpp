@@ -25,6 +25,7 @@
 #include "cuda_check.hpp"
 #include "cufile_api.hpp"
 #include "device_memory.hpp"
+#include "engine/read_ahead.hpp"
 #include "gpu/decode_share.hpp"
 #include "gpu/leaf_parts.hpp"
 #include "gpu/read_staging.hpp"
@@ -265,6 +266,19 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
     }
   };
 
+  // Cold data: the leaves ahead of those fetched are announced to their stores by a thread of
+  // the read's own (engine::ReadAhead), once a read has waited for the disk.
+  engine::ReadAhead read_ahead(
+      leaves.size(), need.total / std::max<std::size_t>(leaves.size(), 1),
+      [&leaves](std::size_t i) {
+        const Leaf& leaf = leaves[i];
+        if (leaf.route == Route::kFill) return;
+        try {
+          leaf.source().will_need(leaf.key, leaf.offset, leaf.sized ? leaf.length : 0);
+        } catch (const Error&) {  // NOLINT(bugprone-empty-catch): only a hint; the fetch will say
+        }
+      });
+
   // Batch b uses slot b % slots; the CPU stages of the batches after it run on the pool while it
   // is copied and decoded (gpu::fetch_ahead says how far), queued behind each other's helpers, so
   // the threads that finish their share of one batch go on to the next instead of waiting for its
@@ -324,9 +338,11 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
         }
         Slot& slot = ctx.slot(base + started);
         gpu::lend_part_staging(batch_of(started), slot.host);  // before later batches' fetches
-        auto stage = [this, &ctx, &slot, &announce, b = started, batch = batch_of(started)] {
+        auto stage = [this, &ctx, &slot, &announce, &read_ahead, end = batches[started].end,
+                      b = started, batch = batch_of(started)] {
           announce(b);
           fetch(ctx, slot, batch);
+          read_ahead.read(end - 1);
         };
         if (batches.size() == 1) {
           // Nothing to overlap it with: this thread fetches, sparing a small read two hand-offs

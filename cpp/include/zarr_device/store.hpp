@@ -88,8 +88,8 @@ class Store {
   // Whether a value is at `key`. A probe: false where a value cannot be (the key names a
   // prefix, or a part of it is a value), where get() may raise.
   [[nodiscard]] virtual bool exists(std::string_view key) const;
-  // A hint that bytes [offset, offset + length) of `key` will be read soon (local files: start
-  // reading them from the disk now). Does nothing by default.
+  // A hint that bytes [offset, offset + length) of `key` (length 0: to its end) will be read soon
+  // (local files: start reading them from the disk now). Does nothing by default.
   virtual void will_need(std::string_view /*key*/, std::uint64_t /*offset*/,
                          std::uint64_t /*length*/) const {}
   // The size of the value at `key`, nullopt when there is none. The default reads the value.

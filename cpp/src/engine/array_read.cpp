@@ -12,6 +12,7 @@
 #include "codecs/codec_chain.hpp"
 #include "engine/elements_read.hpp"
 #include "engine/piece_decode.hpp"
+#include "engine/read_ahead.hpp"
 #include "engine/selection_stream.hpp"
 #include "engine/thread_pool.hpp"
 #include "place/chunk_grid.hpp"
@@ -588,6 +589,28 @@ void read_batched(std::span<const PreparedRead> reads, std::span<const std::size
   }
 }
 
+// Announces the chunk files of a read whose chunks are each read whole from a file of its own
+// ahead of its threads, once its data turn out to be cold (engine::ReadAhead): chunks the
+// selection takes whole (a partly selected one may be read only in part).
+engine::ReadAhead read_ahead(std::span<const PreparedRead> reads,
+                             std::span<const std::size_t> first) {
+  std::uint64_t bytes = 0;
+  for (const auto& read : reads) bytes += read.array->chain().spec().nbytes() * read.grid.size();
+  const std::uint64_t average = first.back() == 0 ? 1 : bytes / first.back();
+  return engine::ReadAhead(first.back(), average, [reads, first](std::size_t i) {
+    place::GridIntersection::Item item;
+    const std::size_t t = locate(reads, first, i, item);
+    const Array& array = *reads[t].array;
+    const auto& meta = array.metadata();
+    if (!place::is_full(item.within, meta.chunk_shape)) return;
+    try {
+      reads[t].store->will_need(join_key(array.path(), meta.chunk_key_encoding.key(item.chunk)), 0,
+                                0);
+    } catch (const Error&) {  // NOLINT(bugprone-empty-catch): only a hint; its read will say
+    }
+  });
+}
+
 }  // namespace
 
 void read_many(std::span<const ReadRequest> requests, const IoOptions& options) {
@@ -613,10 +636,12 @@ void read_many(std::span<const ReadRequest> requests, const IoOptions& options) 
     return batched_gets(r) == nullptr && shards_by_range(r) == nullptr;
   });
   if (all_single) {
+    auto ahead = read_ahead(reads, first);
     pool.parallel_for(first.back(), workers, [&](std::size_t i) {
       place::GridIntersection::Item item;
       const std::size_t t = locate(reads, first, i, item);
       read_chunk(reads[t], item, budget, pool, workers);
+      ahead.read(i);
     });
     return;
   }
@@ -634,7 +659,7 @@ void read_many(std::span<const ReadRequest> requests, const IoOptions& options) 
     place::GridIntersection::Item item;
     const std::size_t t = locate(reads, first, single[k], item);
     read_chunk(reads[t], item, budget, pool, workers);
-  });
+  });  // (read ahead only where every chunk is a file of its own: one order for all of them)
   read_sharded(reads, first, sharded, budget, pool, workers);
   read_batched(reads, first, batched, budget, options.max_inflight_bytes, pool, workers);
 }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -55,9 +56,43 @@ bool raise_open_file_limit() {
   return true;
 }
 
+namespace {
+
+std::atomic<std::uint64_t> disk_reads{0};
+// Cleared where the kernel or the file system refuses RWF_NOWAIT: reads then simply wait.
+std::atomic<bool> nowait_reads{true};
+
+// The first request of a buffered read: preadv2 with RWF_NOWAIT, which reads what the page cache
+// holds from the start of the range and fails with EAGAIN (or stops short) where it would have to
+// wait for the disk. Returns the bytes it read (0 for none: the caller reads on, waiting), or -1
+// with errno set for any other failure.
+ssize_t read_cached(int fd, iovec* vec, int count, std::uint64_t offset) {
+  if (!nowait_reads.load(std::memory_order_relaxed)) return 0;
+  for (;;) {
+    const auto n = ::preadv2(fd, vec, count, static_cast<off_t>(offset), RWF_NOWAIT);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) return 0;
+    if (errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS) {
+      nowait_reads.store(false, std::memory_order_relaxed);
+      return 0;
+    }
+    return -1;
+  }
+}
+
+}  // namespace
+
+std::uint64_t reads_from_disk() { return disk_reads.load(std::memory_order_relaxed); }
+
 std::size_t read_at(int fd, std::span<std::byte> out, std::uint64_t offset,
                     const std::string& path) {
-  std::size_t done = 0;
+  if (out.empty()) return 0;
+  iovec first{out.data(), out.size()};
+  const auto cached = read_cached(fd, &first, 1, offset);
+  if (cached < 0) throw StoreError("could not read " + path + ": " + errno_text(errno));
+  auto done = static_cast<std::size_t>(cached);
+  bool waited = false;  // whether bytes past what the cache held were read
   while (done < out.size()) {
     const auto n =
         ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
@@ -66,7 +101,11 @@ std::size_t read_at(int fd, std::span<std::byte> out, std::uint64_t offset,
       throw StoreError("could not read " + path + ": " + errno_text(errno));
     }
     if (n == 0) break;
+    waited = true;
     done += static_cast<std::size_t>(n);
+  }
+  if (waited && nowait_reads.load(std::memory_order_relaxed)) {
+    disk_reads.fetch_add(1, std::memory_order_relaxed);
   }
   return done;
 }
@@ -138,6 +177,7 @@ std::size_t read_pieces(int fd, bool direct, std::span<const std::span<std::byte
     });
   }
   // preadv fills the pieces in order, IOV_MAX of them per call.
+  bool waited = false;  // whether this read has counted among reads_from_disk
   std::vector<iovec> vec;
   vec.reserve(std::min<std::size_t>(pieces.size(), IOV_MAX));
   std::size_t done = 0;
@@ -151,12 +191,21 @@ std::size_t read_pieces(int fd, bool direct, std::span<const std::span<std::byte
     }
     std::size_t got = 0;
     std::size_t first = 0;
+    bool cached = done == 0;  // the first request of the read: what the cache holds (read_cached)
     while (got < batch) {
-      const auto n = ::preadv(fd, vec.data() + first, static_cast<int>(vec.size() - first),
-                              static_cast<off_t>(done + got));
+      auto n = cached ? read_cached(fd, vec.data(), static_cast<int>(vec.size()), 0)
+                      : ::preadv(fd, vec.data() + first, static_cast<int>(vec.size() - first),
+                                 static_cast<off_t>(done + got));
       if (n < 0) {
         if (errno == EINTR) continue;
         throw StoreError("could not read " + path + ": " + errno_text(errno));
+      }
+      if (cached) {
+        cached = false;
+        if (n == 0) continue;  // nothing cached at its start: read on, waiting
+      } else if (n > 0 && nowait_reads.load(std::memory_order_relaxed) && !waited) {
+        waited = true;
+        disk_reads.fetch_add(1, std::memory_order_relaxed);
       }
       if (n == 0) return done + got;  // the file shrank
       got += static_cast<std::size_t>(n);

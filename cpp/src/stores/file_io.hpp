@@ -22,6 +22,12 @@ bool raise_open_file_limit();
 std::size_t read_at(int fd, std::span<std::byte> out, std::uint64_t offset,
                     const std::string& path);
 
+// How many reads through the page cache (read_at, read_pieces) in this process have waited for
+// the disk: their first request, made not to wait (RWF_NOWAIT), found part of their bytes
+// missing from the cache. So a warm read costs no more than before, and a reader can tell cold
+// data by this count growing (engine::ReadAhead then announces the chunks ahead of it).
+std::uint64_t reads_from_disk();
+
 // Reads [offset, offset + length) of a file opened with O_DIRECT, whose reads must start, end and
 // land on block boundaries: the aligned blocks around the range go through a bounce buffer of this
 // thread's, and `sink(data, n)` is handed the bytes asked for, in order. Returns how many it
