@@ -1,6 +1,6 @@
 // Reads of arrays on the host: the chunks of one or many selections decoded into their places
-// by the thread pool, and, for stores whose requests wait on a round trip (BatchedGets), windows
-// of chunks and of shards wanted in part fetched in a few calls each.
+// by the thread pool, a request each (shards read by range and stores that fetch in batches have
+// files of their own: engine/host_read.hpp).
 #include <algorithm>
 #include <array>
 #include <future>
@@ -11,6 +11,7 @@
 
 #include "codecs/codec_chain.hpp"
 #include "engine/elements_read.hpp"
+#include "engine/host_read.hpp"
 #include "engine/piece_decode.hpp"
 #include "engine/read_ahead.hpp"
 #include "engine/selection_stream.hpp"
@@ -22,18 +23,10 @@
 namespace zarr_device {
 namespace {
 
+using engine::refuse_oversized;
+
 // Below this length, reading a chunk row by row costs more than reading it whole and copying.
 constexpr std::size_t kMinRunBytes = 512;
-
-// A stored chunk larger than any encoding of it can be is refused before it is read: a hostile
-// value (or shard index) would otherwise make a read allocate whatever it claims.
-void refuse_oversized(std::uint64_t stored, const codecs::CodecChain& chain) {
-  if (stored > chain.max_stored_size()) {
-    throw CodecError("stored as " + std::to_string(stored) +
-                     " bytes, more than any encoding of it can take (" +
-                     std::to_string(chain.max_stored_size()) + ")");
-  }
-}
 
 // A chunk stored without codecs holds exactly its elements.
 void check_plain_size(std::uint64_t stored, std::size_t chunk_bytes) {
@@ -92,7 +85,18 @@ bool read_cut_in_one_pass(const codecs::CodecChain& chain, const Store& store,
   return true;
 }
 
-// Ranges of one open version of a value.
+}  // namespace
+
+namespace engine {
+
+void refuse_oversized(std::uint64_t stored, const codecs::CodecChain& chain) {
+  if (stored > chain.max_stored_size()) {
+    throw CodecError("stored as " + std::to_string(stored) +
+                     " bytes, more than any encoding of it can take (" +
+                     std::to_string(chain.max_stored_size()) + ")");
+  }
+}
+
 RangeReader ranges_of(const ValueReader& value) {
   return [&value](std::int64_t offset, std::int64_t length) -> std::optional<Buffer> {
     if (offset < 0 || length < 0) return std::nullopt;
@@ -100,19 +104,9 @@ RangeReader ranges_of(const ValueReader& value) {
   };
 }
 
-// One target of a host read, prepared: its output as a strided view, its chunks as a grid.
-struct PreparedRead {
-  const Array* array;
-  StridedView out;
-  place::GridIntersection grid;
-  const Store* store;  // the read's view of the array's store (StoreViews)
-};
-
-// Reads one chunk of a target (item of its grid) into its place in the output. `fetched`: its
-// value, already fetched with others (nullopt inside: there is none); null: ask the store.
 void read_chunk(const PreparedRead& read, const place::GridIntersection::Item& item,
                 engine::ByteBudget& budget, engine::ThreadPool& pool, std::size_t workers,
-                const std::optional<Buffer>* fetched = nullptr) {
+                const std::optional<Buffer>* fetched) {
   const Array& array = *read.array;
   const StridedView& out = read.out;
   const auto& meta = array.metadata();
@@ -194,8 +188,6 @@ void read_chunk(const PreparedRead& read, const place::GridIntersection::Item& i
   }
 }
 
-// Chunk i of the targets of a read (one index space over every target's chunks): its target and
-// its item.
 std::size_t locate(std::span<const PreparedRead> reads, std::span<const std::size_t> first,
                    std::size_t i, place::GridIntersection::Item& item) {
   const auto t =
@@ -204,390 +196,19 @@ std::size_t locate(std::span<const PreparedRead> reads, std::span<const std::siz
   return t;
 }
 
-// The store of a target when it fetches many values in one call; null otherwise.
 const BatchedGets* batched_gets(const PreparedRead& read) {
   return dynamic_cast<const BatchedGets*>(read.array->store().get());
 }
 
-// Whether a chunk of such a store is fetched whole with others: a chunk always, a shard when the
-// read wants all of it (else its index and the inner chunks wanted are read by range, which
-// reads nothing unwanted).
-bool fetched_whole(const PreparedRead& read, const place::GridIntersection::Item& item) {
-  return !read.array->chain().supports_partial_decode() ||
-         place::is_full(item.within, read.array->metadata().chunk_shape);
-}
-
-// What was fetched of a shard a read wants in part: its size (nullopt: not stored) and the ranges
-// read of it (its index, then the inner chunks wanted, neighbours merged), by offset.
-struct FetchedShard {
-  std::optional<std::uint64_t> size;
-  std::vector<std::pair<ByteRange, Buffer>> ranges;
-
-  // Bytes [offset, offset + length) when a fetched range holds them all (a slice of it).
-  [[nodiscard]] std::optional<Buffer> find(std::int64_t offset, std::int64_t length) const {
-    auto it = std::upper_bound(
-        ranges.begin(), ranges.end(), offset,
-        [](std::int64_t at, const std::pair<ByteRange, Buffer>& r) { return at < r.first.offset; });
-    if (it == ranges.begin() || length < 0) return std::nullopt;
-    --it;
-    const auto start = static_cast<std::size_t>(offset - it->first.offset);
-    const auto n = static_cast<std::size_t>(length);
-    if (start > it->second.size() || n > it->second.size() - start) return std::nullopt;
-    return it->second.slice(start, n);
-  }
-};
-
-// `ranges` in order of offset, those at most kMergeGap apart merged while the merged range stays
-// within kMergedMost: a store that makes each range a request of its own (fsspec's) would
-// otherwise make one per inner chunk, and a few ranges of a large shard still go out at once.
-std::vector<ByteRange> merged(std::vector<ByteRange> ranges) {
-  constexpr std::int64_t kMergeGap = std::int64_t{1} << 20;
-  constexpr std::int64_t kMergedMost = std::int64_t{16} << 20;
-  std::sort(ranges.begin(), ranges.end(),
-            [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
-  std::vector<ByteRange> out;
-  for (const auto& r : ranges) {
-    if (!out.empty()) {
-      auto& last = out.back();
-      const std::int64_t end = std::max(last.offset + last.length, r.offset + r.length);
-      if (r.offset <= last.offset + last.length + kMergeGap && end - last.offset <= kMergedMost) {
-        last.length = end - last.offset;
-        continue;
-      }
-    }
-    out.push_back(r);
-  }
-  return out;
-}
-
-// Reads ranges of a fetched shard from what was fetched, and anything else (nothing, unless a
-// codec asks for more than its index named) from the store.
-// The bytes are in memory already: a range at a time costs nothing more than many at once.
-RangeReader reader_of(const FetchedShard& shard, const Store& store, const std::string& key) {
-  return [&shard, &store, &key](std::int64_t offset, std::int64_t length) {
-    if (auto fetched = shard.find(offset, length)) return fetched;
-    return store.get(key, {offset, length});
-  };
-}
-
-// A shard a read wants in part, as a window fetches it.
-struct ShardInPart {
-  const Array* array;
-  std::string key;
-  std::vector<DimSlice> within;
-};
-
-// Fetches `shards` (of one store) in three calls, however many: their sizes, their indexes, then
-// the inner chunks wanted of all of them. One shard at a time would wait three round trips each.
-std::vector<FetchedShard> fetch_shards_in_part(const BatchedGets& gets,
-                                               std::span<const ShardInPart> shards) {
-  std::vector<std::string> keys;
-  keys.reserve(shards.size());
-  for (const auto& shard : shards) keys.push_back(shard.key);
-  // A call for them all fails naming them all.
-  auto for_all = [&](auto call) {
-    try {
-      return call();
-    } catch (Error& e) {
-      e.add_context(shards.front().array->describe() + ", shards '" + keys.front() + "' to '" +
-                    keys.back() + "'");
-      throw;
-    }
-  };
-  const auto sizes = for_all([&] { return gets.sizes_many(keys); });
-  if (sizes.size() != keys.size()) {
-    throw StoreError("the store returned " + std::to_string(sizes.size()) + " sizes for " +
-                     std::to_string(keys.size()) + " keys");
-  }
-  std::vector<FetchedShard> fetched(shards.size());
-  auto in_context = [&](std::size_t i, auto step) {
-    try {
-      step();
-    } catch (Error& e) {
-      e.add_context(shards[i].array->describe() + ", chunk '" + keys[i] + "'");
-      throw;
-    }
-  };
-  // `asked[j]` of shard `of[j]`, in one call.
-  auto get_ranges = [&](const std::vector<KeyRanges>& asked, const std::vector<std::size_t>& of) {
-    if (asked.empty()) return;
-    auto got = for_all([&] { return gets.get_ranges(asked); });
-    if (got.size() != asked.size()) {
-      throw StoreError("the store answered " + std::to_string(got.size()) + " keys for " +
-                       std::to_string(asked.size()));
-    }
-    for (std::size_t j = 0; j < asked.size(); ++j) {
-      const std::size_t i = of[j];
-      in_context(i, [&] {
-        if (!got[j]) throw StoreError("'" + keys[i] + "' vanished while it was read");
-        for (std::size_t r = 0; r < asked[j].ranges.size(); ++r) {
-          fetched[i].ranges.emplace_back(asked[j].ranges[r], std::move((*got[j])[r]));
-        }
-        std::sort(fetched[i].ranges.begin(), fetched[i].ranges.end(),
-                  [](const auto& a, const auto& b) { return a.first.offset < b.first.offset; });
-      });
-    }
-  };
-  std::vector<KeyRanges> asked;
-  std::vector<std::size_t> of;
-  for (std::size_t i = 0; i < shards.size(); ++i) {
-    fetched[i].size = sizes[i];
-    if (!sizes[i]) continue;
-    in_context(i, [&] {
-      asked.push_back({keys[i], {shards[i].array->chain().shard_layout()->index_range(*sizes[i])}});
-      of.push_back(i);
-    });
-  }
-  get_ranges(asked, of);
-  std::vector<KeyRanges> wanted;
-  std::vector<std::size_t> wanted_of;
-  for (const std::size_t i : of) {
-    in_context(i, [&] {
-      const auto* layout = shards[i].array->chain().shard_layout();
-      const auto index = layout->read_index(
-          reader_of(fetched[i], *shards[i].array->store(), keys[i]), *fetched[i].size);
-      auto ranges = merged(layout->wanted_ranges(index, shards[i].within));
-      if (ranges.empty()) return;
-      wanted.push_back({keys[i], std::move(ranges)});
-      wanted_of.push_back(i);
-    });
-  }
-  get_ranges(wanted, wanted_of);
-  return fetched;
-}
-
-// Decodes a shard a read wants in part (item of its array's grid) from what was fetched of it.
-void read_shard_in_part(const Array& array, const place::GridIntersection::Item& item,
-                        const StridedView& out, engine::ByteBudget& budget,
-                        const FetchedShard& fetched) {
-  const auto& meta = array.metadata();
-  const std::string key = join_key(array.path(), meta.chunk_key_encoding.key(item.chunk));
-  const StridedView region = place::subview(out, item.out_offset, item.count);
-  try {
-    if (!fetched.size) {
-      place::fill_strided(region, meta.fill_value);
-      return;
-    }
-    const engine::BudgetLease lease(budget, array.chain().spec().nbytes());
-    array.chain().decode_partial(reader_of(fetched, *array.store(), key), *fetched.size,
-                                 item.within, region);
-  } catch (Error& e) {
-    e.add_context(array.describe() + ", chunk '" + key + "'");
-    throw;
-  }
-}
-
-// The store of a target when its chunks are shards read by range from it (not fetched in
-// batches): its shards' layout; null otherwise.
 const codecs::ShardLayout* shards_by_range(const PreparedRead& read) {
   return batched_gets(read) ? nullptr : read.array->chain().shard_layout();
 }
 
-// Reads `chunks` (indices as for locate()) of targets whose chunks are shards read by range: the
-// indexes of a window of shards, then every inner chunk wanted of them in one parallel loop. A
-// shard decoded by one thread, as the sharding codec does, held a read of a few large shards
-// (tensorstore writes them of hundreds of MiB) to as many cores, and its lease of the whole
-// shard's decoded size let shards as large as the budget decode one at a time.
-void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size_t> first,
-                  std::span<const std::size_t> chunks, engine::ByteBudget& budget,
-                  engine::ThreadPool& pool, std::size_t workers) {
-  constexpr std::size_t kShardWindow = 64;  // shards open at once (a file each) with their indexes
-  struct OpenShard {
-    std::size_t target = 0;
-    const codecs::ShardLayout* layout = nullptr;
-    place::GridIntersection::Item item;  // the shard in its array's grid
-    std::string key;
-    std::shared_ptr<const ValueReader> value;  // null: not stored
-    std::vector<std::optional<codecs::ShardLayout::Entry>> index;
-  };
-  for (std::size_t begin = 0; begin < chunks.size(); begin += kShardWindow) {
-    std::vector<OpenShard> shards(std::min(kShardWindow, chunks.size() - begin));
-    pool.parallel_for(shards.size(), workers, [&](std::size_t k) {
-      auto& shard = shards[k];
-      shard.target = locate(reads, first, chunks[begin + k], shard.item);
-      shard.layout = shards_by_range(reads[shard.target]);
-      const Array& array = *reads[shard.target].array;
-      shard.key = join_key(array.path(), array.metadata().chunk_key_encoding.key(shard.item.chunk));
-      try {
-        shard.value = reads[shard.target].store->open(shard.key);
-        if (shard.value) {
-          shard.index = shard.layout->read_index(ranges_of(*shard.value), shard.value->size());
-        }
-      } catch (Error& e) {
-        e.add_context(array.describe() + ", chunk '" + shard.key + "'");
-        throw;
-      }
-    });
-    // One index space over the inner chunks wanted of the window's shards (a shard not stored:
-    // one fill of its region).
-    std::vector<place::GridIntersection> grids;
-    grids.reserve(shards.size());
-    std::vector<std::size_t> inner_first{0};
-    for (const auto& shard : shards) {
-      grids.emplace_back(shard.item.within, shard.layout->inner().spec().shape);
-      inner_first.push_back(inner_first.back() + (shard.value ? grids.back().size() : 1));
-    }
-    pool.parallel_for(inner_first.back(), workers, [&](std::size_t i) {
-      const auto k = static_cast<std::size_t>(
-          std::upper_bound(inner_first.begin(), inner_first.end(), i) - inner_first.begin() - 1);
-      const auto& shard = shards[k];
-      const PreparedRead& read = reads[shard.target];
-      const StridedView region = place::subview(read.out, shard.item.out_offset, shard.item.count);
-      if (!shard.value) {
-        place::fill_strided(region, read.array->metadata().fill_value);
-        return;
-      }
-      place::GridIntersection::Item item;
-      grids[k].at(i - inner_first[k], item);
-      const std::size_t linear = place::c_order_index(item.chunk, shard.layout->chunks_per_shard());
-      const StridedView part = place::subview(region, item.out_offset, item.count);
-      try {
-        try {
-          const auto& entry = shard.index.at(linear);
-          if (!entry) {
-            place::fill_strided(part, read.array->chain().spec().fill_value);
-            return;
-          }
-          const auto& inner = shard.layout->inner();
-          refuse_oversized(entry->nbytes, inner);
-          const auto truncated = [&] {
-            return CodecError("shard is truncated: inner chunk at byte " +
-                              std::to_string(entry->offset) + " of length " +
-                              std::to_string(entry->nbytes) + " is past its end");
-          };
-          const auto pieces = engine::decode_from_pieces(inner, *shard.value, entry->offset,
-                                                         entry->nbytes, item.within, part, &budget);
-          if (pieces == engine::PieceDecode::kValueEnded) throw truncated();
-          if (pieces == engine::PieceDecode::kDecoded) return;
-          const engine::BudgetLease lease(budget, static_cast<std::size_t>(entry->nbytes) +
-                                                      inner.decode_scratch(item.within, part));
-          const Buffer bytes = shard.value->read(entry->offset, entry->nbytes);
-          if (bytes.size() != entry->nbytes) throw truncated();
-          inner.decode_into(bytes, item.within, part);
-        } catch (Error& e) {
-          e.add_context("inner chunk " + std::to_string(linear));
-          throw;
-        }
-      } catch (Error& e) {
-        e.add_context(read.array->describe() + ", chunk '" + shard.key + "'");
-        throw;
-      }
-    });
-  }
-}
+}  // namespace engine
 
-// Reads `chunks` (indices as for locate()) of targets whose stores fetch in batches: windows of
-// them fetched by one call each, the next window fetched while this one decodes. A window holds
-// values of one store, at most kBatchKeys of them and at most half of max_inflight_bytes decoded
-// (the other half is the window being fetched), and past 4 values at most kWindowBytes: small
-// enough that decoding starts soon and overlaps the fetching of the rest, with some requests at
-// once however large the values (whole shards).
-void read_batched(std::span<const PreparedRead> reads, std::span<const std::size_t> first,
-                  std::span<const std::size_t> chunks, engine::ByteBudget& budget,
-                  std::size_t inflight_bytes, engine::ThreadPool& pool, std::size_t workers) {
-  constexpr std::size_t kBatchKeys = 1024;
-  constexpr std::size_t kWindowBytes = std::size_t{32} << 20;
-  constexpr std::size_t kFewValues = 4;
-  struct Window {
-    std::size_t begin = 0;
-    std::size_t end = 0;
-    std::vector<std::optional<Buffer>> values;  // of the chunks fetched whole, by k - begin
-    std::vector<FetchedShard> shards;           // of the shards wanted in part, by k - begin
-    std::vector<bool> whole;
-  };
-  place::GridIntersection::Item item;
-  auto target_of = [&](std::size_t k) { return locate(reads, first, chunks[k], item); };
-  auto window_from = [&](std::size_t begin) {
-    Window w{begin, begin, {}, {}, {}};
-    if (begin >= chunks.size()) return w;
-    const BatchedGets* store = batched_gets(reads[target_of(begin)]);
-    std::size_t bytes = 0;
-    while (w.end < chunks.size() && w.end - begin < kBatchKeys) {
-      const std::size_t t = target_of(w.end);
-      const std::size_t chunk_bytes = reads[t].array->chain().spec().nbytes();
-      const std::size_t after = bytes + chunk_bytes;
-      if (w.end > begin && (batched_gets(reads[t]) != store || after > inflight_bytes / 2 ||
-                            (after > kWindowBytes && w.end - begin >= kFewValues))) {
-        break;
-      }
-      bytes += chunk_bytes;
-      ++w.end;
-    }
-    return w;
-  };
-  auto fetch = [&](Window& w) {
-    const std::size_t n = w.end - w.begin;
-    std::vector<std::string> keys;
-    std::vector<std::size_t> whole;  // positions in the window
-    std::vector<std::size_t> in_part;
-    std::vector<ShardInPart> shards;
-    w.whole.assign(n, true);
-    place::GridIntersection::Item at;
-    std::size_t t = 0;
-    for (std::size_t k = 0; k < n; ++k) {
-      t = locate(reads, first, chunks[w.begin + k], at);
-      const auto& meta = reads[t].array->metadata();
-      std::string key = join_key(reads[t].array->path(), meta.chunk_key_encoding.key(at.chunk));
-      if (fetched_whole(reads[t], at)) {
-        whole.push_back(k);
-        keys.push_back(std::move(key));
-      } else {
-        w.whole[k] = false;
-        in_part.push_back(k);
-        shards.push_back({reads[t].array, std::move(key), at.within});
-      }
-    }
-    const BatchedGets& gets = *batched_gets(reads[t]);
-    w.values.assign(n, std::nullopt);
-    w.shards.assign(n, {});
-    if (!keys.empty()) {
-      std::vector<std::optional<Buffer>> values;
-      try {
-        values = gets.get_many(keys);
-      } catch (Error& e) {
-        e.add_context(reads[t].array->describe() + ", chunks '" + keys.front() + "' to '" +
-                      keys.back() + "'");
-        throw;
-      }
-      if (values.size() != keys.size()) {
-        throw StoreError(reads[t].array->describe() + ": the store returned " +
-                         std::to_string(values.size()) + " values for " +
-                         std::to_string(keys.size()) + " keys");
-      }
-      for (std::size_t j = 0; j < whole.size(); ++j) w.values[whole[j]] = std::move(values[j]);
-    }
-    if (!shards.empty()) {
-      auto fetched = fetch_shards_in_part(gets, shards);
-      for (std::size_t j = 0; j < in_part.size(); ++j) w.shards[in_part[j]] = std::move(fetched[j]);
-    }
-  };
-  if (chunks.empty()) return;
-  Window current = window_from(0);
-  fetch(current);
-  while (current.begin < chunks.size()) {
-    Window next = window_from(current.end);
-    // The next window's requests go out while this one decodes (on a thread of its own: the
-    // pool's are decoding, and the requests mostly wait on the network).
-    std::future<void> fetching;
-    if (next.begin < chunks.size()) fetching = std::async(std::launch::async, [&] { fetch(next); });
-    try {
-      pool.parallel_for(current.end - current.begin, workers, [&](std::size_t k) {
-        place::GridIntersection::Item chunk;
-        const std::size_t t = locate(reads, first, chunks[current.begin + k], chunk);
-        if (current.whole[k]) {
-          read_chunk(reads[t], chunk, budget, pool, workers, &current.values[k]);
-        } else {
-          read_shard_in_part(*reads[t].array, chunk, reads[t].out, budget, current.shards[k]);
-        }
-      });
-    } catch (...) {
-      if (fetching.valid()) fetching.wait();  // it writes into `next`
-      throw;
-    }
-    if (fetching.valid()) fetching.get();
-    current = std::move(next);
-  }
-}
+namespace {
+
+using engine::PreparedRead;
 
 // Announces the chunk files of a read whose chunks are each read whole from a file of its own
 // ahead of its threads, once its data turn out to be cold (engine::ReadAhead): chunks the
