@@ -1,6 +1,7 @@
 #include "engine/read_ahead.hpp"
 
 #include <algorithm>
+#include <system_error>
 #include <utility>
 
 namespace zarr_device::engine {
@@ -30,7 +31,11 @@ void ReadAhead::read(std::size_t i) {
   if (!cold_) {
     if (disk_reads_() == disk_reads_at_start_) return;
     cold_ = true;
-    thread_ = std::thread([this] { announce_ahead(); });
+    try {
+      thread_ = std::thread([this] { announce_ahead(); });
+    } catch (const std::system_error&) {  // NOLINT(bugprone-empty-catch): no thread, no hints
+      return;
+    }
   }
   lock.unlock();
   more_.notify_one();
