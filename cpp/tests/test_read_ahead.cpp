@@ -11,11 +11,15 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/read_ahead.hpp"
 #include "stores/file_io.hpp"
+#include "test_util.hpp"
+#include "zarr_device/array.hpp"
 
 namespace zarr_device {
 namespace {
@@ -161,6 +165,73 @@ TEST(ReadsFromDisk, CountsReadsThePageCacheDidNotHold) {
   ::close(fd);
   std::filesystem::remove_all(dir);
   if (!dropped) GTEST_SKIP() << "the file system keeps the file's pages (tmpfs?)";
+}
+
+// A local store that records the keys announced to it (Store::will_need).
+class AnnounceRecordingStore final : public test::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  void will_need(std::string_view key, std::uint64_t offset, std::uint64_t length) const override {
+    {
+      const std::lock_guard lock(mutex_);
+      announced_.emplace_back(key);
+    }
+    inner_->will_need(key, offset, length);
+  }
+  // Whole chunks are read straight into place, by the local store (which counts its waits).
+  using Store::get_into;
+  std::optional<std::size_t> get_into(std::string_view key,
+                                      std::span<const std::span<std::byte>> pieces) const override {
+    return inner_->get_into(key, pieces);
+  }
+  std::vector<std::string> announced() const {
+    const std::lock_guard lock(mutex_);
+    return announced_;
+  }
+  void forget() {
+    const std::lock_guard lock(mutex_);
+    announced_.clear();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::vector<std::string> announced_;
+};
+
+TEST(ReadAhead, ColdHostReadsAnnounceTheirChunkFiles) {
+  const test::TempDir dir;
+  auto store = std::make_shared<AnnounceRecordingStore>(make_local_store(dir.path()));
+  // 256 chunk files of 64 KiB.
+  const std::vector<std::int64_t> shape = {256, 65536};
+  auto array = Array::create(store, "a", test::array_doc(shape, {1, 65536}, "uint8"), false);
+  std::vector<std::byte> values(256 * 65536);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<std::byte>(i * 13 + 1);
+  const auto all = test::full_selection(shape);
+  array->write(all, values);
+  std::vector<std::byte> out(values.size());
+  const IoOptions two{2, IoOptions{}.max_inflight_bytes};
+  array->read(all, out, two);  // warm: nothing announced
+  EXPECT_EQ(out, values);
+  EXPECT_TRUE(store->announced().empty());
+  bool dropped = true;
+  for (std::int64_t c = 0; c < 256; ++c) {
+    dropped =
+        dropped_from_cache(dir.path() / "a" / "c" / std::to_string(c) / "0", 65536) && dropped;
+  }
+  if (!dropped) GTEST_SKIP() << "the file system keeps the files' pages (tmpfs?)";
+  std::fill(out.begin(), out.end(), std::byte{0});
+  array->read(all, out, two);
+  EXPECT_EQ(out, values);
+  // Chunk files ahead of those read, each at most once, all of them the array's.
+  const auto announced = store->announced();
+  EXPECT_FALSE(announced.empty());
+  const std::set<std::string> distinct(announced.begin(), announced.end());
+  EXPECT_EQ(distinct.size(), announced.size());
+  for (const auto& key : announced) {
+    EXPECT_EQ(key.rfind("a/c/", 0), 0u) << key;
+  }
+  EXPECT_EQ(distinct.count("a/c/0/0"),
+            0u);  // the first chunk is read before the data are known cold
 }
 
 }  // namespace
