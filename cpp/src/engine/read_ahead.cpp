@@ -26,10 +26,14 @@ ReadAhead::~ReadAhead() {
 }
 
 void ReadAhead::read(std::size_t i) {
+  // Warm reads take no lock: one look at the count of reads that waited.
+  if (!cold_seen_.load(std::memory_order_relaxed)) {
+    if (disk_reads_() == disk_reads_at_start_) return;
+    cold_seen_.store(true, std::memory_order_relaxed);
+  }
   std::unique_lock lock(mutex_);
   furthest_ = std::max(furthest_, i + 1);
   if (!cold_) {
-    if (disk_reads_() == disk_reads_at_start_) return;
     cold_ = true;
     try {
       thread_ = std::thread([this] { announce_ahead(); });

@@ -10,6 +10,7 @@
 // reads pay nothing. Pure host logic: what announcing an item means is given.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -58,9 +59,10 @@ class ReadAhead {
   std::uint64_t disk_reads_at_start_;
   std::mutex mutex_;
   std::condition_variable more_;
-  std::size_t furthest_ = 0;  // one past the furthest item read
-  std::size_t next_ = 0;      // items [0, next_) announced or passed over
-  bool cold_ = false;
+  std::size_t furthest_ = 0;            // one past the furthest item read
+  std::size_t next_ = 0;                // items [0, next_) announced or passed over
+  std::atomic<bool> cold_seen_{false};  // the count has grown (read without the lock)
+  bool cold_ = false;                   // and the thread was made (under the lock)
   bool stopping_ = false;
   std::thread thread_;  // made once the read turns out cold
 };
