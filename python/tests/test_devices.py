@@ -406,19 +406,19 @@ def copy_spy(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 
 def test_framework_path_copies_without_blocking(tmp_path: Path, copy_spy: list[dict[str, Any]]) -> None:
-    """torch's CPU device standing in for a framework device: the engine fills a host tensor
-    (pinned where torch can pin), torch moves it with one non-blocking copy, and the values are
-    the CPU read's."""
+    """torch's CPU device standing in for a framework device: the engine fills host memory
+    (pinned where torch can pin), torch copies it into the result without blocking (one copy for
+    a read that fits the staging), and the values are the CPU read's."""
     arr, values = _array(tmp_path, "bfloat16")
     target = DeviceSpec("framework", None, "cpu")
     sel = (slice(2, 9), slice(None, None, 2))
     result = arr.read(sel, device=target, like="torch")
     assert isinstance(result, torch.Tensor)
     assert _torch_bytes(result) == np.ascontiguousarray(values[sel]).tobytes()
-    moves = [c for c in copy_spy if c["op"] == "to"]
-    assert len(moves) == 1, copy_spy
-    assert moves[0]["args"] == ("cpu",) and moves[0]["kwargs"] == {"non_blocking": True}
-    staging = moves[0]["source"]
+    copies = [c for c in copy_spy if c["op"] == "copy_"]
+    assert len(copies) == 1, copy_spy
+    assert copies[0]["kwargs"] == {"non_blocking": True}
+    staging = copies[0]["source"]
     assert staging.device.type == "cpu" and staging.is_contiguous()
     assert staging.is_pinned() == torch.cuda.is_available()  # pinned exactly where torch can pin
     assert arr.read(sel, device=target) is not None  # like=None means torch there too
@@ -428,7 +428,7 @@ def test_framework_path_to_meta(tmp_path: Path, copy_spy: list[dict[str, Any]]) 
     arr, _ = _array(tmp_path, "float32")
     result = arr.read((slice(0, 5),), device="meta", like="torch")
     assert result.device.type == "meta" and tuple(result.shape) == (5, 7) and result.dtype == torch.float32
-    assert [c["kwargs"] for c in copy_spy if c["op"] == "to"] == [{"non_blocking": True}]
+    assert [c["kwargs"] for c in copy_spy if c["op"] == "copy_"] == [{"non_blocking": True}]
     same = arr.read((slice(0, 5),), device=torch.device("meta"))
     assert same.device.type == "meta"
 

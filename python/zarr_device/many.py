@@ -17,6 +17,7 @@ from zarr_device.devices import DeviceLike, DeviceSpec
 from zarr_device.errors import UsageError
 from zarr_device.transfers import check_like, destination, resolve_target
 from zarr_device.selection import normalize_selection
+from zarr_device.staged_reads import StagedRead, iter_staged, read_staged
 
 if TYPE_CHECKING:
     from zarr_device.array import Array
@@ -121,6 +122,13 @@ def _read_cuda(
     )
 
 
+def _staged_reads(plan: _Plan, destinations: dict[str, Destination]) -> list[StagedRead]:
+    """The reads of a call onto a device torch drives, through one bounded host staging."""
+    return [
+        StagedRead(plan.cores[n], plan.selections[n].slices, d.staged) for n, d in destinations.items()
+    ]
+
+
 def read_many(
     arrays: ArraysLike,
     *,
@@ -138,16 +146,19 @@ def read_many(
 
     On the host every chunk of every array is work for one pool of threads under one memory budget;
     on a CUDA device every chunk is one stream through the staging ring, decoded on the GPU where
-    it can be. An error names the array and the chunk; the results are then not handed out.
-    :func:`iter_many` hands each result on as soon as it is complete. ``non_blocking``: as for
+    it can be; on another device torch drives (Apple MPS, Intel XPU, ROCm) the chunks pass through
+    one host staging of at most ``staging_bytes`` (:mod:`zarr_device.staged_reads`). An error
+    names the array and the chunk; the results are then not handed out. :func:`iter_many` hands
+    each result on as soon as it is complete. ``non_blocking``: as for
     :meth:`zarr_device.Array.read`.
     """
     plan = _plan(arrays, device, like, out)
     destinations = _destinations(plan)
     if plan.target.kind == "cuda":
         _read_cuda(plan, destinations, None, non_blocking)
-    else:
-        # Host memory (pinned staging, for other torch devices): every chunk in one pass.
+    elif plan.target.kind == "framework":
+        read_staged(_staged_reads(plan, destinations))
+    else:  # host memory: every chunk in one pass
         _core.read_many(
             [(plan.cores[n], list(plan.selections[n].slices), d.host) for n, d in destinations.items()]
         )
@@ -166,18 +177,25 @@ def iter_many(
     model, send them to other ranks) as they arrive.
 
     On a CUDA device the arrays are one pipeline through the staging ring, read in the order given,
-    and each is yielded as soon as its last chunk is on the device. Elsewhere they are read one
-    after another, each with every thread. An error is raised where the iteration stands; the
+    and each is yielded as soon as its last chunk is on the device; on another device torch drives,
+    as soon as its last copy from the host staging is queued (its values are then in the device's
+    queue ahead of any later work). On the CPU they are read one after another, each with every
+    thread. An error is raised where the iteration stands; the
     results already yielded are complete, the others are dropped. Leaving the loop early waits for
     the read in flight to end.
     """
     plan = _plan(arrays, device, like, out)
-    if plan.target.kind != "cuda":
+    if plan.target.kind == "cpu":
         for name, array, selection in plan.named:
             one = {name: plan.outs[name]} if name in plan.outs else None
             yield name, read_many({name: (array, selection)}, device=device, like=like, out=one)[name]
         return
     destinations = _destinations(plan)
+    if plan.target.kind == "framework":
+        names = list(destinations)
+        for index in iter_staged(_staged_reads(plan, destinations)):
+            yield names[index], destinations.pop(names[index]).complete()
+        return
     done: queue.SimpleQueue[tuple[str | None, BaseException | None]] = queue.SimpleQueue()
 
     def run() -> None:

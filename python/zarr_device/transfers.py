@@ -16,6 +16,7 @@ from zarr_device.adapters import adapter, adapter_of, default_adapter
 from zarr_device.adapters.base import Adapter, Destination, Target
 from zarr_device.devices import CPU, DeviceLike, DeviceSpec, cuda_device_count, parse_device
 from zarr_device.errors import UsageError
+from zarr_device.staged_reads import StagedRead, read_staged
 
 __all__ = [
     "check_like",
@@ -78,6 +79,8 @@ def fill(
     """Reads a resolved selection into a destination (host bytes, or device memory)."""
     if into.host is not None:
         core.read(list(slices), into.host)
+    elif into.staged is not None:
+        read_staged([StagedRead(core, tuple(slices), into.staged)])
     elif into.nbytes:  # an empty selection has nothing to decode (it was validated already)
         core.read_cuda(list(slices), into.index, into.ptr, into.nbytes, into.stream, non_blocking)
 

@@ -70,7 +70,8 @@ const std::array<SettingInfo, 9> kTable = {{
      kNoLimit,
      {},
      "Pinned host memory that chunk bytes pass through between the host and a GPU, allocated on "
-     "first use and kept (a change reallocates on the next call). Reads split it into "
+     "first use and kept (a change reallocates on the next call); reads onto devices torch drives "
+     "(Apple MPS, Intel XPU, ROCm) stage through at most this much a call. Reads split it into "
      "staging_slots slots, filled, copied and decoded in turn; writes into two halves, one "
      "encoded on the GPU while the other's chunks are stored (a chunk, or a shard, larger than a "
      "half is written through the CPU). A read's GPU memory beyond its data is a copy of each "

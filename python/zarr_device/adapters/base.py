@@ -1,8 +1,9 @@
 """The one protocol every framework adapter follows, and what adapters share.
 
 A read asks one adapter (chosen by ``like=``, or by the type of ``out=``) for a
-:class:`Destination`: memory the engine fills, on the host (``host``: bytes) or on a CUDA device
-(``ptr``, ``nbytes``, in order on ``stream``), owned by ``result``; ``finish`` turns the filled
+:class:`Destination`: memory the engine fills, on the host (``host``: bytes), on a CUDA device
+(``ptr``, ``nbytes``, in order on ``stream``) or on another device torch drives (``staged``),
+owned by ``result``; ``finish`` turns the filled
 result into what the caller gets (an engine buffer wrapped as a framework array, a copy to
 another device). A write asks the adapter of its values for their bytes on the host, or for a
 :class:`CudaSource` the engine writes from directly.
@@ -63,7 +64,8 @@ class Target:
 @dataclass
 class Destination:
     """Where a read lands (see the module's docstring). ``index`` is the CUDA device of device
-    memory."""
+    memory. ``staged``: a C-contiguous tensor on a device torch drives itself, filled through a
+    bounded host staging (:mod:`zarr_device.staged_reads`)."""
 
     result: Any
     host: npt.NDArray[np.uint8] | None = None
@@ -72,6 +74,7 @@ class Destination:
     nbytes: int = 0
     stream: int = 0
     finish: Callable[[Any], Any] | None = None
+    staged: Any = None
 
     def complete(self) -> Any:
         """What the caller gets, once the engine has filled the memory."""

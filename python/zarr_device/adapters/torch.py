@@ -29,7 +29,6 @@ __all__ = [
     "byte_view",
     "to_numpy",
     "pointer",
-    "to_device",
 ]
 
 
@@ -106,15 +105,6 @@ def pointer(tensor: Any) -> tuple[int, int]:
     return int(tensor.data_ptr()), int(tensor.numel()) * int(tensor.element_size())
 
 
-def to_device(host: Any, device: str, out: Any = None) -> Any:
-    """Copies a CPU tensor to ``device`` without blocking the host (into ``out`` when given).
-    Pinned memory stays reserved by torch until the copy has finished."""
-    if out is not None:
-        out.copy_(host, non_blocking=True)
-        return out
-    return host.to(device, non_blocking=True)
-
-
 class TorchAdapter(Adapter):
     like: ClassVar[str | None] = "torch"
     array_name: ClassVar[str] = "torch tensor"
@@ -133,8 +123,8 @@ class TorchAdapter(Adapter):
             tensor = empty(target.shape, target.dtype)
             return Destination(tensor, host=byte_view(tensor))
         if device.kind == "framework":
-            staging = pinned_empty(target.shape, target.dtype)
-            return Destination(staging, host=byte_view(staging), finish=lambda s: to_device(s, device.name))
+            tensor = empty(target.shape, target.dtype, device=device.name)
+            return Destination(tensor, staged=tensor)
         assert device.index is not None
         tensor = empty(target.shape, target.dtype, device=device.name)
         ptr, nbytes = pointer(tensor)
@@ -146,8 +136,11 @@ class TorchAdapter(Adapter):
         if device.kind == "cpu":
             return Destination(out, host=byte_view(out))
         if device.kind == "framework":
-            staging = pinned_empty(target.shape, target.dtype)
-            return Destination(staging, host=byte_view(staging), finish=lambda s: to_device(s, device.name, out=out))
+            if out.is_contiguous():
+                return Destination(out, staged=out)
+            # A strided out is filled from a contiguous tensor on its device, in its stream.
+            whole = empty(target.shape, target.dtype, device=device.name)
+            return Destination(out, staged=whole, finish=lambda o: o.copy_(whole))
         assert device.index is not None
         if out.device != _torch().device(device.name):
             raise UsageError(f"out lives on {out.device}, not on {device.name}")
