@@ -1,7 +1,7 @@
 """Reads onto devices torch drives itself (Apple MPS, Intel XPU, ROCm) go through a host staging:
 what that costs in host memory and time, on any machine.
 
-A state dict of bf16 tensors (``bench_many.py``'s, one array per tensor, 2 MiB chunks) is read
+A state dict of bf16 tensors (``bench_many.py``'s, one array per tensor, 512-row chunks of 4 MiB) is read
 by ``zd.read_many`` in a fresh process for each way:
 
 - ``cpu``: into host memory (the results are the host memory), for reference;
