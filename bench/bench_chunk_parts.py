@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gpu import MIB, fmt_bytes, parse_size  # noqa: E402
+from bench_common import MIB, fmt_bytes, parse_size  # noqa: E402
 from bench_layouts import COLS, best_of, weights  # noqa: E402
 
 CODECS: dict[str, dict[str, Any]] = {

@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_gpu import GIB, fmt_bytes, log  # noqa: E402
+from bench_common import GIB, fmt_bytes, log  # noqa: E402
 from bench_many import tensor_rows  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gpu import GIB, MIB, parse_size, read_proc_status  # noqa: E402
+from bench_common import GIB, MIB, parse_size, read_proc_status  # noqa: E402
 from bench_many import tensor_rows, write_state_dict  # noqa: E402
 
 

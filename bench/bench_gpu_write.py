@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_gpu import (  # noqa: E402
+from bench_common import (  # noqa: E402
     CODECS,
     DTYPES,
     GIB,

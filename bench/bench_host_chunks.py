@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gpu import GIB, MIB, drop_caches, fmt_bytes, machine_info, parse_size  # noqa: E402
+from bench_common import GIB, MIB, drop_caches, fmt_bytes, machine_info, parse_size  # noqa: E402
 from bench_layouts import ZSTD_CRC, weights  # noqa: E402
 
 COLS = 4096

@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_gpu import GIB, MIB, child_limits, drop_caches, fmt_bytes, parse_size  # noqa: E402
+from bench_common import GIB, MIB, child_limits, drop_caches, fmt_bytes, parse_size  # noqa: E402
 from bench_layouts import COLS, ZSTD_CRC, best_of, weights  # noqa: E402
 
 VARIANTS: list[tuple[str, dict[str, Any]]] = [

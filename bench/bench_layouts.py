@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gpu import GIB, MIB, engine_info, fmt_bytes, log, machine_info, parse_size  # noqa: E402
+from bench_common import GIB, MIB, engine_info, fmt_bytes, log, machine_info, parse_size  # noqa: E402
 
 KIB = 1 << 10
 COLS = 4096  # bf16 rows of 8 KiB

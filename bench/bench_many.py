@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gpu import (  # noqa: E402 - the GPU benchmark's helpers
+from bench_common import (  # noqa: E402 - what the benchmarks share
     GIB,
     MIB,
     child_limits,

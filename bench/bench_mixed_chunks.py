@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gpu import MIB, machine_info, parse_size  # noqa: E402
+from bench_common import MIB, machine_info, parse_size  # noqa: E402
 from bench_layouts import COLS, ZSTD_CRC, rows_of, weights  # noqa: E402
 
 CODECS: list[tuple[str, Any]] = [("none", None), ("zstd+crc32c", ZSTD_CRC)]

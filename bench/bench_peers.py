@@ -233,7 +233,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 def prepare(data: str, rows: list[int], codecs: Sequence[str], chunk_rows: int) -> dict[str, Any]:
     """Writes the state dict in every format (skipped where an earlier run left the same); returns
     the marker: each tensor's shape and fingerprint, and notes on formats that could not be written."""
-    from bench_gpu import log
+    from bench_common import log
     from bench_many import state_dict_values, write_state_dict
 
     key = {"version": 1, "rows": rows, "chunk_rows": chunk_rows, "codecs": sorted(codecs)}
@@ -307,7 +307,7 @@ def cuda_library_links(folder: str) -> str | None:
 
 def run_loader(args: argparse.Namespace, loader: str, codec: str, mode: str, data: str, out_dir: str,
                env: dict[str, str], nogds: bool) -> dict[str, Any]:
-    from bench_gpu import drop_caches, run_child
+    from bench_common import drop_caches, run_child
 
     argv = ["--child", loader, "--data", data, "--codec", codec, "--mode", mode, "--device", args.device,
             "--repeats", str(args.repeats)] + (["--nogds"] if nogds else [])
@@ -369,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     from importlib import metadata
 
-    from bench_gpu import drop_caches, engine_info, fmt_bytes, log, machine_info, package_versions
+    from bench_common import drop_caches, engine_info, fmt_bytes, log, machine_info, package_versions
     from bench_many import COLS, tensor_rows
 
     started = time.perf_counter()
@@ -444,7 +444,7 @@ def run(args: argparse.Namespace) -> int:
 def measure(args: argparse.Namespace, loader: str, codec: str, marker: dict[str, Any], data: str, out_dir: str,
             links: str | None, cold: bool, nbytes: int) -> dict[str, Any]:
     """One loader's row: its warm child, then (``cold``) its cold child, summarised."""
-    from bench_gpu import log
+    from bench_common import log
 
     file = "torch.save" if loader == "torch.load-mmap" else "safetensors"
     row: dict[str, Any] = {"loader": loader, "codec": codec, "file": file if loader != "zarr-device" else

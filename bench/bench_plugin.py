@@ -47,7 +47,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tests"))
 
-from bench_gpu import (  # noqa: E402
+from bench_common import (  # noqa: E402
     GIB,
     MIB,
     drop_caches,

@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_gpu import MIB, log  # noqa: E402
+from bench_common import MIB, log  # noqa: E402
 from bench_many import COLS, tensor_rows  # noqa: E402
 
 

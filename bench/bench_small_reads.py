@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_gpu import parse_size  # noqa: E402
+from bench_common import parse_size  # noqa: E402
 from bench_plugin import parse_layout, write_group  # noqa: E402
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_gpu import parse_size  # noqa: E402
+from bench_common import parse_size  # noqa: E402
 from bench_small_reads import median_latency, timed_rounds  # noqa: E402
 
 COLS = 8192

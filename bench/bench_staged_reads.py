@@ -1,8 +1,8 @@
 """Reads onto devices torch drives itself (Apple MPS, Intel XPU, ROCm) go through a host staging:
 what that costs in host memory and time, on any machine.
 
-A state dict of bf16 tensors (``bench_many.py``'s, one array per tensor, 512-row chunks of 4 MiB) is read
-by ``zd.read_many`` in a fresh process for each way:
+A state dict of bf16 tensors (``bench_many.py``'s, one array per tensor, 512-row chunks of 4 MiB)
+is read by ``zd.read_many`` in a fresh process for each way:
 
 - ``cpu``: into host memory (the results are the host memory), for reference;
 - ``staged``: onto torch's ``meta`` device, which allocates nothing and whose copies move nothing,
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gpu import GIB, MIB  # noqa: E402 - the GPU benchmark's helpers
+from bench_common import MIB, parse_size  # noqa: E402 - what the benchmarks share
 from bench_many import tensor_rows, write_state_dict  # noqa: E402
 
 _CHILD = r"""
@@ -46,14 +46,6 @@ peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 nbytes = sum(t.numel() * t.element_size() for t in out.values())
 print(json.dumps({"seconds": seconds, "nbytes": nbytes, "peak_beyond": peak - before}))
 """
-
-
-def _size(text: str) -> int:
-    units = {"KiB": 1 << 10, "MiB": MIB, "GiB": GIB}
-    for unit, factor in units.items():
-        if text.endswith(unit):
-            return int(float(text[: -len(unit)]) * factor)
-    return int(text)
 
 
 def run_one(path: str, way: str, staging: int, package: str | None) -> dict[str, Any]:
@@ -79,11 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or tempfile.mkdtemp(prefix="bench-staged-")
     path = os.path.join(out, "sd.zarr")
     if not os.path.exists(path):
-        write_state_dict(path, tensor_rows(_size(args.size), 1), "none", 512)
+        write_state_dict(path, tensor_rows(parse_size(args.size), 1), "none", 512)
     packages = [p for p in args.packages.split(",") if p] or [None]
     print(f"{'package':28}  {'way':6}  {'staging':>8}  {'GB/s (best)':>11}  {'peak beyond, MiB':>16}  {'data, MiB':>9}")
     for staging_text in args.staging.split(","):
-        staging = _size(staging_text)
+        staging = parse_size(staging_text)
         for way in ("cpu", "staged"):
             runs: dict[str | None, list[dict[str, Any]]] = {p: [] for p in packages}
             for _ in range(args.repeat):

@@ -24,7 +24,7 @@ import cupy as cp  # noqa: E402
 import zarr  # noqa: E402
 
 import zarr_device as zd  # noqa: E402
-from bench_gpu import parse_size, write_array  # noqa: E402
+from bench_common import parse_size, write_array  # noqa: E402
 from bench_plugin import parse_layout  # noqa: E402
 
 parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])

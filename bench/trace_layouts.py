@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_gpu import GIB, MIB, parse_size  # noqa: E402
+from bench_common import GIB, MIB, parse_size  # noqa: E402
 from bench_layouts import COLS, ZSTD_CRC, rows_of, weights  # noqa: E402
 
 

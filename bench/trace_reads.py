@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_gpu import GIB, parse_size  # noqa: E402
+from bench_common import GIB, parse_size  # noqa: E402
 from bench_many import tensor_rows, write_state_dict  # noqa: E402
 from gpu_timeline import format_summary, summarize  # noqa: E402
 
