@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 import zarr_device.torch as zt  # noqa: E402
 from zarr_device.errors import UsageError  # noqa: E402
 from zarr_device.torch import distributed as ztd  # noqa: E402
+from zarr_device.torch import parts as ztp  # noqa: E402
 from zarr_device.torch.load import open_checkpoint  # noqa: E402
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -97,16 +98,16 @@ def test_chunk_aligned_slices_read_each_byte_once(tmp_path: Path) -> None:
     for world_size in (1, 2, 4):
         touched = 0
         for rank in range(world_size):
-            parts = ztd.tensor_parallel_parts(checkpoint, names, {"*": 0}, rank, world_size)
+            parts = ztp.tensor_parallel_parts({n: checkpoint.shape(n) for n in names}, {"*": 0}, rank, world_size)
             for name, part in parts.items():
                 array = checkpoint.arrays[name]
-                selection = ztd.part_selection(array.shape, part)
-                touched += ztd.bytes_touched(array.shape, array.chunks, array.dtype.itemsize, selection)
+                selection = ztp.part_selection(array.shape, part)
+                touched += ztp.bytes_touched(array.shape, array.chunks, array.dtype.itemsize, selection)
         assert touched == total, world_size
     # Not aligned: 3 ranks split the 1024-row chunks, so some are read by two ranks.
-    parts3 = [ztd.tensor_parallel_parts(checkpoint, ["w"], {"w": 0}, r, 3)["w"] for r in range(3)]
+    parts3 = [ztp.tensor_parallel_parts({"w": checkpoint.shape("w")}, {"w": 0}, r, 3)["w"] for r in range(3)]
     array = checkpoint.arrays["w"]
-    over = sum(ztd.bytes_touched(array.shape, array.chunks, 4, ztd.part_selection(array.shape, p)) for p in parts3)
+    over = sum(ztp.bytes_touched(array.shape, array.chunks, 4, ztp.part_selection(array.shape, p)) for p in parts3)
     assert over > array.nbytes
 
 
@@ -115,7 +116,7 @@ def test_chunk_range_matches_torch_chunk() -> None:
         for n in range(1, 7):
             pieces = torch.chunk(torch.arange(size), n)
             for rank in range(n):
-                start, stop = ztd.chunk_range(size, rank, n)
+                start, stop = ztp.chunk_range(size, rank, n)
                 want = pieces[rank].tolist() if rank < len(pieces) else []
                 assert list(range(start, stop)) == want, (size, n, rank)
 

@@ -18,7 +18,8 @@ from conftest import assert_bits_equal, numpy_dtype, random_values
 
 import zarr_device as zd
 from zarr_device import cli, placement
-from zarr_device.convert import chunks_for_bytes, region_shape
+from zarr_device.convert import region_shape
+from zarr_device.create import chunks_for_bytes
 
 
 CHECKED_ZSTD = [{"name": "zstd", "configuration": {"level": 1, "checksum": False}}, {"name": "crc32c"}]

@@ -49,14 +49,15 @@ def _locate_cufile() -> None:
 _locate_cufile()
 
 from zarr_device.array import Array
-from zarr_device.create import create, create_group
-from zarr_device.group import Group, open, open_array, open_group
+from zarr_device.create import create
+from zarr_device.group import Group, create_group, open, open_array, open_group
 from zarr_device.nodes import CreateMode, OpenMode
 from zarr_device.config import IoConfig, get_config, set_config
-from zarr_device.convert import ConvertSummary, convert
+from zarr_device.conversion import ConvertSummary
+from zarr_device.convert import convert
 from zarr_device.many import iter_many, read_many
 from zarr_device.devices import DeviceSpec, cuda_build_info, cuda_device_count, parse_device
-from zarr_device.dtypes import ZARR_DTYPE_NAMES, register_with_zarr
+from zarr_device.dtypes import ZARR_DTYPE_NAMES
 from zarr_device.errors import (
     ChecksumError,
     CodecError,
@@ -72,6 +73,7 @@ from zarr_device.errors import (
 from zarr_device.stores import LocalStore, MemoryStore, ZarrStoreAdapter
 from zarr_device.transfers import empty_cache, synchronize
 from zarr_device.zarr_plugin import disable, enable
+from zarr_device.zarr_plugin.enable import register_with_zarr
 
 register_with_zarr(if_imported=True)
 

@@ -18,25 +18,27 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Union
 
-import numpy.typing as npt
-
-from zarr_device.progress import Progress, progress_bar
 from zarr_device import _core, placement
 from zarr_device.array import Array
-from zarr_device.create import create_group
-from zarr_device.group import Group
-from zarr_device.group import open as open_node
-from zarr_device.nodes import join_path
+from zarr_device.conversion import (
+    ConvertSummary,
+    SourceArray,
+    SourceGroup,
+    check_destination,
+    checkpoint_kind,
+    read_source,
+)
+from zarr_device.create import chunks_for_bytes
 from zarr_device.errors import UsageError, ZarrDeviceError
+from zarr_device.group import Group, create_group
+from zarr_device.progress import Progress, progress_bar
 from zarr_device.sizes import parse_size
-from zarr_device.stores import LocalStore, StoreLike, ZarrStoreAdapter, as_store
+from zarr_device.stores import LocalStore, StoreLike
 
-__all__ = ["convert", "ConvertSummary", "COMPRESSORS", "chunks_for_bytes", "region_shape", "checkpoint_kind"]
+__all__ = ["convert", "COMPRESSORS", "region_shape"]
 
 #: A chunk or shard layout: None, a byte size (``"2MiB"``, an int) or a shape (-1: whole extent).
 Layout = Union[None, int, str, Sequence[int]]
@@ -49,156 +51,7 @@ COMPRESSORS: tuple[str, ...] = ("zstd", "gzip", "blosc", "none")
 _LEVELS = {"zstd": (1, -131072, 22), "gzip": (5, 0, 9), "blosc": (5, 0, 9)}
 
 
-@dataclass(frozen=True)
-class ConvertSummary:
-    """What a conversion did. ``bytes_read``: the decoded bytes of every array copied;
-    ``bytes_written``: the size of the destination's files (chunks and metadata)."""
-
-    source: str
-    destination: str
-    arrays: int
-    groups: int
-    bytes_read: int
-    bytes_written: int
-    seconds: float
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-# -- sources ------------------------------------------------------------------------------------
-# Every kind of input is read as one SourceTree: nodes, groups before their members, with paths
-# relative to the node converted (""). Zarr is the one kind so far; another (a safetensors file, a
-# Hugging Face folder) is one more reader giving the same nodes, and one entry in _SOURCE_KINDS.
-
-
-@dataclass(frozen=True)
-class SourceGroup:
-    path: str
-    attributes: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class SourceArray:
-    path: str
-    shape: tuple[int, ...]
-    data_type: str  # a Zarr v3 name
-    itemsize: int
-    fill_value: Any  # as Zarr v3 JSON
-    chunks: tuple[int, ...]  # the source's (inner) chunks, kept unless others are asked for
-    attributes: dict[str, Any]
-    dimension_names: list[str | None] | None
-    read: Callable[[tuple[slice, ...]], npt.NDArray[Any]]
-
-
-@dataclass(frozen=True)
-class SourceTree:
-    description: str  # for messages and the summary
-    local_root: str | None  # the directory read, when local: nothing may be written into it
-    nodes: list[SourceGroup | SourceArray]
-
-
-def _zarr_nodes(node: Array | Group, relative: str) -> Iterator[SourceGroup | SourceArray]:
-    if isinstance(node, Group):
-        yield SourceGroup(relative, dict(node.attrs))
-        for name in sorted(node):
-            yield from _zarr_nodes(node[name], join_path(relative, name))
-        return
-    yield SourceArray(
-        path=relative,
-        shape=node.shape,
-        data_type=str(node._core.dtype),  # noqa: SLF001 - the package's own
-        itemsize=node.dtype.itemsize,
-        fill_value=node.fill_value,
-        chunks=node.chunks,
-        attributes=dict(node.attrs),
-        dimension_names=node.metadata.get("dimension_names") if node.zarr_format == 3 else None,
-        read=node.read,
-    )
-
-
-def read_zarr(source: StoreLike | Array | Group, path: str) -> SourceTree:
-    """A Zarr array or group (v3, or v2) in any store the engine reads, or an opened node."""
-    if isinstance(source, (Array, Group)):
-        store, path = source.store, join_path(source.path, path)
-    else:
-        store = as_store(source)
-    node = open_node(store, path=path, mode="r")
-    root = None
-    if isinstance(store, LocalStore):
-        root = str(store.root)
-    elif isinstance(store, ZarrStoreAdapter) and hasattr(store.store, "root"):
-        root = str(store.store.root)
-    where = store.handle.describe() + (f" :: /{node.path}" if node.path else "")
-    return SourceTree(where, root, list(_zarr_nodes(node, "")))
-
-
-# Input kinds, tried in order: the first whose test takes the source reads it. Zarr comes last,
-# since any path or store may hold Zarr; more specific kinds go before it.
-_SOURCE_KINDS: list[tuple[str, Callable[[Any], bool], Callable[[Any, str], SourceTree]]] = [
-    ("zarr", lambda source: True, read_zarr),
-]
-
-
-def _local_path(source: Any) -> Path | None:
-    if not isinstance(source, (str, os.PathLike)):
-        return None
-    text = os.fspath(source)
-    return None if "://" in text and not text.startswith("file://") else Path(text.removeprefix("file://"))
-
-
-def _is_model_folder(path: Path) -> bool:
-    has_weights = (path / "model.safetensors.index.json").is_file() or (path / "model.safetensors").is_file()
-    return path.is_dir() and has_weights and not (path / "zarr.json").exists()
-
-
-# PyTorch checkpoint conversions (zarr_device.torch.interop): these inputs are not copied node by
-# node as Zarr is, but written as a checkpoint (docs/checkpoint-format.md) by the checkpoint
-# writer. Tried in order, before _SOURCE_KINDS.
-_CHECKPOINT_KINDS: list[tuple[str, Callable[[Path], bool]]] = [
-    ("safetensors", lambda path: path.is_file() and path.name.endswith(".safetensors")),
-    ("huggingface", _is_model_folder),
-    ("torch", lambda path: path.is_file() and path.suffix in (".pt", ".pth", ".bin", ".ckpt")),
-]
-
-
-def checkpoint_kind(source: Any, destination: Any) -> str | None:
-    """The checkpoint conversion ``convert`` does from ``source`` to ``destination``: "safetensors",
-    "huggingface" or "torch" (into a checkpoint), "to-safetensors" (a checkpoint into a
-    ``*.safetensors`` file), or None (Zarr to Zarr)."""
-    path = _local_path(source)
-    kind = next((k for k, takes in _CHECKPOINT_KINDS if takes(path)), None) if path else None
-    dest = _local_path(destination)
-    if dest is not None and dest.name.endswith(".safetensors"):
-        if kind is not None:
-            raise UsageError(f"{source} is a {kind} file or folder, not a checkpoint to write as safetensors")
-        return "to-safetensors"
-    return kind
-
-
-def read_source(source: Any, path: str = "") -> SourceTree:
-    return next(reader for _kind, takes, reader in _SOURCE_KINDS if takes(source))(source, path)
-
-
 # -- layout -------------------------------------------------------------------------------------
-
-
-def chunks_for_bytes(shape: Sequence[int], itemsize: int, target: int) -> tuple[int, ...]:
-    """A chunk shape of at most about ``target`` bytes (at least one element) that splits the
-    leading dimensions only: trailing dimensions stay whole while they fit, so each chunk is one
-    contiguous run of the C-ordered array. The chunks along the split dimension are made even
-    (1000 rows in chunks of at most 128 give 8 chunks of 125, not 7 of 128 and one of 104)."""
-    elements = max(1, target // max(1, itemsize))
-    extents = [max(1, s) for s in shape]
-    chunks: list[int] = []
-    for d, extent in enumerate(extents):
-        inner = math.prod(extents[d + 1 :])
-        if inner <= elements:
-            most = min(extent, elements // inner)
-            chunks.append(-(-extent // -(-extent // most)))
-            return tuple(chunks + extents[d + 1 :])
-        chunks.append(1)
-    return tuple(chunks)
 
 
 def region_shape(shape: Sequence[int], unit: Sequence[int], itemsize: int, max_bytes: int) -> tuple[int, ...]:
@@ -304,23 +157,6 @@ def _array_document(
     return json.dumps(document)  # every value came from JSON the engine parsed
 
 
-# -- the destination ----------------------------------------------------------------------------
-
-
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
-def _check_destination(destination: Any, source: SourceTree, overwrite: bool) -> Path:
-    dest = placement.local_destination(destination)
-    if source.local_root is not None:
-        real, root = os.path.realpath(dest), os.path.realpath(source.local_root)
-        if _inside(real, root) or _inside(root, real):
-            raise UsageError(f"{dest}: the destination must lie outside the source store {root}, and not hold it")
-    placement.check_replaceable(dest, overwrite)
-    return dest
-
-
 # -- converting ---------------------------------------------------------------------------------
 
 
@@ -397,7 +233,7 @@ def convert(
         return summary
     started = time.perf_counter()
     tree = read_source(source, path)
-    dest = _check_destination(destination, tree, overwrite)
+    dest = check_destination(destination, tree, overwrite)
     region_bytes = parse_size(max_bytes, what="max_bytes")
     # Every array's layout is settled before anything is written, so a bad option fails at once.
     plans: list[tuple[SourceArray, str, tuple[int, ...]] | SourceGroup] = []

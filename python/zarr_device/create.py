@@ -1,4 +1,4 @@
-"""Creating Zarr v3 arrays (their metadata: codec chains, chunking, fill values) and groups."""
+"""Creating Zarr v3 arrays: their metadata (codec chains, chunking, fill values) and their first document."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ from zarr_device import _core
 from zarr_device.array import Array
 from zarr_device.dtypes import float_fill_from_json, float_fill_to_json, to_numpy_dtype, to_zarr_name
 from zarr_device.errors import UsageError
-from zarr_device.group import Group
-from zarr_device.nodes import CreateMode, join_path, node_path, write_json
+from zarr_device.nodes import CreateMode, node_path
 from zarr_device.stores import StoreLike, as_store
 
-__all__ = ["create", "create_group", "Compressors"]
+__all__ = ["create", "Compressors", "chunks_for_bytes"]
 
 Compressors = Union[None, str, Mapping[str, Any], Sequence[Mapping[str, Any]]]
 
@@ -71,6 +70,24 @@ def _default_chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     while math.prod(chunks) * itemsize > (1 << 20) and max(chunks) > 1:
         i = chunks.index(max(chunks))
         chunks[i] = (chunks[i] + 1) // 2
+    return tuple(chunks)
+
+
+def chunks_for_bytes(shape: Sequence[int], itemsize: int, target: int) -> tuple[int, ...]:
+    """A chunk shape of at most about ``target`` bytes (at least one element) that splits the
+    leading dimensions only: trailing dimensions stay whole while they fit, so each chunk is one
+    contiguous run of the C-ordered array. The chunks along the split dimension are made even
+    (1000 rows in chunks of at most 128 give 8 chunks of 125, not 7 of 128 and one of 104)."""
+    elements = max(1, target // max(1, itemsize))
+    extents = [max(1, s) for s in shape]
+    chunks: list[int] = []
+    for d, extent in enumerate(extents):
+        inner = math.prod(extents[d + 1 :])
+        if inner <= elements:
+            most = min(extent, elements // inner)
+            chunks.append(-(-extent // -(-extent // most)))
+            return tuple(chunks + extents[d + 1 :])
+        chunks.append(1)
     return tuple(chunks)
 
 
@@ -155,24 +172,3 @@ def create(
         raise UsageError(f"the array's metadata must be JSON (attributes included): {e}") from None
     core = _core.Array.create(engine_store.handle, node_path(path), text, mode == "w")
     return Array(core, engine_store, read_only=False)
-
-
-def create_group(
-    store: StoreLike,
-    *,
-    path: str = "",
-    attributes: Mapping[str, Any] | None = None,
-    mode: CreateMode = "w-",
-) -> Group:
-    """Creates a Zarr v3 group. ``mode``: "w-" fails when a node exists at ``path``; "w" replaces it."""
-    engine_store = as_store(store)
-    path = node_path(path)
-    exists = any(engine_store.handle.exists(join_path(path, m)) for m in ("zarr.json", ".zarray", ".zgroup"))
-    if exists and mode == "w-":
-        raise UsageError(f"a node already exists at '{path}' (use mode='w' to replace it)")
-    if exists:
-        # Only Zarr data goes: this node and the nodes below it, never other files.
-        _core.erase_node(engine_store.handle, path)
-    document = {"zarr_format": 3, "node_type": "group", "attributes": dict(attributes or {})}
-    write_json(engine_store, join_path(path, "zarr.json"), document)
-    return Group(engine_store, path, document, read_only=False)

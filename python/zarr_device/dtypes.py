@@ -3,15 +3,13 @@ JSON of floating point fill values as tensorstore writes it."""
 
 from __future__ import annotations
 
-import importlib
 import math
-import sys
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-from zarr_device.errors import FormatError, UsageError
+from zarr_device.errors import FormatError
 
 __all__ = [
     "ZARR_DTYPE_NAMES",
@@ -21,7 +19,6 @@ __all__ = [
     "float_fill_to_json",
     "float_fill_from_json",
     "round_to_float",
-    "register_with_zarr",
 ]
 
 _NUMPY_NAMES = [
@@ -132,19 +129,3 @@ def float_fill_from_json(data: Any, dtype: np.dtype[Any]) -> Any:
     elif isinstance(data, (int, float)) and not isinstance(data, bool):
         return round_to_float(float(data), dtype)
     raise FormatError(f"fill value {data!r} is not valid for data type {to_zarr_name(dtype)}")
-
-
-def register_with_zarr(*, if_imported: bool = False) -> None:
-    """Makes zarr-python know bfloat16 and the float8 types (:mod:`zarr_device.zarr_dtypes`), so
-    that ``zarr.open_array`` reads arrays that have them and ``zarr.create_array`` writes them.
-
-    ``import zarr_device`` calls this when zarr is already imported (``if_imported``: importing
-    zarr here would double the time ``import zarr_device`` takes); a program that imports zarr
-    afterwards calls it itself. UsageError when zarr is not installed."""
-    if if_imported and "zarr" not in sys.modules:
-        return
-    try:
-        zarr_dtypes = importlib.import_module("zarr_device.zarr_dtypes")
-    except ImportError as e:
-        raise UsageError(f"zarr-python is not installed ({e}): pip install zarr") from None
-    zarr_dtypes.register()

@@ -1,4 +1,4 @@
-"""Zarr groups, and opening arrays and groups."""
+"""Zarr groups: opening and creating them, and opening arrays."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from zarr_device import _core
 from zarr_device.adapters.base import Like
 from zarr_device.array import Array
 from zarr_device.attributes import Attributes
+from zarr_device.create import create
 from zarr_device.devices import DeviceLike
 from zarr_device.errors import NodeNotFoundError, UsageError
-from zarr_device.nodes import CreateMode, EngineStore, OpenMode, join_path, node_path, read_json
+from zarr_device.nodes import CreateMode, EngineStore, OpenMode, join_path, node_path, read_json, write_json
 from zarr_device.stores import StoreLike, as_store
 
-__all__ = ["Group", "open", "open_array", "open_group"]
+__all__ = ["Group", "create_group", "open", "open_array", "open_group"]
 
 
 class Group(Mapping[str, Union["Array", "Group"]]):
@@ -112,8 +113,6 @@ class Group(Mapping[str, Union["Array", "Group"]]):
         """Creates an array inside the group; takes :func:`create`'s keyword arguments."""
         if self._read_only:
             raise UsageError(f"group '{self.path}' is open read-only")
-        from zarr_device.create import create  # create.py builds on this module
-
         return create(self._store, path=join_path(self._path, name), **kwargs)
 
     def create_group(
@@ -121,8 +120,6 @@ class Group(Mapping[str, Union["Array", "Group"]]):
     ) -> Group:
         if self._read_only:
             raise UsageError(f"group '{self.path}' is open read-only")
-        from zarr_device.create import create_group
-
         return create_group(self._store, path=join_path(self._path, name), attributes=attributes, mode=mode)
 
 
@@ -171,3 +168,24 @@ def open_group(store: StoreLike, *, path: str = "", mode: OpenMode = "r") -> Gro
     if not isinstance(node, Group):
         raise NodeNotFoundError(f"'{path}' in {node.store.handle.describe()} is an array, not a group")
     return node
+
+
+def create_group(
+    store: StoreLike,
+    *,
+    path: str = "",
+    attributes: Mapping[str, Any] | None = None,
+    mode: CreateMode = "w-",
+) -> Group:
+    """Creates a Zarr v3 group. ``mode``: "w-" fails when a node exists at ``path``; "w" replaces it."""
+    engine_store = as_store(store)
+    path = node_path(path)
+    exists = any(engine_store.handle.exists(join_path(path, m)) for m in ("zarr.json", ".zarray", ".zgroup"))
+    if exists and mode == "w-":
+        raise UsageError(f"a node already exists at '{path}' (use mode='w' to replace it)")
+    if exists:
+        # Only Zarr data goes: this node and the nodes below it, never other files.
+        _core.erase_node(engine_store.handle, path)
+    document = {"zarr_format": 3, "node_type": "group", "attributes": dict(attributes or {})}
+    write_json(engine_store, join_path(path, "zarr.json"), document)
+    return Group(engine_store, path, document, read_only=False)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from zarr_device.convert import chunks_for_bytes
+from zarr_device.create import chunks_for_bytes
 from zarr_device.errors import FormatError, UsageError
 
 __all__ = [

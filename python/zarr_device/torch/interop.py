@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from zarr_device import placement
-from zarr_device.convert import ConvertSummary, SourceTree, _check_destination, _inside, _local_path
+from zarr_device.conversion import ConvertSummary, SourceTree, check_destination, local_path, path_inside
 from zarr_device.errors import FormatError, UsageError
 from zarr_device.torch.format import FILES_KEY, checkpoint_codecs, encode_name
 from zarr_device.torch.load import iter_load, open_checkpoint
@@ -236,7 +236,7 @@ def convert_to_checkpoint(
 ) -> ConvertSummary:
     """Writes the safetensors file, model folder or torch.save file (``kind``: "safetensors",
     "huggingface", "torch") at ``source`` as a checkpoint at ``dest`` (checked replaceable by
-    the caller); returns a :class:`zarr_device.convert.ConvertSummary`. ``checksum``: a crc32c
+    the caller); returns a :class:`zarr_device.conversion.ConvertSummary`. ``checksum``: a crc32c
     on every chunk (True), which zstd checkpoints always have; None: the checkpoint's default
     (as ``zarr_device.torch.save``: sizes only for uncompressed chunks)."""
     if compressors not in (None, "none", "zstd"):
@@ -332,25 +332,25 @@ def convert_to_safetensors(
 def convert(kind: str, source: Any, destination: Any, options: Mapping[str, Any],
             compressors: Any, checksum: bool | None, overwrite: bool, progress: Progress) -> ConvertSummary:
     """``zarr_device.convert.convert`` for a checkpoint conversion (``kind``, from
-    :func:`zarr_device.convert.checkpoint_kind`): ``options`` are convert's options that do not
+    :func:`zarr_device.conversion.checkpoint_kind`): ``options`` are convert's options that do not
     apply here, refused when given; ``checksum`` applies to conversions into a checkpoint."""
     if kind == "to-safetensors":
         options = {**options, "checksum": checksum}
     unused = [name for name, value in options.items() if value not in (None, "")]
     if unused:
         raise UsageError(f"{', '.join(unused)} do not apply to checkpoint conversions (they have one layout)")
-    local = _local_path(source)
+    local = local_path(source)
     if local is None:
         raise UsageError(f"a checkpoint conversion reads a local file or directory, not {source!r}")
     path = Path(os.path.abspath(local))
     if kind == "to-safetensors":
         dest = placement.local_destination(destination)
-        if _inside(os.path.realpath(dest), os.path.realpath(path)):
+        if path_inside(os.path.realpath(dest), os.path.realpath(path)):
             raise UsageError(f"{dest}: the destination must lie outside the checkpoint {path}")
         placement.check_replaceable_file(dest, overwrite, ".safetensors")
         return convert_to_safetensors(path, dest, overwrite=overwrite, progress=progress)
     folder = str(path) if kind == "huggingface" else None
-    dest = _check_destination(destination, SourceTree(str(path), folder, []), overwrite)
+    dest = check_destination(destination, SourceTree(str(path), folder, []), overwrite)
     if not isinstance(compressors, (str, type(None))):
         raise UsageError("a checkpoint's compressors are 'zstd' or none, not codec dicts")
     return convert_to_checkpoint(path, kind, dest, compressors=compressors, checksum=checksum, overwrite=overwrite,

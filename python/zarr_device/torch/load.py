@@ -23,7 +23,7 @@ from zarr_device.many import iter_many, read_many
 from zarr_device.sizes import parse_size
 from zarr_device.torch.auto_map import AUTO_STRATEGIES, MaxMemory, memory_budgets, plan_auto_device_map
 from zarr_device.torch.device_map import DeviceMap, plan_device_map
-from zarr_device.torch.distributed import Part, ShardPlan, part_selection, resolve_rank, tensor_parallel_parts
+from zarr_device.torch.parts import Part, ShardPlan, part_selection, resolve_rank, tensor_parallel_parts
 from zarr_device.torch.format import TENSOR_ATTRIBUTE, Manifest, parse_manifest
 
 __all__ = ["Checkpoint", "open_checkpoint", "load", "iter_load", "auto_device_map", "metadata", "Keys", "DeviceArg"]
@@ -194,7 +194,7 @@ def _parts(
             raise UsageError("rank= and world_size= go with a shard_plan= (for a plain load, pass neither)")
         return None
     rank, world_size = resolve_rank(rank, world_size)
-    return tensor_parallel_parts(checkpoint, names, shard_plan, rank, world_size)
+    return tensor_parallel_parts({name: checkpoint.shape(name) for name in names}, shard_plan, rank, world_size)
 
 
 def planned_bytes(tensor_bytes: int, itemsize: int, stored_floating: bool, dtype: torch.dtype | None) -> int:

@@ -18,7 +18,8 @@ import torch
 from zarr_device import placement
 from zarr_device.config import get_config
 from zarr_device.progress import Progress, progress_bar
-from zarr_device.create import create, create_group
+from zarr_device.create import create
+from zarr_device.group import create_group
 from zarr_device.dtypes import ZARR_DTYPE_NAMES
 from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
 from zarr_device.stores import LocalStore

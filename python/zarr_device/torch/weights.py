@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import torch
 
-from zarr_device.torch.distributed import ShardPlan
+from zarr_device.torch.parts import ShardPlan
 from zarr_device.torch.load import DeviceArg, Keys, PathLike, iter_load
 
 __all__ = ["iter_weights", "DEFAULT_WINDOW"]

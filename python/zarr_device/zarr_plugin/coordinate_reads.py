@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from zarr_device.zarr_plugin.box_reads import wrap_sync_methods
+from zarr_device.zarr_plugin.box_reads import BoxReader, wrap_sync_methods
 
 __all__ = ["install", "installed"]
 
@@ -60,9 +60,9 @@ def install() -> tuple[str, ...]:
 
 
 def _served(pipeline: Any) -> bool:
-    from zarr_device.zarr_plugin.pipeline import DevicePipeline
-
-    return isinstance(pipeline, DevicePipeline)
+    # The plug-in's pipeline is the one that reads boxes (box_reads.BoxReader): known by what it
+    # does, so that this module need not import the pipeline, which installs it.
+    return isinstance(pipeline, BoxReader)
 
 
 def _shaped(result: Any, shape: Any) -> Any:

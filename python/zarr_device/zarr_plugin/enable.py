@@ -4,6 +4,8 @@ classes every array opened afterwards uses; :func:`enable` points them at this p
 
 from __future__ import annotations
 
+import importlib
+import sys
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -12,7 +14,7 @@ from zarr_device.adapters.base import import_framework
 from zarr_device.devices import DeviceLike, DeviceSpec, parse_device
 from zarr_device.errors import UsageError
 
-__all__ = ["enable", "disable", "Enabled", "is_enabled"]
+__all__ = ["enable", "disable", "Enabled", "is_enabled", "register_with_zarr"]
 
 _PIPELINE = "zarr_device.zarr_plugin.pipeline.DevicePipeline"
 _CPU_BUFFER = "zarr.buffer.cpu.Buffer"
@@ -92,6 +94,22 @@ def _buffer_classes(like: str) -> tuple[str, str]:
     return _BUFFERS[like]
 
 
+def register_with_zarr(*, if_imported: bool = False) -> None:
+    """Makes zarr-python know bfloat16 and the float8 types (:mod:`zarr_device.zarr_dtypes`), so
+    that ``zarr.open_array`` reads arrays that have them and ``zarr.create_array`` writes them.
+
+    ``import zarr_device`` calls this when zarr is already imported (``if_imported``: importing
+    zarr here would double the time ``import zarr_device`` takes); a program that imports zarr
+    afterwards calls it itself. UsageError when zarr is not installed."""
+    if if_imported and "zarr" not in sys.modules:
+        return
+    try:
+        zarr_dtypes = importlib.import_module("zarr_device.zarr_dtypes")
+    except ImportError as e:
+        raise UsageError(f"zarr-python is not installed ({e}): pip install zarr") from None
+    zarr_dtypes.register()
+
+
 def enable(device: DeviceLike = "cpu", like: str | None = None, *, strict: bool = False) -> Enabled:
     """Makes zarr-python read and write arrays through the zarr-device engine, into memory on
     ``device``: ``zarr.open_array(...)[...]`` and assignments to it go through the engine, for
@@ -110,7 +128,6 @@ def enable(device: DeviceLike = "cpu", like: str | None = None, *, strict: bool 
     """
     import zarr
 
-    from zarr_device.dtypes import register_with_zarr
     from zarr_device.zarr_plugin import buffers, pipeline  # registers the classes named below
 
     register_with_zarr()  # bfloat16 and float8, which the engine reads, for zarr-python too

@@ -1,0 +1,186 @@
+"""What every conversion shares (``zarr-device convert``: Zarr to Zarr in :mod:`zarr_device.convert`,
+PyTorch checkpoints in :mod:`zarr_device.torch.interop`): the summary it returns, the source it
+reads as one tree of nodes, which kind of source a path holds, and the destination it may write."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy.typing as npt
+
+from zarr_device import placement
+from zarr_device.array import Array
+from zarr_device.errors import UsageError
+from zarr_device.group import Group
+from zarr_device.group import open as open_node
+from zarr_device.nodes import join_path
+from zarr_device.stores import LocalStore, StoreLike, ZarrStoreAdapter, as_store
+
+__all__ = [
+    "ConvertSummary",
+    "SourceGroup",
+    "SourceArray",
+    "SourceTree",
+    "read_zarr",
+    "read_source",
+    "local_path",
+    "checkpoint_kind",
+    "path_inside",
+    "check_destination",
+]
+
+
+@dataclass(frozen=True)
+class ConvertSummary:
+    """What a conversion did. ``bytes_read``: the decoded bytes of every array copied;
+    ``bytes_written``: the size of the destination's files (chunks and metadata)."""
+
+    source: str
+    destination: str
+    arrays: int
+    groups: int
+    bytes_read: int
+    bytes_written: int
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- sources ------------------------------------------------------------------------------------
+# Every kind of input is read as one SourceTree: nodes, groups before their members, with paths
+# relative to the node converted (""). Zarr is the one kind so far; another (a safetensors file, a
+# Hugging Face folder) is one more reader giving the same nodes, and one entry in _SOURCE_KINDS.
+
+
+@dataclass(frozen=True)
+class SourceGroup:
+    path: str
+    attributes: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SourceArray:
+    path: str
+    shape: tuple[int, ...]
+    data_type: str  # a Zarr v3 name
+    itemsize: int
+    fill_value: Any  # as Zarr v3 JSON
+    chunks: tuple[int, ...]  # the source's (inner) chunks, kept unless others are asked for
+    attributes: dict[str, Any]
+    dimension_names: list[str | None] | None
+    read: Callable[[tuple[slice, ...]], npt.NDArray[Any]]
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    description: str  # for messages and the summary
+    local_root: str | None  # the directory read, when local: nothing may be written into it
+    nodes: list[SourceGroup | SourceArray]
+
+
+def _zarr_nodes(node: Array | Group, relative: str) -> Iterator[SourceGroup | SourceArray]:
+    if isinstance(node, Group):
+        yield SourceGroup(relative, dict(node.attrs))
+        for name in sorted(node):
+            yield from _zarr_nodes(node[name], join_path(relative, name))
+        return
+    yield SourceArray(
+        path=relative,
+        shape=node.shape,
+        data_type=str(node._core.dtype),  # noqa: SLF001 - the package's own
+        itemsize=node.dtype.itemsize,
+        fill_value=node.fill_value,
+        chunks=node.chunks,
+        attributes=dict(node.attrs),
+        dimension_names=node.metadata.get("dimension_names") if node.zarr_format == 3 else None,
+        read=node.read,
+    )
+
+
+def read_zarr(source: StoreLike | Array | Group, path: str) -> SourceTree:
+    """A Zarr array or group (v3, or v2) in any store the engine reads, or an opened node."""
+    if isinstance(source, (Array, Group)):
+        store, path = source.store, join_path(source.path, path)
+    else:
+        store = as_store(source)
+    node = open_node(store, path=path, mode="r")
+    root = None
+    if isinstance(store, LocalStore):
+        root = str(store.root)
+    elif isinstance(store, ZarrStoreAdapter) and hasattr(store.store, "root"):
+        root = str(store.store.root)
+    where = store.handle.describe() + (f" :: /{node.path}" if node.path else "")
+    return SourceTree(where, root, list(_zarr_nodes(node, "")))
+
+
+# Input kinds, tried in order: the first whose test takes the source reads it. Zarr comes last,
+# since any path or store may hold Zarr; more specific kinds go before it.
+_SOURCE_KINDS: list[tuple[str, Callable[[Any], bool], Callable[[Any, str], SourceTree]]] = [
+    ("zarr", lambda source: True, read_zarr),
+]
+
+
+def local_path(source: Any) -> Path | None:
+    """A local path or ``file://`` URL as a Path; None for a store or another scheme's URL."""
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    text = os.fspath(source)
+    return None if "://" in text and not text.startswith("file://") else Path(text.removeprefix("file://"))
+
+
+def _is_model_folder(path: Path) -> bool:
+    has_weights = (path / "model.safetensors.index.json").is_file() or (path / "model.safetensors").is_file()
+    return path.is_dir() and has_weights and not (path / "zarr.json").exists()
+
+
+# PyTorch checkpoint conversions (zarr_device.torch.interop): these inputs are not copied node by
+# node as Zarr is, but written as a checkpoint (docs/checkpoint-format.md) by the checkpoint
+# writer. Tried in order, before _SOURCE_KINDS.
+_CHECKPOINT_KINDS: list[tuple[str, Callable[[Path], bool]]] = [
+    ("safetensors", lambda path: path.is_file() and path.name.endswith(".safetensors")),
+    ("huggingface", _is_model_folder),
+    ("torch", lambda path: path.is_file() and path.suffix in (".pt", ".pth", ".bin", ".ckpt")),
+]
+
+
+def checkpoint_kind(source: Any, destination: Any) -> str | None:
+    """The checkpoint conversion ``convert`` does from ``source`` to ``destination``: "safetensors",
+    "huggingface" or "torch" (into a checkpoint), "to-safetensors" (a checkpoint into a
+    ``*.safetensors`` file), or None (Zarr to Zarr)."""
+    path = local_path(source)
+    kind = next((k for k, takes in _CHECKPOINT_KINDS if takes(path)), None) if path else None
+    dest = local_path(destination)
+    if dest is not None and dest.name.endswith(".safetensors"):
+        if kind is not None:
+            raise UsageError(f"{source} is a {kind} file or folder, not a checkpoint to write as safetensors")
+        return "to-safetensors"
+    return kind
+
+
+def read_source(source: Any, path: str = "") -> SourceTree:
+    return next(reader for _kind, takes, reader in _SOURCE_KINDS if takes(source))(source, path)
+
+
+# -- the destination ----------------------------------------------------------------------------
+
+
+def path_inside(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies below it (both resolved by the caller)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def check_destination(destination: Any, source: SourceTree, overwrite: bool) -> Path:
+    """The local folder a conversion of ``source`` writes: never inside the source, nor holding
+    it; an existing node only with ``overwrite``."""
+    dest = placement.local_destination(destination)
+    if source.local_root is not None:
+        real, root = os.path.realpath(dest), os.path.realpath(source.local_root)
+        if path_inside(real, root) or path_inside(root, real):
+            raise UsageError(f"{dest}: the destination must lie outside the source store {root}, and not hold it")
+    placement.check_replaceable(dest, overwrite)
+    return dest
