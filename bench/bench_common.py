@@ -173,15 +173,20 @@ def compressor_codecs(codec: str, level: int, checksum: bool = True) -> list[dic
     return [zstd, {"name": "crc32c"}] if checksum else [zstd]
 
 
-def print_header(machine: dict[str, Any], versions: dict[str, str | None], engine: dict[str, Any],
-                 layout: dict[str, Any], codecs: Sequence[str], level: int, source: str) -> None:
-    """The run's machine, versions, engine build and array, as both GPU benchmarks print them."""
+def print_machine(machine: dict[str, Any], versions: dict[str, str | None], engine: dict[str, Any]) -> None:
+    """The run's machine, package versions and engine build, as the benchmarks print them."""
     print(f"machine:  {machine['cpu']}; {machine['usable_cores']} cores usable of {machine['cores']}; "
           f"{fmt_bytes(machine['memory_bytes'] or 0)} RAM; {machine['system']}; Python {machine['python']}")
     for gpu in machine["gpus"] or ["no GPU found by nvidia-smi"]:
         print(f"gpu:      {gpu}")
     print("versions: " + ", ".join(f"{k} {v or '(not installed)'}" for k, v in versions.items()))
     print(f"engine:   {json.dumps(engine)}")
+
+
+def print_header(machine: dict[str, Any], versions: dict[str, str | None], engine: dict[str, Any],
+                 layout: dict[str, Any], codecs: Sequence[str], level: int, source: str) -> None:
+    """The run's machine, versions, engine build and array, as both GPU benchmarks print them."""
+    print_machine(machine, versions, engine)
     grid = f"shards of {layout['shards']} holding chunks of {layout['chunks']}" if layout["shards"] else \
         f"chunks of {layout['chunks']}"
     print(f"array:    {fmt_bytes(layout['nbytes'])} {layout['dtype']}, shape {tuple(layout['shape'])}, {grid} "

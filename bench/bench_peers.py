@@ -369,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     from importlib import metadata
 
-    from bench_common import drop_caches, engine_info, fmt_bytes, log, machine_info, package_versions
+    from bench_common import drop_caches, engine_info, fmt_bytes, log, machine_info, package_versions, print_machine
     from bench_many import COLS, tensor_rows
 
     started = time.perf_counter()
@@ -381,13 +381,7 @@ def run(args: argparse.Namespace) -> int:
     machine, versions, engine = machine_info(), package_versions(), engine_info()
     for name in PEER_PACKAGES:
         versions[name] = metadata.version(name) if importlib.util.find_spec(name.replace("-", "_")) else None
-    memory = fmt_bytes(machine["memory_bytes"] or 0)
-    print(f"machine:  {machine['cpu']}; {machine['usable_cores']} cores; {memory} RAM; {machine['system']}; "
-          f"Python {machine['python']}")
-    for gpu in machine["gpus"] or ["no GPU found"]:
-        print(f"gpu:      {gpu}")
-    print("versions: " + ", ".join(f"{k} {v or '-'}" for k, v in versions.items()))
-    print(f"engine:   {json.dumps(engine)}")
+    print_machine(machine, versions, engine)
     print(f"data:     {len(rows)} bf16 tensors of [rows, {COLS}], {fmt_bytes(nbytes)} ({nbytes / 1e9:.3f} GB); zarr "
           f"chunks of {args.chunk_rows} rows ({fmt_bytes(args.chunk_rows * COLS * 2)}); device {args.device}",
           flush=True)
