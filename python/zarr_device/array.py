@@ -156,8 +156,9 @@ class Array:
         ``device``: where the result lives. None or "cpu": host memory. "cuda", "cuda:N", an int
         N or ``torch.device("cuda", N)``: CUDA device N, which the engine fills directly
         (decoding on the GPU where it can). Other torch devices ("mps", "xpu", "cuda" with a ROCm
-        build of torch): the engine fills pinned host memory and torch copies it over without
-        blocking. Without ``device``, a read lands where ``out`` lives.
+        build of torch): the engine fills a pinned host staging of at most ``staging_bytes`` and
+        torch copies it over, half of it at a time for a larger read; the read returns once the
+        copies have finished. Without ``device``, a read lands where ``out`` lives.
 
         ``like``: the kind of result. On the CPU: "numpy" (the default), "torch" (which also
         serves bfloat16 and float8 to torch), "mlx" (no float8 or complex128: MLX has none) or

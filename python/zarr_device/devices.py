@@ -6,8 +6,9 @@ Three kinds of target:
 * ``cpu``: host memory (NumPy arrays or CPU torch tensors).
 * ``cuda``: an NVIDIA GPU the engine writes to itself, decoding on the GPU where it can.
 * ``framework``: any other device PyTorch knows (Apple ``mps``, Intel ``xpu``, ``cuda`` on ROCm
-  builds of torch, ...). The engine decodes into host memory (pinned, where torch can pin) and
-  torch makes the one non-blocking copy to the device.
+  builds of torch, ...). The engine decodes into a host staging of at most ``staging_bytes``
+  (pinned, where torch can pin) and torch copies it to the device
+  (:mod:`zarr_device.staged_reads`).
 """
 
 from __future__ import annotations
