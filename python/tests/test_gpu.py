@@ -378,23 +378,35 @@ def test_reads_order_their_work_on_the_frameworks_current_stream(tmp_path: Path)
 
 
 def test_framework_path_on_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The path other devices take (pinned host memory, then a non-blocking torch copy), run
-    against a CUDA device: the staging tensor is pinned and the values arrive intact."""
+    """The path other devices take (a pinned host staging, then non-blocking torch copies), run
+    against a CUDA device: the staging is pinned and the values arrive intact; with a staging far
+    smaller than the array, each half is refilled only after the GPU's copies out of it (events),
+    and the values still arrive intact."""
     from zarr_device.adapters import torch as torch_adapter
 
     staged: list[Any] = []
-    real = torch_adapter.to_device
+    real = torch_adapter.pinned_empty
 
-    def spy(host: Any, device: str, out: Any = None) -> Any:
-        staged.append(host)
-        return real(host, device, out=out)
+    def spy(shape: tuple[int, ...], zarr_name: str) -> Any:
+        staged.append(real(shape, zarr_name))
+        return staged[-1]
 
-    monkeypatch.setattr(torch_adapter, "to_device", spy)
+    monkeypatch.setattr(torch_adapter, "pinned_empty", spy)
+    target = DeviceSpec("framework", 0, DEV)
     arr, values = make_array(tmp_path / "a", "bfloat16")
-    result = arr.read(device=DeviceSpec("framework", 0, DEV), like="torch")
+    result = arr.read(device=target, like="torch")
     assert result.device == torch.device(DEV)
     assert len(staged) == 1 and staged[0].is_pinned()
     assert tensor_bytes(result) == host_bytes(values)
+    big, big_values = make_array(tmp_path / "b", "float32", shape=(2048, 1024), chunks=(128, 1024))
+    previous = zd.set_config(staging_bytes="2MiB")
+    try:
+        got = zd.read_many({"b": big, "a": arr}, device=target, like="torch")
+    finally:
+        zd.set_config(staging_bytes=previous.staging_bytes)
+    assert staged[-1].numel() <= 2 << 20 and staged[-1].is_pinned()
+    assert tensor_bytes(got["b"]) == host_bytes(big_values)
+    assert tensor_bytes(got["a"]) == host_bytes(values)
 
 
 # ----------------------------------------------------------------------------------------------
