@@ -205,12 +205,16 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   // Pack the leaves into batches: as many as fit a slot, and whose GPU decodes fit a region (or
   // a batch's share of the decode arena, for a read whose batches decode off their slots: one
   // that waits for its decodes).
-  prepare_decodes(ctx, leaves, !defer_consumers_, !(options_.non_blocking && may_stream_order));
+  const bool waits = !(options_.non_blocking && may_stream_order);
   const std::size_t capacity = ctx.slots_.front().capacity;
+  const std::size_t decode_target = gpu::decode_batch_target(need, capacity, waits);
+  prepare_decodes(ctx, leaves, !defer_consumers_, waits, decode_target);
   const std::size_t target = gpu::batch_target(need, capacity, ctx.slots_.size());
   const std::size_t decode_budget =
       off_slot_ ? gpu::off_slot_decode_budget(capacity, ctx.arena_memory()) : ctx.decode_budget;
-  const auto batches = gpu::pack_batches(leaves, capacity, target, costs_, decode_budget);
+  const auto batches =
+      gpu::pack_batches(leaves, capacity, target, costs_, decode_budget,
+                        off_slot_ ? capacity : decode_target);  // (few chunks a slot: no cut)
   // The device waits for the consumers' work, not the host, which goes on planning and reading.
   consumers_ = ctx.record_consumers(streams);
   if (!defer_consumers_) {

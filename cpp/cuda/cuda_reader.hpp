@@ -59,9 +59,10 @@ class Reader {
   std::vector<Leaf> read_from_files(std::vector<Leaf> leaves);
   // Sizes what device decodes cost and splits the decode memory into regions for them, or, for
   // chunks a slot holds fewer than gpu::kFewPerSlot of, when `may_leave_slots`, makes it an arena
-  // (off_slot_).
+  // (off_slot_). `batch_bytes`: the most a batch of device decodes stages (a slot, or less for a
+  // read that waits: gpu::decode_batch_target), which the regions are planned for.
   void prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in_place,
-                       bool may_leave_slots);
+                       bool may_leave_slots, std::size_t batch_bytes);
   // Orders `stream`'s later work after the consumers' work recorded at the read's start: at once
   // for every slot, or, where a read defers it, before a batch's first write (see read()).
   void wait_for_consumers(DeviceContext& ctx, cudaStream_t stream) const;

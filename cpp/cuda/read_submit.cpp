@@ -160,7 +160,7 @@ void Reader::wait_for_consumers(DeviceContext& ctx, cudaStream_t stream) const {
 }
 
 void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in_place,
-                             bool may_leave_slots) {
+                             bool may_leave_slots, std::size_t batch_bytes) {
   std::size_t max_chunk = 0;
   std::array<bool, DeviceDecoding::kKinds> present{};
   for (const auto& leaf : leaves) {
@@ -181,7 +181,7 @@ void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in
   }
   const std::size_t capacity = ctx.slots_.front().capacity;
   const std::size_t regions =
-      gpu::plan_decode_regions(leaves, costs_, alignment, ctx.slots_.size(), capacity,
+      gpu::plan_decode_regions(leaves, costs_, alignment, ctx.slots_.size(), batch_bytes,
                                ctx.decode_memory(), in_place);  // (and each chunk's scratch)
   off_slot_ =
       may_leave_slots && gpu::decodes_off_slots(leaves, capacity, ctx.arena_memory(), costs_);

@@ -236,6 +236,49 @@ TEST(GpuReadBatches, SmallReadsAreCutIntoSmallBatches) {
   EXPECT_EQ(two[0].end, 1u);
 }
 
+TEST(GpuReadBatches, ReadsThatWaitForTheirDecodesCutThemFiner) {
+  // A tensor of 32 chunks of 2 MiB stored in 1.5 MiB each: one 64 MiB slot would hold it all, and
+  // a read that waits would fetch, copy and decode it one after another. Cut in four, its first
+  // batch decodes while the others are fetched.
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  constexpr std::size_t kSlot = 64 * kMiB;
+  const auto spec = test::make_spec({2 * kMiB}, "uint8");
+  std::vector<Leaf> tensor;
+  for (int i = 0; i < 32; ++i) {
+    tensor.push_back(sized_leaf(Route::kDeviceDecode, 3 * kMiB / 2, spec));
+    tensor.back().selection = test::full_selection(spec.shape);
+  }
+  const auto need = staging_need(tensor);
+  EXPECT_EQ(decode_batch_target(need, kSlot, false), kSlot);  // non_blocking: the next read overlaps
+  EXPECT_EQ(decode_batch_target(need, kSlot, true), 12 * kMiB);
+  auto batches = pack_batches(tensor, kSlot, kMinBatchBytes, DecodeCosts{}, SIZE_MAX,
+                              decode_batch_target(need, kSlot, true));
+  ASSERT_EQ(batches.size(), 4u);
+  EXPECT_EQ(batches[0].end, 8u);
+  EXPECT_EQ(tensor[8].staging, 0u);  // each batch starts its own slot
+  EXPECT_EQ(pack_batches(tensor, kSlot, kMinBatchBytes, DecodeCosts{}, SIZE_MAX,
+                         decode_batch_target(need, kSlot, false))
+                .size(),
+            1u);
+  // Never below kMinDecodeBatchBytes, nor finer than the slots for a read that fills them.
+  const std::vector<Leaf> small(tensor.begin(), tensor.begin() + 4);
+  EXPECT_EQ(decode_batch_target(staging_need(small), kSlot, true), kMinDecodeBatchBytes);
+  std::vector<Leaf> large(400, tensor[0]);
+  EXPECT_EQ(decode_batch_target(staging_need(large), kSlot, true), kSlot);
+  // Chunks decoded on CPU threads still fill their slot, waiting or not.
+  std::vector<Leaf> cpu = tensor;
+  for (auto& leaf : cpu) leaf.route = Route::kCpuDecode;
+  EXPECT_EQ(pack_batches(cpu, kSlot, kMinBatchBytes, DecodeCosts{}, SIZE_MAX, 12 * kMiB).size(),
+            1u);
+  // The decode regions follow the batches: four of eight chunks decode at once, not one of 32.
+  DecodeCosts costs{};
+  costs[static_cast<std::size_t>(DecodeKind::kZstd)] = {kMiB, kMiB};
+  PerKind alignment{};
+  alignment.fill(8);
+  EXPECT_EQ(plan_decode_regions(tensor, costs, alignment, 12, kSlot, 2048 * kMiB), 1u);
+  EXPECT_EQ(plan_decode_regions(tensor, costs, alignment, 12, 12 * kMiB, 2048 * kMiB), 4u);
+}
+
 TEST(GpuReadBatches, BatchesDecodedOnTheCpuAreFetchedFurtherAhead) {
   // Half the ring ahead for batches that copy or decode on the device; every slot but one for
   // batches whose chunks decode on CPU threads, whose fetch is their decode.

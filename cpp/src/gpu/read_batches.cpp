@@ -114,6 +114,11 @@ std::size_t batch_target(const StagingNeed& need, std::size_t capacity, std::siz
       capacity);
 }
 
+std::size_t decode_batch_target(const StagingNeed& need, std::size_t capacity, bool waits) {
+  if (!waits) return capacity;
+  return std::min(std::max(need.total / kWaitingPieces, kMinDecodeBatchBytes), capacity);
+}
+
 std::size_t fetch_ahead(std::span<const Leaf> batch, std::size_t slots) {
   if (slots < 2) return 0;
   bool cpu = false;
@@ -125,7 +130,8 @@ std::size_t fetch_ahead(std::span<const Leaf> batch, std::size_t slots) {
 }
 
 std::vector<Batch> pack_batches(std::span<Leaf> leaves, std::size_t capacity, std::size_t target,
-                                const DecodeCosts& costs, std::size_t decode_budget) {
+                                const DecodeCosts& costs, std::size_t decode_budget,
+                                std::size_t decode_target) {
   std::vector<Batch> batches;
   for (std::size_t begin = 0; begin < leaves.size();) {
     std::size_t used = 0;
@@ -151,6 +157,9 @@ std::vector<Batch> pack_batches(std::span<Leaf> leaves, std::size_t capacity, st
       const bool decoding = decodes > 0 || cpu_decodes > 0 || leaf.route == Route::kDeviceDecode ||
                             leaf.route == Route::kCpuDecode;
       if (end > begin && !decoding && at + need > target) break;
+      // A read that waits for its device decodes cuts them finer (decode_batch_target).
+      const bool on_cpu = cpu_decodes > 0 || leaf.route == Route::kCpuDecode;
+      if (end > begin && decoding && !on_cpu && at + need > decode_target) break;
       if (leaf.route == Route::kCpuDecode) ++cpu_decodes;
       if (leaf.route == Route::kDeviceDecode) {
         const auto& cost = costs[static_cast<std::size_t>(leaf.codec)];

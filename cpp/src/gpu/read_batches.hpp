@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -114,6 +115,21 @@ StagingNeed staging_need(std::span<const Leaf> leaves);
 // instead: a batched decoder's speed follows the chunks it decodes at once.
 std::size_t batch_target(const StagingNeed& need, std::size_t capacity, std::size_t slots);
 
+// A read that waits for its device decodes pays its fetch, its copy and its last decoder call one
+// after another, and a decoder call takes milliseconds however few its chunks (a 2 MiB zstd chunk
+// decodes on one thread block: 3.4 ms a call of one, 4.1 of 32, measured on an H200), so such a
+// read of one tensor is cut into about kWaitingPieces batches: the first decodes while the rest
+// are fetched and copied, and its last call holds a quarter of the chunks. Batches are not cut
+// below kMinDecodeBatchBytes, nor is a larger read (one whose quarter fills a slot) cut finer
+// than its slots: its batches already overlap.
+inline constexpr std::size_t kWaitingPieces = 4;
+inline constexpr std::size_t kMinDecodeBatchBytes = std::size_t{4} << 20;
+
+// The staged bytes a batch with device decodes (and none on the CPU) holds at most, for a read
+// that stages `need` through slots of `capacity` bytes: `capacity` (a full slot) unless the read
+// `waits` for its decodes, then a kWaitingPieces-th of the read (at least kMinDecodeBatchBytes).
+std::size_t decode_batch_target(const StagingNeed& need, std::size_t capacity, bool waits);
+
 // How many batches past the one going to the device a read fetches while it goes: batch b uses
 // slot b % slots, so the CPU stages of the next fetch_ahead(batch) batches run on the pool while
 // batch b is copied and decoded, and the copy engine finds the next slot full when it is done
@@ -128,10 +144,12 @@ std::size_t batch_target(const StagingNeed& need, std::size_t capacity, std::siz
 std::size_t fetch_ahead(std::span<const Leaf> batch, std::size_t slots);
 
 // Packs `leaves` in order into batches: as many as fit `target` bytes, or a slot's `capacity` once
-// a batch holds a device decode (a single leaf may take up to `capacity`; at most kMaxBatch leaves)
-// and whose device decodes fit a region of `decode_budget` bytes; sets each leaf's place in its
-// slot. OutOfMemoryError naming the chunk when one leaf is larger than a slot.
+// a batch holds a device decode (`decode_target` where it holds no CPU decode: see
+// decode_batch_target) or a CPU decode (a single leaf may take up to `capacity`; at most kMaxBatch
+// leaves) and whose device decodes fit a region of `decode_budget` bytes; sets each leaf's place
+// in its slot. OutOfMemoryError naming the chunk when one leaf is larger than a slot.
 std::vector<Batch> pack_batches(std::span<Leaf> leaves, std::size_t capacity, std::size_t target,
-                                const DecodeCosts& costs, std::size_t decode_budget);
+                                const DecodeCosts& costs, std::size_t decode_budget,
+                                std::size_t decode_target = SIZE_MAX);
 
 }  // namespace zarr_device::gpu
