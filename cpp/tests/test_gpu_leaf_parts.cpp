@@ -242,6 +242,12 @@ TEST(GpuLeafParts, SelectionsOfChunksLargerThanTheStagingAreReadInParts) {
         for (const auto& leaf : leaves) read += leaf.length;
         EXPECT_EQ(read, expected.size() * 4);
       }
+      // A stretch under a crc32c: its parts' fetches checksum the bytes around it, CPU work
+      // fetched as far ahead as CPU decodes are (a plain stretch's copies half the ring).
+      const bool around = stretch && codecs == kPlainCrc;
+      EXPECT_EQ(checks_around(leaves.front()), around) << array->path();
+      EXPECT_EQ(fetch_ahead({leaves.data(), 1}, 12), around || !stretch ? 11u : 6u)
+          << array->path();
       Staged staged(std::move(leaves));
       for (std::size_t b = staged.batches.size(); b-- > 0;) staged.fetch(b);  // last part first
       staged.place();

@@ -428,6 +428,8 @@ void lend_part_staging(std::span<Leaf> batch, std::byte* host) {
   }
 }
 
+bool checks_around(const Leaf& leaf) { return leaf.parts && !leaf.parts->around.empty(); }
+
 bool fetch_part(const Leaf& part, std::byte* staged, bool wait) {
   ChunkParts& parts = *part.parts;
   try {

@@ -69,6 +69,11 @@ std::size_t cut_into_parts(std::vector<Leaf>& leaves, const PartSizes& sizes);
 // in batches fetched at the same time, into their places.
 void lend_part_staging(std::span<Leaf> batch, std::byte* host);
 
+// Whether fetching `leaf` also checksums a share of its chunk's bytes around a stretch (a rank's
+// rows of a chunk under a crc32c): such a fetch is the CPU's work more than the copy engine's,
+// like a CPU decode's (gpu::fetch_ahead).
+bool checks_around(const Leaf& leaf);
+
 // Fetches a part into `staged` (its place in its slot): a copied chunk's part is read, a decoded
 // chunk's parts are decoded in order up to it. Once a chunk's parts are all in, its checks are
 // those of the whole chunk: its size, its checksum (ChecksumError), its codecs' (CodecError),

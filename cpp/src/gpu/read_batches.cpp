@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "gpu/leaf_parts.hpp"
+
 namespace zarr_device::gpu {
 
 double device_decodes_per_slot(std::span<const Leaf> leaves, std::size_t capacity) {
@@ -124,7 +126,7 @@ std::size_t fetch_ahead(std::span<const Leaf> batch, std::size_t slots) {
   bool cpu = false;
   for (const auto& leaf : batch) {
     if (leaf.route == Route::kDeviceDecode) return slots / 2;
-    cpu = cpu || leaf.route == Route::kCpuDecode;
+    cpu = cpu || leaf.route == Route::kCpuDecode || checks_around(leaf);
   }
   return cpu ? slots - 1 : slots / 2;
 }

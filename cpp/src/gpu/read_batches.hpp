@@ -140,7 +140,8 @@ std::size_t decode_batch_target(const StagingNeed& need, std::size_t capacity, b
 // threads and none on the device leaves its slot within a copy's time, and its fetch is the
 // decode: it fetches all but one slot ahead, so that as many threads decode as the ring has
 // slots (a 64 MiB chunk fills a slot of the default ring: half the ring kept 7 of 16 threads
-// busy, 4.2-4.7 GB/s on an H200).
+// busy, 4.2-4.7 GB/s on an H200). So does a batch of parts whose fetches checksum the bytes
+// around a stretch (checks_around), whose fetch is mostly that checksum.
 std::size_t fetch_ahead(std::span<const Leaf> batch, std::size_t slots);
 
 // Packs `leaves` in order into batches: as many as fit `target` bytes, or a slot's `capacity` once
