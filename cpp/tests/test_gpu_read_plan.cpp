@@ -249,8 +249,8 @@ TEST(GpuReadBatches, ReadsThatWaitForTheirDecodesCutThemFiner) {
     tensor.back().selection = test::full_selection(spec.shape);
   }
   const auto need = staging_need(tensor);
-  EXPECT_EQ(decode_batch_target(need, kSlot, false),
-            kSlot);  // non_blocking: the next read overlaps
+  // A read that does not wait (non_blocking) is overlapped by the next one: not cut.
+  EXPECT_EQ(decode_batch_target(need, kSlot, false), kSlot);
   EXPECT_EQ(decode_batch_target(need, kSlot, true), 12 * kMiB);
   auto batches = pack_batches(tensor, kSlot, kMinBatchBytes, DecodeCosts{}, SIZE_MAX,
                               decode_batch_target(need, kSlot, true));
