@@ -31,7 +31,8 @@ or the loader is reported FAILED, not timed.
     torch.load-mmap         torch.load(f, mmap=True, weights_only=True), then .to(d) for each tensor
 
 Reported: GB/s (10^9 bytes of tensor data per second), each loader's speed over zarr-device's (on
-uncompressed arrays), and the peak RSS of each loader's process (VmHWM, measured in it).
+uncompressed arrays), the peak RSS of each loader's process (VmHWM, measured in it) and how much of
+it the loads added (the peak less the RSS once torch, the CUDA context and the loader were set up).
 
     python bench/bench_peers.py --size 6GiB --out /tmp/bp [--codecs none,zstd] [--json peers.json]
     python bench/bench_peers.py --device cpu --size 256MiB --no-cold     # a smoke run without a GPU
@@ -418,7 +419,7 @@ def run(args: argparse.Namespace) -> int:
               f"tensors on {args.device}, synchronised; warm: best and median of {args.repeats} after an untimed load; "
               "cold: one load by a fresh process after the page cache was dropped. vs zd: the loader's GB/s over "
               "zarr-device's (uncompressed arrays). Peak RSS: VmHWM of the loader's process (torch and its "
-              "CUDA context included). Every load with figures returned the generated values, bit for bit "
+              "CUDA context included); added warm: that peak less the RSS before the first load. Every load with figures returned the generated values, bit for bit "
               "(FAILED: other values).")
         if args.device == "cpu":
             print("device cpu: a smoke run of the logic, not a measurement: safetensors' and torch.load's tensors "
@@ -479,7 +480,8 @@ def summarise(row: dict[str, Any], nbytes: int) -> None:
             return
     seconds = warm["seconds"]
     row.update(warm_best_gbps=nbytes / min(seconds) / 1e9, warm_median_gbps=nbytes / statistics.median(seconds) / 1e9,
-               peak_rss_warm=warm["peak_rss_bytes"], mode=warm["info"].get("mode", ""))
+               peak_rss_warm=warm["peak_rss_bytes"], rss_added_warm=warm["peak_rss_bytes"] - warm["rss_start_bytes"],
+               mode=warm["info"].get("mode", ""))
     if "seconds" in cold:
         row.update(cold_gbps=nbytes / cold["seconds"][0] / 1e9, peak_rss_cold=cold["peak_rss_bytes"])
     elif cold:
@@ -489,18 +491,19 @@ def summarise(row: dict[str, Any], nbytes: int) -> None:
 
 def format_table(rows: Sequence[dict[str, Any]], fmt_bytes: Callable[[float], str]) -> str:
     header = ["loader", "file", "warm GB/s", "median", "cold GB/s", "warm vs zd", "cold vs zd", "peak RSS warm",
-              "peak RSS cold", "notes"]
+              "peak RSS cold", "added warm", "notes"]
     table = []
     for r in rows:
         if "warm_best_gbps" not in r:
-            table.append([r["loader"], r["file"]] + [""] * 7 + [r.get("status") or f"skipped: {r.get('skipped')}"])
+            table.append([r["loader"], r["file"]] + [""] * 8 + [r.get("status") or f"skipped: {r.get('skipped')}"])
             continue
         notes = "; ".join(filter(None, [r.get("mode"), r.get("gds_error") and f"with GDS: {r['gds_error']}",
                                         r.get("cold_status") and f"cold: {r['cold_status']}"]))
         table.append([r["loader"], r["file"], fmt_gbps(r["warm_best_gbps"]), fmt_gbps(r["warm_median_gbps"]),
                       fmt_gbps(r.get("cold_gbps")), f"{r['warm_vs_zd']:.2f}x" if "warm_vs_zd" in r else "-",
                       f"{r['cold_vs_zd']:.2f}x" if "cold_vs_zd" in r else "-", fmt_bytes(r["peak_rss_warm"]),
-                      fmt_bytes(r["peak_rss_cold"]) if "peak_rss_cold" in r else "-", notes])
+                      fmt_bytes(r["peak_rss_cold"]) if "peak_rss_cold" in r else "-", fmt_bytes(r["rss_added_warm"]),
+                      notes])
     widths = [max(len(x[i]) for x in [header] + table) for i in range(len(header) - 1)]
 
     def line(cells: Sequence[str]) -> str:
