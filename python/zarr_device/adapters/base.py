@@ -96,7 +96,11 @@ class CudaSource:
 
 def import_framework(module: str, install: str) -> Any:
     """The framework's module, imported now; UsageError saying what to install when it is not
-    there."""
+    there. Every read asks (several times), so a module already imported is taken from
+    ``sys.modules`` without the import machinery's lock and lookups."""
+    loaded = sys.modules.get(module)
+    if loaded is not None:
+        return loaded
     try:
         return importlib.import_module(module)
     except ImportError:
