@@ -419,8 +419,8 @@ def run(args: argparse.Namespace) -> int:
               f"tensors on {args.device}, synchronised; warm: best and median of {args.repeats} after an untimed load; "
               "cold: one load by a fresh process after the page cache was dropped. vs zd: the loader's GB/s over "
               "zarr-device's (uncompressed arrays). Peak RSS: VmHWM of the loader's process (torch and its "
-              "CUDA context included); added warm: that peak less the RSS before the first load. Every load with figures returned the generated values, bit for bit "
-              "(FAILED: other values).")
+              "CUDA context included); added warm: that peak less the RSS before the first load. Every load "
+              "with figures returned the generated values, bit for bit (FAILED: other values).")
         if args.device == "cpu":
             print("device cpu: a smoke run of the logic, not a measurement: safetensors' and torch.load's tensors "
                   "stay mapped from their files (nothing is copied), and instanttensor needs CUDA.")
