@@ -147,6 +147,76 @@ TEST(Metadata, V2TypeStrings) {
   }
 }
 
+// NumPy's time types as zarr-python writes them: int64 counts, the unit the array's.
+json time_type(const char* name, json unit, json scale) {
+  return {{"name", name}, {"configuration", {{"unit", std::move(unit)}, {"scale_factor", scale}}}};
+}
+
+TEST(Metadata, V3TimeTypes) {
+  struct Case {
+    json type;
+    const char* dtype;
+    const char* unit;
+  };
+  const Case cases[] = {
+      {time_type("numpy.datetime64", "s", 1), "numpy.datetime64", "s"},
+      {time_type("numpy.datetime64", "ns", 1), "numpy.datetime64", "ns"},
+      {time_type("numpy.timedelta64", "ms", 10), "numpy.timedelta64", "10ms"},
+      {time_type("numpy.datetime64", "μs", 3), "numpy.datetime64", "3us"},
+      {time_type("numpy.timedelta64", "generic", 1), "numpy.timedelta64", "generic"},
+      {time_type("numpy.datetime64", "Y", 2147483647), "numpy.datetime64", "2147483647Y"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.type.dump());
+    auto doc = base_doc();
+    doc["data_type"] = c.type;
+    doc["fill_value"] = "NaT";
+    const auto m = ArrayMetadata::from_v3(doc);
+    EXPECT_EQ(m.dtype->name, c.dtype);
+    EXPECT_TRUE(m.dtype->holds_time());
+    EXPECT_EQ(m.dtype->cls, DTypeClass::kInt);
+    EXPECT_EQ(m.dtype->size, 8);
+    EXPECT_EQ(m.time_unit, c.unit);
+    EXPECT_EQ(m.fill_value, le_bytes(std::uint64_t{1} << 63, 8));  // NaT
+    EXPECT_EQ(fill_value_to_json(m.fill_value, *m.dtype), std::numeric_limits<std::int64_t>::min());
+    doc["fill_value"] = -5;
+    EXPECT_EQ(ArrayMetadata::from_v3(doc).fill_value, le_bytes(static_cast<std::uint64_t>(-5), 8));
+  }
+  const json bad[] = {
+      "numpy.datetime64",                              // the unit is missing
+      json{{"name", "numpy.datetime64"}},              // so is the configuration
+      time_type("numpy.datetime32", "s", 1),           // no such type
+      time_type("numpy.datetime64", "sec", 1),         // no such unit
+      time_type("numpy.datetime64", 1, 1),             // a unit is a name
+      time_type("numpy.datetime64", "s", 0),           // scale factors start at 1
+      time_type("numpy.datetime64", "s", 2147483648),  // and end below 2^31
+      time_type("numpy.datetime64", "s", 1.5),         // as integers
+      time_type("numpy.timedelta64", "generic", 2),    // no multiple of no unit
+      json{{"name", "numpy.datetime64"}, {"configuration", {{"unit", "s"}}}},
+      json{{"name", "numpy.datetime64"},
+           {"configuration", {{"unit", "s"}, {"scale_factor", 1}, {"calendar", "julian"}}}},
+      json{{"name", "numpy.datetime64"},
+           {"configuration", {{"unit", "s"}, {"scale_factor", 1}}},
+           {"must_understand", false}},
+      json{{"name", "null_terminated_bytes"}, {"configuration", {{"length_bytes", 4}}}},
+  };
+  for (const auto& type : bad) {
+    SCOPED_TRACE(type.dump());
+    auto doc = base_doc();
+    doc["data_type"] = type;
+    EXPECT_NE(format_error(doc).find("data type"), std::string::npos);
+  }
+  auto doc = base_doc();
+  doc["data_type"] = time_type("numpy.datetime64", "s", 1);
+  doc["fill_value"] = "NaN";  // NaT is a time type's only name of a value
+  EXPECT_NE(format_error(doc).find("fill value"), std::string::npos);
+  // Zarr v2 spells the unit into the type string, so a type alone cannot name it.
+  EXPECT_THROW((void)DataType::time_type("numpy.datetime64").v2_typestr(Endian::kLittle),
+               FormatError);
+  EXPECT_THROW((void)DataType::time_type("int64"), FormatError);
+  for (const auto& t : DataType::all()) EXPECT_FALSE(t.holds_time()) << t.name;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Chunk key encodings
 
@@ -333,6 +403,43 @@ json zarray(json edits = json::object()) {
             {"order", "C"},     {"filters", nullptr}};
   for (auto& [k, v] : edits.items()) z[k] = v;
   return z;
+}
+
+TEST(Metadata, V2TimeTypes) {
+  struct Case {
+    const char* typestr;
+    const char* dtype;
+    const char* unit;
+    Endian endian;
+  };
+  const Case cases[] = {
+      {"<M8[ns]", "numpy.datetime64", "ns", Endian::kLittle},
+      {">m8[10s]", "numpy.timedelta64", "10s", Endian::kBig},
+      {"<M8", "numpy.datetime64", "generic", Endian::kLittle},
+      {"<m8[D]", "numpy.timedelta64", "D", Endian::kLittle},
+      {">M8[1us]", "numpy.datetime64", "us", Endian::kBig},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.typestr);
+    const auto m = ArrayMetadata::from_v2(
+        zarray({{"dtype", c.typestr}, {"fill_value", -9223372036854775807LL - 1}}), json::object());
+    EXPECT_EQ(m.dtype->name, c.dtype);
+    EXPECT_EQ(m.time_unit, c.unit);
+    EXPECT_EQ(m.fill_value, le_bytes(std::uint64_t{1} << 63, 8));
+    EXPECT_EQ(m.codecs[0]["configuration"]["endian"], c.endian == Endian::kBig ? "big" : "little");
+  }
+  // No fill value: NaT, the type's default (zarr-python reads chunks never written as NaT).
+  EXPECT_EQ(
+      ArrayMetadata::from_v2(zarray({{"dtype", "<M8[s]"}, {"fill_value", nullptr}}), json::object())
+          .fill_value,
+      le_bytes(std::uint64_t{1} << 63, 8));
+  for (const char* bad :
+       {"|M8[ns]", "=M8[ns]", "<M8[]", "<M8[ns", "<M8ns]", "<M8[0s]", "<M8[xs]", "<M8[generic]",
+        "<m8[3generic]", "<M8[2147483648s]", "<M8[12345678901s]", "<M4[s]"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THROW((void)ArrayMetadata::from_v2(zarray({{"dtype", bad}}), json::object()),
+                 FormatError);
+  }
 }
 
 TEST(Metadata, V2COrder) {

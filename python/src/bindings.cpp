@@ -98,6 +98,14 @@ zd::dlpack::DataType dlpack_type(const zd::DataType& t) {
   return {dl::kUInt, bits, 1};
 }
 
+// The package's name of an array's data type: its Zarr v3 name, or NumPy's for a time type
+// ("datetime64[10s]"), whose unit is the array's.
+std::string package_type_name(const zd::ArrayMetadata& m) {
+  if (!m.dtype->holds_time()) return std::string(m.dtype->name);
+  const std::string kind = m.dtype->name == "numpy.datetime64" ? "datetime64" : "timedelta64";
+  return m.time_unit == "generic" ? kind : kind + "[" + m.time_unit + "]";
+}
+
 // A result in device memory, handed to frameworks through DLPack. The data is complete when the
 // object exists (reads synchronise before returning), so any consumer stream may use it at once.
 class DeviceArray {
@@ -442,8 +450,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("shape", [](const zd::Array& a) { return a.metadata().shape; })
       .def_prop_ro("chunk_shape", [](const zd::Array& a) { return a.metadata().chunk_shape; })
       .def_prop_ro("inner_chunk_shape", &zd::Array::inner_chunk_shape)
-      .def_prop_ro("dtype",
-                   [](const zd::Array& a) { return std::string(a.metadata().dtype->name); })
+      .def_prop_ro("dtype", [](const zd::Array& a) { return package_type_name(a.metadata()); })
       .def_prop_ro("itemsize", [](const zd::Array& a) { return a.metadata().dtype->size; })
       .def_prop_ro(
           "fill_value_json",

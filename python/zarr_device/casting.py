@@ -1,7 +1,8 @@
 """Which values a write takes: casts within a kind only (int to a narrower int, float64 to
 float32, bool to anything), never across kinds (a float into an int array, a complex into a
-float array), and integers only when every value fits. zarr-python raises for NaN into int32 or
-2**40 into int32; so does this, for arrays of values as well as Python numbers."""
+float array), and integers only when every value fits; times only in the array's own unit.
+zarr-python raises for NaN into int32 or 2**40 into int32; so does this, for arrays of values as
+well as Python numbers."""
 
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ def check_cast(
     if source == target:
         return
     s, t = _kind(source), _kind(target)
-    if python_values:
+    if s in "mM" or t in "mM":  # times: another byte order only (a unit change can round or wrap)
+        allowed = s == t and np.datetime_data(source) == np.datetime_data(target)
+    elif python_values:
         allowed = s == "b" or (s in "iu" and t in "iufc") or (s == "f" and t in "fc") or (s == t == "c")
     else:
         allowed = s == "b" or (s in "biufc" and bool(np.can_cast(source, target, casting="same_kind")))

@@ -67,7 +67,7 @@ class SourceGroup:
 class SourceArray:
     path: str
     shape: tuple[int, ...]
-    data_type: str  # a Zarr v3 name
+    data_type: str  # the package's name: a Zarr v3 name, or NumPy's for a time type
     itemsize: int
     fill_value: Any  # as Zarr v3 JSON
     chunks: tuple[int, ...]  # the source's (inner) chunks, kept unless others are asked for

@@ -11,7 +11,14 @@ import numpy as np
 
 from zarr_device import _core
 from zarr_device.array import Array
-from zarr_device.dtypes import float_fill_from_json, float_fill_to_json, to_numpy_dtype, to_zarr_name
+from zarr_device.dtypes import (
+    float_fill_from_json,
+    float_fill_to_json,
+    is_time_name,
+    time_type_json,
+    to_numpy_dtype,
+    to_zarr_name,
+)
 from zarr_device.errors import UsageError
 from zarr_device.nodes import CreateMode, node_path
 from zarr_device.stores import StoreLike, as_store
@@ -26,6 +33,8 @@ def _fill_value_json(value: Any, dtype: np.dtype[Any]) -> Any:
         c = complex(0 if value is None else value)
         half = np.dtype(f"f{dtype.itemsize // 2}") if dtype.kind == "c" else np.dtype(np.float64)
         return [float_fill_to_json(c.real, half), float_fill_to_json(c.imag, half)]
+    if dtype.kind in "mM":  # counts of the unit; NaT (the least int64) by default, as zarr-python
+        return int(np.asarray("NaT" if value is None else value).astype(dtype).view(np.int64))
     if value is None:
         return False if dtype.kind == "b" else (0.0 if dtype.kind in "fV" else 0)
     if dtype.kind == "b":
@@ -154,7 +163,7 @@ def create(
         "zarr_format": 3,
         "node_type": "array",
         "shape": list(shape_t),
-        "data_type": name,
+        "data_type": time_type_json(name) if is_time_name(name) else name,
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(grid)}},
         "chunk_key_encoding": dict(chunk_key_encoding)
         if chunk_key_encoding is not None

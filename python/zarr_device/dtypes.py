@@ -4,6 +4,7 @@ JSON of floating point fill values as tensorstore writes it."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import ml_dtypes
@@ -16,6 +17,8 @@ __all__ = [
     "ML_DTYPES_NAMES",
     "to_numpy_dtype",
     "to_zarr_name",
+    "is_time_name",
+    "time_type_json",
     "float_fill_to_json",
     "float_fill_from_json",
     "round_to_float",
@@ -56,17 +59,31 @@ _BY_NAME: dict[str, np.dtype[Any]] = {name: np.dtype(name) for name in _NUMPY_NA
 _BY_NAME.update({name: np.dtype(getattr(ml_dtypes, name)) for name in ML_DTYPES_NAMES})
 
 
+# NumPy's time types as the package names them (NumPy's names: "datetime64[10s]", "timedelta64"),
+# zarr-python's "numpy.datetime64" and "numpy.timedelta64" with a unit and a scale factor.
+_TIME_NAME = re.compile(r"(datetime64|timedelta64)(?:\[([1-9][0-9]{0,9})?(Y|M|W|D|h|m|s|ms|us|ns|ps|fs|as)\])?")
+
+
+def is_time_name(name: str) -> bool:
+    """Whether ``name`` names one of NumPy's time types ("datetime64[ns]", "timedelta64[10s]")."""
+    return _TIME_NAME.fullmatch(name) is not None
+
+
 def to_numpy_dtype(name: str) -> np.dtype[Any]:
-    """The native-byte-order NumPy dtype of a Zarr data type name."""
+    """The native-byte-order NumPy dtype of a data type name: a Zarr name, or NumPy's name of a
+    time type ("datetime64[ns]")."""
     try:
         return _BY_NAME[name]
     except KeyError:
+        if is_time_name(name):
+            return np.dtype(name)
         raise FormatError(f"unsupported data type '{name}'") from None
 
 
 def to_zarr_name(dtype: Any) -> str:
-    """The Zarr v3 name of a NumPy dtype (any byte order) or of a name such as "bfloat16"."""
-    if isinstance(dtype, str) and dtype in _BY_NAME:
+    """The package's name of a NumPy dtype (any byte order) or of a name such as "bfloat16": the
+    Zarr v3 name, or NumPy's name of a time type ("datetime64[10s]")."""
+    if isinstance(dtype, str) and (dtype in _BY_NAME or is_time_name(dtype)):
         return dtype
     try:
         native = np.dtype(dtype).newbyteorder("=")  # new-style dtypes (StringDType) have no byte order
@@ -75,7 +92,16 @@ def to_zarr_name(dtype: Any) -> str:
     for name, candidate in _BY_NAME.items():
         if candidate == native:
             return name
+    if native.kind in "mM" and is_time_name(native.name):
+        return str(native.name)
     raise FormatError(f"unsupported data type {dtype!r}")
+
+
+def time_type_json(name: str) -> dict[str, Any]:
+    """zarr.json's ``data_type`` of a time type named as NumPy names it, as zarr-python writes it:
+    ``{"name": "numpy.datetime64", "configuration": {"unit": "s", "scale_factor": 10}}``."""
+    unit, scale = np.datetime_data(to_numpy_dtype(name))
+    return {"name": f"numpy.{name.split('[')[0]}", "configuration": {"unit": unit, "scale_factor": scale}}
 
 
 def _bits(value: Any, dtype: np.dtype[Any]) -> int:

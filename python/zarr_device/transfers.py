@@ -15,6 +15,7 @@ from zarr_device import _core
 from zarr_device.adapters import adapter, adapter_of, default_adapter
 from zarr_device.adapters.base import Adapter, Destination, Target
 from zarr_device.devices import CPU, DeviceLike, DeviceSpec, cuda_device_count, parse_device
+from zarr_device.dtypes import is_time_name
 from zarr_device.errors import UsageError
 from zarr_device.staged_reads import StagedRead, read_staged
 
@@ -69,6 +70,11 @@ def destination(core: _core.Array, shape: tuple[int, ...], device: DeviceSpec, l
     new result of the kind ``like`` asks for. Nothing is read yet; every refusal comes first."""
     chosen = _adapter(like, out, device)
     chosen.check_device(device)
+    if is_time_name(core.dtype) and chosen.like != "numpy":
+        raise UsageError(
+            f"{core.describe()} holds {core.dtype}, which {chosen.array_name}s have no type for: read it "
+            f"into NumPy (device='cpu', like='numpy'), and convert the counts (.view('int64')) yourself"
+        )
     target = Target(shape, core.dtype, device, core.describe())
     return chosen.allocate(target) if out is None else chosen.check_out(out, target)
 

@@ -44,8 +44,19 @@ class DataType {
 
   static std::span<const DataType> all();
 
+  // NumPy's datetime64 and timedelta64 under zarr-python's names ("numpy.datetime64",
+  // "numpy.timedelta64"): counts of a time unit, stored, decoded and placed as int64. Their unit
+  // is the array's (ArrayMetadata::time_unit), so they are not among all(). Throws FormatError for
+  // another name.
+  static const DataType& time_type(std::string_view v3_name);
+  [[nodiscard]] bool holds_time() const { return name.starts_with("numpy."); }
+
   bool operator==(const DataType& other) const { return this == &other; }
 };
+
+// Whether `unit` is one of NumPy's time units as zarr-python's metadata names them ("Y", "M",
+// "W", "D", "h", "m", "s", "ms", "us", "μs", "ns", "ps", "fs", "as", "generic").
+bool is_time_unit(std::string_view unit);
 
 // Encodes a floating point value into `format`, rounding to nearest even; out-of-range values
 // become infinity (or NaN for formats without infinity). Returns the bits in the low bytes.

@@ -29,6 +29,8 @@ struct ArrayMetadata {
   std::vector<std::int64_t> shape;
   std::vector<std::int64_t> chunk_shape;  // of the regular grid: the shard shape when sharded
   const DataType* dtype = nullptr;
+  // A time type's unit as NumPy's type name holds it ("ns", "10s", "generic"); empty for others.
+  std::string time_unit;
   std::vector<std::byte> fill_value;  // one element, little endian
   ChunkKeyEncoding chunk_key_encoding;
   nlohmann::json codecs;  // the v3 codec chain (synthesised for v2)

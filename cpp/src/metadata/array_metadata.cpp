@@ -239,8 +239,9 @@ json ChunkKeyEncoding::to_json() const {
 
 std::vector<std::byte> parse_fill_value(const json& value, const DataType& dtype) {
   std::vector<std::byte> out;
-  if (value.is_null()) {
+  if (value.is_null()) {  // v2's "none given": the type's default, as zarr-python reads it
     out.assign(dtype.size, std::byte{0});
+    if (dtype.holds_time()) out.back() = std::byte{0x80};  // NaT, the least int64
     return out;
   }
   auto invalid = [&] {
@@ -292,6 +293,8 @@ std::vector<std::byte> parse_fill_value(const json& value, const DataType& dtype
           return parse_fill_value(json(static_cast<std::uint64_t>(d)), dtype);
         }
         return parse_fill_value(json(static_cast<std::int64_t>(d)), dtype);
+      } else if (value.is_string() && dtype.holds_time() && value.get<std::string>() == "NaT") {
+        bits = std::uint64_t{1} << 63;  // NumPy's NaT: the least int64
       } else if (value.is_string()) {
         auto hex = parse_hex(value.get<std::string>(), dtype.size);
         if (!hex) throw invalid();
@@ -350,6 +353,70 @@ json fill_value_to_json(std::span<const std::byte> value, const DataType& dtype)
 
 namespace {
 
+// A unit as NumPy's type names write it: "10s" for a scale factor of 10, "us" for "μs".
+std::string time_unit_name(std::string_view unit, std::int64_t factor) {
+  const std::string name = unit == "μs" ? std::string("us") : std::string(unit);
+  return factor == 1 ? name : std::to_string(factor) + name;
+}
+
+// zarr-python's {"name": "numpy.datetime64" (or "numpy.timedelta64"), "configuration": {"unit":
+// "s", "scale_factor": 10}}: the type and its unit as NumPy names it ("10s").
+void parse_v3_time_type(const json& type, ArrayMetadata& m) {
+  const auto unsupported = [&] { return FormatError("unsupported data type " + type.dump()); };
+  if (type.size() != 2 || !type.contains("name") || !type["name"].is_string() ||
+      !type.contains("configuration")) {
+    throw unsupported();
+  }
+  const auto& config = type["configuration"];
+  if (!config.is_object() || config.size() != 2 || !config.contains("unit") ||
+      !config.contains("scale_factor")) {
+    throw unsupported();
+  }
+  m.dtype = &DataType::time_type(type["name"].get<std::string>());
+  const auto& unit = config["unit"];
+  const auto& scale = config["scale_factor"];
+  if (!unit.is_string() || !is_time_unit(unit.get<std::string>())) {
+    throw FormatError("data type " + type.dump() + " has an unknown time unit");
+  }
+  if (!scale.is_number_integer() || scale.get<std::int64_t>() < 1 ||
+      scale.get<std::int64_t>() >= (std::int64_t{1} << 31)) {
+    throw FormatError("data type " + type.dump() + " needs a scale_factor from 1 to 2^31 - 1");
+  }
+  const auto factor = scale.get<std::int64_t>();
+  if (unit.get<std::string>() == "generic" && factor != 1) throw unsupported();
+  m.time_unit = time_unit_name(unit.get<std::string>(), factor);
+}
+
+// NumPy's v2 type strings of time types: "<M8[ns]", ">m8[10s]", "<M8" (the generic unit). Returns
+// false for other types.
+bool parse_v2_time_type(std::string_view typestr, Endian& endian, ArrayMetadata& m) {
+  if (typestr.size() < 3 || (typestr.substr(1, 2) != "M8" && typestr.substr(1, 2) != "m8")) {
+    return false;
+  }
+  const auto unsupported = [&] {
+    return FormatError("unsupported data type '" + std::string(typestr) + "'");
+  };
+  if (typestr[0] != '<' && typestr[0] != '>') throw unsupported();
+  endian = typestr[0] == '<' ? Endian::kLittle : Endian::kBig;
+  m.dtype = &DataType::time_type(typestr[1] == 'M' ? "numpy.datetime64" : "numpy.timedelta64");
+  std::string_view rest = typestr.substr(3);
+  if (rest.empty()) {
+    m.time_unit = "generic";
+    return true;
+  }
+  if (rest.size() < 3 || rest.front() != '[' || rest.back() != ']') throw unsupported();
+  rest = rest.substr(1, rest.size() - 2);
+  std::size_t digits = 0;
+  while (digits < rest.size() && digits < 10 && rest[digits] >= '0' && rest[digits] <= '9')
+    ++digits;
+  const std::string_view unit = rest.substr(digits);
+  if (!is_time_unit(unit) || unit == "generic") throw unsupported();
+  const auto factor = digits > 0 ? std::stoll(std::string(rest.substr(0, digits))) : 1;
+  if (factor < 1 || factor >= (std::int64_t{1} << 31)) throw unsupported();
+  m.time_unit = time_unit_name(unit, factor);
+  return true;
+}
+
 ArrayMetadata parse_v3(const json& doc) {
   if (!doc.is_object()) throw FormatError("zarr.json is not a JSON object");
   const auto& format = require(doc, "zarr_format");
@@ -361,10 +428,13 @@ ArrayMetadata parse_v3(const json& doc) {
   m.document = doc;
   m.shape = parse_extents(require(doc, "shape"), "shape", true);
   const auto& type_name = require(doc, "data_type");
-  if (!type_name.is_string()) {
+  if (type_name.is_object()) {
+    parse_v3_time_type(type_name, m);
+  } else if (type_name.is_string()) {
+    m.dtype = &DataType::from_v3_name(type_name.get<std::string>());
+  } else {
     throw FormatError("unsupported data type " + type_name.dump());
   }
-  m.dtype = &DataType::from_v3_name(type_name.get<std::string>());
 
   const auto& grid = require(doc, "chunk_grid");
   if (!grid.is_object() || grid.value("name", "") != "regular" || !grid.contains("configuration") ||
@@ -433,7 +503,9 @@ ArrayMetadata parse_v2(const json& zarray, const json& zattrs) {
   const auto& typestr = require(zarray, "dtype");
   if (!typestr.is_string()) throw FormatError("unsupported data type " + typestr.dump());
   Endian endian = Endian::kLittle;
-  m.dtype = &DataType::from_v2_typestr(typestr.get<std::string>(), endian);
+  if (!parse_v2_time_type(typestr.get<std::string>(), endian, m)) {
+    m.dtype = &DataType::from_v2_typestr(typestr.get<std::string>(), endian);
+  }
   check_chunk_size(m.chunk_shape, *m.dtype);
   m.fill_value = parse_fill_value(zarray.value("fill_value", json()), *m.dtype);
   const std::string order = zarray.value("order", "C");

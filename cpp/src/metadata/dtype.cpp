@@ -53,7 +53,25 @@ const std::array<DataType, 23> kTypes{{
     {"", C::kBool, 0, 0, std::nullopt},  // sentinel, never returned
 }};
 
+const std::array<DataType, 2> kTimeTypes{{
+    {"numpy.datetime64", C::kInt, 8, 8, std::nullopt},
+    {"numpy.timedelta64", C::kInt, 8, 8, std::nullopt},
+}};
+
 }  // namespace
+
+const DataType& DataType::time_type(std::string_view v3_name) {
+  for (const auto& t : kTimeTypes) {
+    if (t.name == v3_name) return t;
+  }
+  throw FormatError("unsupported data type '" + std::string(v3_name) + "'");
+}
+
+bool is_time_unit(std::string_view unit) {
+  static constexpr std::array<std::string_view, 15> kUnits{
+      "Y", "M", "W", "D", "h", "m", "s", "ms", "us", "μs", "ns", "ps", "fs", "as", "generic"};
+  return std::find(kUnits.begin(), kUnits.end(), unit) != kUnits.end();
+}
 
 std::span<const DataType> DataType::all() { return {kTypes.data(), kTypes.size() - 1}; }
 
@@ -117,6 +135,9 @@ std::string DataType::v2_typestr(Endian endian) const {
     case C::kComplex:
       kind = 'c';
       break;
+  }
+  if (holds_time()) {  // "<M8[ns]": the unit is the array's, not the type's
+    throw FormatError("the Zarr v2 name of data type '" + std::string(name) + "' needs its unit");
   }
   if (name.starts_with("bfloat") || name.starts_with("float8")) {
     throw FormatError("data type '" + std::string(name) + "' cannot be stored in Zarr v2");

@@ -24,7 +24,7 @@ from zarr_device.adapters.base import (
     import_framework,
 )
 from zarr_device.devices import CPU, DeviceSpec, parse_device
-from zarr_device.dtypes import to_numpy_dtype
+from zarr_device.dtypes import is_time_name, to_numpy_dtype
 from zarr_device.errors import DeviceError, UsageError
 
 __all__ = ["TensorflowAdapter", "tf_dtype"]
@@ -46,7 +46,7 @@ def tf_dtype(zarr_name: str) -> Any:
     except TypeError:
         raise UsageError(
             f"TensorFlow {tf.__version__} has no dtype for Zarr data type '{zarr_name}': read it with "
-            "like='numpy' (or like='torch') instead"
+            f"like='numpy'{'' if is_time_name(zarr_name) else ' (or like=torch)'} instead"
         ) from None
 
 

@@ -19,6 +19,7 @@ from zarr_device.adapters.base import (
     import_framework,
 )
 from zarr_device.devices import CUDA_STREAM_LEGACY, DeviceSpec, parse_device
+from zarr_device.dtypes import is_time_name
 from zarr_device.errors import DeviceError, OutOfMemoryError, UsageError
 
 __all__ = [
@@ -41,9 +42,10 @@ def torch_dtype(zarr_name: str) -> Any:
     torch = _torch()
     dtype = getattr(torch, zarr_name, None)
     if not isinstance(dtype, torch.dtype):
+        elsewhere = "" if is_time_name(zarr_name) else "with like='jax' or like=None (a DLPack array), or "
         raise UsageError(
-            f"torch {torch.__version__} has no dtype for Zarr data type '{zarr_name}': read it with "
-            "like='jax' or like=None (a DLPack array), or as NumPy on the CPU"
+            f"torch {torch.__version__} has no dtype for Zarr data type '{zarr_name}': read it "
+            f"{elsewhere}as NumPy on the CPU"
         )
     return dtype
 

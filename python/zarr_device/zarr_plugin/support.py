@@ -62,7 +62,7 @@ def unsupported_reason(metadata: ArrayMetadata) -> str | None:
         dtype = native_dtype(metadata)
     except (TypeError, ValueError) as e:
         return f"data type not known to NumPy ({e})"
-    if dtype.hasobject or dtype.kind in "OSUTMm" or dtype.fields is not None:
+    if dtype.hasobject or dtype.kind in "OSUT" or dtype.fields is not None:
         return f"data type {dtype} (variable-length, string or structured values)"
     if key_layout(metadata) is None:
         return "chunk key encoding other than 'default' and 'v2'"
