@@ -564,3 +564,16 @@ def test_memory_store_roundtrip() -> None:
     arr[...] = values
     again = zd.open_array(store, path="x/y")
     assert_bits_equal(again[...], values, "MemoryStore")
+
+
+@pytest.mark.parametrize(("dtype", "endian"), [(">f4", "big"), ("<f4", "little"), ("float32", "little"), (">i2", "big"), (">i1", None)])
+def test_zd_byte_order_given_as_a_string(tmp_path: Path, dtype: str, endian: str | None) -> None:
+    """A dtype string with a byte order stores chunks in it, as the NumPy dtype of it does."""
+    values = np.arange(10).astype(dtype)
+    arr = zd.create(tmp_path / "a", shape=(10,), dtype=dtype, chunks=(4,), compressors=None)
+    arr[...] = values
+    bytes_codec = json.loads((tmp_path / "a" / "zarr.json").read_text())["codecs"][0]
+    if endian is not None:
+        assert bytes_codec["configuration"]["endian"] == endian
+        assert (tmp_path / "a" / "c" / "0").read_bytes() == values[:4].tobytes()
+    assert_bits_equal(zarr.open_array(str(tmp_path / "a"))[...], values, dtype)

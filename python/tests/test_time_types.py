@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import zarr_device as zd
+from zarr_device.devices import cuda_device_count
 from zarr_device.errors import FormatError, UsageError
 
 zarr = pytest.importorskip("zarr")
@@ -218,3 +219,16 @@ def test_convert_keeps_time_types(tmp_path: Path) -> None:
     assert doc["fill_value"] == NAT
     assert_bits_equal(_zarr_python_read(tmp_path / "dst" / "when"), _zarr_python_read(tmp_path / "src" / "when"))
     assert_bits_equal(zd.open_array(tmp_path / "dst" / "when").read(), _zarr_python_read(tmp_path / "src" / "when"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(cuda_device_count() == 0, reason="no CUDA device visible to zarr_device (or a build without CUDA)")
+def test_reads_onto_a_gpu_are_refused_by_name(tmp_path: Path) -> None:
+    """No GPU framework has time types: a read onto a CUDA device, into whatever, is refused
+    before anything is allocated or read, naming the array and its type."""
+    arr = zd.create(tmp_path / "when", shape=(4,), dtype="timedelta64[ns]", chunks=(2,))
+    for like in (None, "torch"):
+        with pytest.raises(UsageError, match=r"when.*timedelta64\[ns\]"):
+            arr.read(device="cuda:0", like=like)
+    with pytest.raises(UsageError, match=r"when.*timedelta64\[ns\]"):
+        zd.read_many({"when": arr}, device="cuda:0")

@@ -12,6 +12,7 @@ import numpy as np
 from zarr_device import _core
 from zarr_device.array import Array
 from zarr_device.dtypes import (
+    ML_DTYPES_NAMES,
     float_fill_from_json,
     float_fill_to_json,
     is_time_name,
@@ -119,8 +120,8 @@ def create(
 ) -> Array:
     """Creates a Zarr v3 array and returns it open for reading and writing.
 
-    ``dtype``: a NumPy dtype or a Zarr name ("bfloat16", "float8_e4m3fn", ...); a big-endian NumPy
-    dtype stores big-endian chunks. ``chunks``: the chunk shape (inner chunks when ``shards`` is
+    ``dtype``: a NumPy dtype (or its string, ">f4", "datetime64[ms]") or a Zarr name ("bfloat16",
+    "float8_e4m3fn", ...); a big-endian one stores big-endian chunks. ``chunks``: the chunk shape (inner chunks when ``shards`` is
     given). ``compressors``: None, "zstd", "gzip", "blosc", or codec dicts. ``codecs``: the whole
     v3 codec chain, overriding ``compressors``, ``shards`` and ``order``. ``mode``: "w-" fails
     when a node exists at ``path``; "w" replaces it.
@@ -131,7 +132,8 @@ def create(
     shape_t = (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
     name = to_zarr_name(dtype)
     np_dtype = to_numpy_dtype(name)
-    big_endian = not isinstance(dtype, str) and np.dtype(dtype).byteorder == ">"
+    # ">f4" asks for big-endian chunks as np.dtype(">f4") does; names NumPy lacks have no order.
+    big_endian = not (isinstance(dtype, str) and dtype in ML_DTYPES_NAMES) and np.dtype(dtype).byteorder == ">"
     chunks_t = tuple(int(c) for c in chunks) if chunks is not None else _default_chunks(shape_t, np_dtype.itemsize)
     if codecs is None:
         chain: list[dict[str, Any]] = []
