@@ -232,3 +232,12 @@ def test_reads_onto_a_gpu_are_refused_by_name(tmp_path: Path) -> None:
             arr.read(device="cuda:0", like=like)
     with pytest.raises(UsageError, match=r"when.*timedelta64\[ns\]"):
         zd.read_many({"when": arr}, device="cuda:0")
+
+
+@pytest.mark.parametrize("dtype", [str, "S4", "U3", [("a", "i4"), ("b", "f8")]])
+def test_types_not_read_say_which_are(tmp_path: Path, dtype: Any) -> None:
+    """zarr-python's strings, fixed-length bytes and structured types are not read: the error
+    names the array, its type and what to read it with."""
+    _zarr_python_array(tmp_path / "other", dtype, (4,), (2,))
+    with pytest.raises(FormatError, match=r"other.*unsupported data type.*datetime64.*zarr-python"):
+        zd.open_array(tmp_path / "other")

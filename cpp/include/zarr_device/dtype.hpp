@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "zarr_device/errors.hpp"
+
 namespace zarr_device {
 
 enum class DTypeClass : std::uint8_t { kBool, kInt, kUInt, kFloat, kComplex };
@@ -53,6 +55,10 @@ class DataType {
 
   bool operator==(const DataType& other) const { return this == &other; }
 };
+
+// The error for a data type zarr-device does not read: `what` as the metadata spells it, and the
+// types it does read, so that the user knows to read such an array with zarr-python instead.
+FormatError unsupported_data_type(const std::string& what);
 
 // Whether `unit` is one of NumPy's time units as zarr-python's metadata names them ("Y", "M",
 // "W", "D", "h", "m", "s", "ms", "us", "μs", "ns", "ps", "fs", "as", "generic").

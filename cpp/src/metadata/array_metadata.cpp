@@ -362,7 +362,7 @@ std::string time_unit_name(std::string_view unit, std::int64_t factor) {
 // zarr-python's {"name": "numpy.datetime64" (or "numpy.timedelta64"), "configuration": {"unit":
 // "s", "scale_factor": 10}}: the type and its unit as NumPy names it ("10s").
 void parse_v3_time_type(const json& type, ArrayMetadata& m) {
-  const auto unsupported = [&] { return FormatError("unsupported data type " + type.dump()); };
+  const auto unsupported = [&] { return unsupported_data_type(type.dump()); };
   if (type.size() != 2 || !type.contains("name") || !type["name"].is_string() ||
       !type.contains("configuration")) {
     throw unsupported();
@@ -393,9 +393,7 @@ bool parse_v2_time_type(std::string_view typestr, Endian& endian, ArrayMetadata&
   if (typestr.size() < 3 || (typestr.substr(1, 2) != "M8" && typestr.substr(1, 2) != "m8")) {
     return false;
   }
-  const auto unsupported = [&] {
-    return FormatError("unsupported data type '" + std::string(typestr) + "'");
-  };
+  const auto unsupported = [&] { return unsupported_data_type("'" + std::string(typestr) + "'"); };
   if (typestr[0] != '<' && typestr[0] != '>') throw unsupported();
   endian = typestr[0] == '<' ? Endian::kLittle : Endian::kBig;
   m.dtype = &DataType::time_type(typestr[1] == 'M' ? "numpy.datetime64" : "numpy.timedelta64");
@@ -433,7 +431,7 @@ ArrayMetadata parse_v3(const json& doc) {
   } else if (type_name.is_string()) {
     m.dtype = &DataType::from_v3_name(type_name.get<std::string>());
   } else {
-    throw FormatError("unsupported data type " + type_name.dump());
+    throw unsupported_data_type(type_name.dump());
   }
 
   const auto& grid = require(doc, "chunk_grid");
@@ -501,7 +499,7 @@ ArrayMetadata parse_v2(const json& zarray, const json& zattrs) {
                       " dimensions but shape has " + std::to_string(m.shape.size()));
   }
   const auto& typestr = require(zarray, "dtype");
-  if (!typestr.is_string()) throw FormatError("unsupported data type " + typestr.dump());
+  if (!typestr.is_string()) throw unsupported_data_type(typestr.dump());
   Endian endian = Endian::kLittle;
   if (!parse_v2_time_type(typestr.get<std::string>(), endian, m)) {
     m.dtype = &DataType::from_v2_typestr(typestr.get<std::string>(), endian);

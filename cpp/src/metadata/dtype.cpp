@@ -64,7 +64,14 @@ const DataType& DataType::time_type(std::string_view v3_name) {
   for (const auto& t : kTimeTypes) {
     if (t.name == v3_name) return t;
   }
-  throw FormatError("unsupported data type '" + std::string(v3_name) + "'");
+  throw unsupported_data_type("'" + std::string(v3_name) + "'");
+}
+
+FormatError unsupported_data_type(const std::string& what) {
+  return FormatError("unsupported data type " + what +
+                     " (zarr-device reads bool, int8-64, uint8-64, float16/32/64, complex64/128, "
+                     "bfloat16, the float8 types and NumPy's datetime64/timedelta64; read other "
+                     "types with zarr-python)");
 }
 
 bool is_time_unit(std::string_view unit) {
@@ -79,18 +86,18 @@ const DataType& DataType::from_v3_name(std::string_view name) {
   for (const auto& t : all()) {
     if (t.name == name) return t;
   }
-  throw FormatError("unsupported data type '" + std::string(name) + "'");
+  throw unsupported_data_type("'" + std::string(name) + "'");
 }
 
 const DataType& DataType::from_v2_typestr(std::string_view typestr, Endian& endian) {
-  if (typestr.size() < 3) throw FormatError("unsupported data type '" + std::string(typestr) + "'");
+  if (typestr.size() < 3) throw unsupported_data_type("'" + std::string(typestr) + "'");
   const char order = typestr[0];
   if (order == '<' || order == '|') {
     endian = Endian::kLittle;
   } else if (order == '>') {
     endian = Endian::kBig;
   } else {
-    throw FormatError("unsupported data type '" + std::string(typestr) + "'");
+    throw unsupported_data_type("'" + std::string(typestr) + "'");
   }
   const std::string_view code = typestr.substr(1);
   struct Entry {
@@ -114,7 +121,7 @@ const DataType& DataType::from_v2_typestr(std::string_view typestr, Endian& endi
   for (const auto& e : kCodes) {
     if (e.code == code) return from_v3_name(e.name);
   }
-  throw FormatError("unsupported data type '" + std::string(typestr) + "'");
+  throw unsupported_data_type("'" + std::string(typestr) + "'");
 }
 
 std::string DataType::v2_typestr(Endian endian) const {
