@@ -32,7 +32,7 @@ from zarr_device.conversion import (
     read_source,
 )
 from zarr_device.create import chunks_for_bytes
-from zarr_device.dtypes import is_time_name, time_type_json
+from zarr_device.dtypes import data_type_json
 from zarr_device.errors import UsageError, ZarrDeviceError
 from zarr_device.group import Group, create_group
 from zarr_device.progress import Progress, progress_bar
@@ -145,7 +145,7 @@ def _array_document(
         "zarr_format": 3,
         "node_type": "array",
         "shape": list(array.shape),
-        "data_type": time_type_json(array.data_type) if is_time_name(array.data_type) else array.data_type,
+        "data_type": data_type_json(array.data_type),
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(shard_shape or chunk_shape)}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
         "fill_value": array.fill_value,

@@ -13,10 +13,9 @@ from zarr_device import _core
 from zarr_device.array import Array
 from zarr_device.dtypes import (
     ML_DTYPES_NAMES,
+    data_type_json,
     float_fill_from_json,
     float_fill_to_json,
-    is_time_name,
-    time_type_json,
     to_numpy_dtype,
     to_zarr_name,
 )
@@ -165,7 +164,7 @@ def create(
         "zarr_format": 3,
         "node_type": "array",
         "shape": list(shape_t),
-        "data_type": time_type_json(name) if is_time_name(name) else name,
+        "data_type": data_type_json(name),
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(grid)}},
         "chunk_key_encoding": dict(chunk_key_encoding)
         if chunk_key_encoding is not None

@@ -18,7 +18,7 @@ __all__ = [
     "to_numpy_dtype",
     "to_zarr_name",
     "is_time_name",
-    "time_type_json",
+    "data_type_json",
     "float_fill_to_json",
     "float_fill_from_json",
     "round_to_float",
@@ -97,9 +97,12 @@ def to_zarr_name(dtype: Any) -> str:
     raise FormatError(f"unsupported data type {dtype!r}")
 
 
-def time_type_json(name: str) -> dict[str, Any]:
-    """zarr.json's ``data_type`` of a time type named as NumPy names it, as zarr-python writes it:
-    ``{"name": "numpy.datetime64", "configuration": {"unit": "s", "scale_factor": 10}}``."""
+def data_type_json(name: str) -> str | dict[str, Any]:
+    """zarr.json's ``data_type`` of a type the package names ``name``, as zarr-python writes it: the
+    name itself, or for a time type ``{"name": "numpy.datetime64", "configuration": {"unit": "s",
+    "scale_factor": 10}}``."""
+    if not is_time_name(name):
+        return name
     unit, scale = np.datetime_data(to_numpy_dtype(name))
     return {"name": f"numpy.{name.split('[')[0]}", "configuration": {"unit": unit, "scale_factor": scale}}
 

@@ -70,6 +70,10 @@ void put(std::vector<std::byte>& out, T value) {
   std::memcpy(out.data(), &value, sizeof(T));
 }
 
+// NumPy's NaT ("not a time"), the least int64: the default and the "NaT" fill of the time types.
+constexpr std::uint64_t kNotATimeBits = std::uint64_t{1} << 63;
+
+// The low `size` bytes of `bits`, little-endian; `size` is at most 8.
 void put_bits(std::vector<std::byte>& out, std::uint64_t bits, std::size_t size) {
   out.resize(size);
   for (std::size_t i = 0; i < size; ++i) out[i] = static_cast<std::byte>((bits >> (8 * i)) & 0xff);
@@ -240,8 +244,8 @@ json ChunkKeyEncoding::to_json() const {
 std::vector<std::byte> parse_fill_value(const json& value, const DataType& dtype) {
   std::vector<std::byte> out;
   if (value.is_null()) {  // v2's "none given": the type's default, as zarr-python reads it
-    out.assign(dtype.size, std::byte{0});
-    if (dtype.holds_time()) out.back() = std::byte{0x80};  // NaT, the least int64
+    out.assign(dtype.size, std::byte{0});  // zeros; 16-byte types are wider than put_bits writes
+    if (dtype.holds_time()) put_bits(out, kNotATimeBits, dtype.size);
     return out;
   }
   auto invalid = [&] {
@@ -294,7 +298,7 @@ std::vector<std::byte> parse_fill_value(const json& value, const DataType& dtype
         }
         return parse_fill_value(json(static_cast<std::int64_t>(d)), dtype);
       } else if (value.is_string() && dtype.holds_time() && value.get<std::string>() == "NaT") {
-        bits = std::uint64_t{1} << 63;  // NumPy's NaT: the least int64
+        bits = kNotATimeBits;
       } else if (value.is_string()) {
         auto hex = parse_hex(value.get<std::string>(), dtype.size);
         if (!hex) throw invalid();
