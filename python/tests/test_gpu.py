@@ -868,11 +868,10 @@ def _read_counting_device_memory(arr: zd.Array, values: np.ndarray, warm_at: Pat
 
     The warm read settles what is not the read's to bound: the CUDA context, nvCOMP's kernels for
     these chunks (loaded lazily) and the local memory the driver reserves for them, torch's pool.
-    Two chunks grow the decode memory little, so the read measured still counts it. Torch sets up
-    its CUDA state first, as a program that uses torch has: where the engine's read came first in
-    the process, the next read's measure held 62 MiB beyond the bound on an H200 (torch 2.11),
-    outside torch's pool, and nothing beyond it when torch came first (same test, same data); whose
-    those 62 MiB are is not yet traced."""
+    Two chunks grow the decode memory little, so the read measured still counts it. A torch kernel
+    runs first, as in any program that uses torch: the first kernel a process launches, whoever's,
+    makes the driver set aside about 62 MiB for the context (H100, H200), which the read would
+    otherwise show when a warm read decoded on the CPU launched none (bench/probe_first_kernel_memory.py)."""
     torch.zeros(1, device=DEV)
     first = tuple(slice(0, c * (2 if axis == 0 else 1)) for axis, c in enumerate(arr.chunks))
     warm = zd.create(warm_at, shape=values[first].shape, dtype=values.dtype, chunks=arr.chunks,
