@@ -11,6 +11,7 @@ zarr_device.torch) but never run the engine, so each starts in a millisecond. A 
 
 from __future__ import annotations
 
+import json
 import os
 import math
 import random
@@ -25,6 +26,7 @@ import torch
 import crash_helpers as ch
 import zarr_device as zd
 import zarr_device.torch as zt
+from zarr_device import placement
 
 OVERWRITE_TRIALS = 80
 FIRST_SAVE_TRIALS = 20  # 100 kills in all
@@ -180,12 +182,18 @@ def test_killed_first_save_leaves_no_checkpoint(tmp_path: Path, forker: ch.Worke
     tally.check_mostly_mid_save()
 
 
-def _plant(path: Path, *, file: bool = False) -> Path:
+def _plant(path: Path, *, file: bool = False, record: str | None = None) -> Path:
+    """A tree (or file) like a killed writer's; ``record``: the role of the record that proves it
+    zarr-device's (its token is the name's), as placement writes it."""
     if file:
         path.write_bytes(b"x")
     else:
         (path / "sub").mkdir(parents=True)
         (path / "sub" / "zarr.json").write_text("{")  # torn, as a killed writer leaves it
+    if record is not None:
+        destination, token = path.name.rsplit(".", 1)[0], path.name.rsplit("-", 1)[1]
+        (path / placement.RECORD).write_text(json.dumps(
+            {"zarr_device": "placement", "destination": destination, "token": token, "role": record}))
     return path
 
 
@@ -193,10 +201,23 @@ def test_remove_partials_removes_only_leftovers(tmp_path: Path) -> None:
     path = tmp_path / "ck.zarr"
     zt.save(generation_state(1), path, progress=False, metadata={"gen": 1})
     leftovers = [
-        _plant(tmp_path / "ck.zarr.partial-0123abcd"),
-        _plant(tmp_path / "ck.zarr.replaced-deadbeef"),
-        _plant(tmp_path / "ck.zarr.partial-89abcdef", file=True),  # a file's partial (convert)
+        _plant(tmp_path / "ck.zarr.partial-0123abcd", record="new"),
+        _plant(tmp_path / "ck.zarr.replaced-deadbeef", record="old"),
     ]
+    file_partial = tmp_path / "ck.zarr.partial-89abcdef"  # a file's partial: the file in a folder
+    file_partial.mkdir()
+    (file_partial / "ck.zarr").write_bytes(b"x")
+    (file_partial / placement.RECORD).write_text(json.dumps(
+        {"zarr_device": "placement", "destination": "ck.zarr", "token": "89abcdef", "role": "file"}))
+    leftovers.append(file_partial)
+    # Named like leftovers but not provably zarr-device's: listed, never removed.
+    unproven = [
+        _plant(tmp_path / "ck.zarr.partial-00c0ffee"),  # no record (an earlier release's, or a user's)
+        _plant(tmp_path / "ck.zarr.partial-0badcafe", file=True),  # a file: no record can be in it
+        _plant(tmp_path / "ck.zarr.partial-feedf00d", record="new"),
+    ]
+    (unproven[2] / placement.RECORD).write_text(json.dumps(  # another tree's record
+        {"zarr_device": "placement", "destination": "ck.zarr", "token": "0123abcd", "role": "new"}))
     others = [
         _plant(tmp_path / "ck.zarr.partial-notes"),
         _plant(tmp_path / "ck.zarr2.partial-0123abcd"),
@@ -204,12 +225,13 @@ def test_remove_partials_removes_only_leftovers(tmp_path: Path) -> None:
         _plant(tmp_path / "ck.zarr.partial-0123abcd.bak", file=True),
         _plant(path / "inner.partial-0123abcd"),  # inside the checkpoint: not a sibling leftover
     ]
-    assert zt.partials(path) == sorted(leftovers)
+    assert zt.partials(path) == sorted(leftovers + unproven)
     assert held_generation(path, {1}) == 1  # leftovers never disturb a load
     old = time.time() - 120
     os.utime(leftovers[0], (old, old))
+    os.utime(leftovers[0] / placement.RECORD, (old, old))
     assert zt.remove_partials(path, older_than_s=60) == [leftovers[0]]
     assert zt.remove_partials(str(path)) == sorted(leftovers[1:])
-    assert zt.partials(path) == [] and zt.remove_partials(path) == []
-    assert all(p.exists() for p in others) and path.is_dir()
+    assert zt.partials(path) == sorted(unproven) and zt.remove_partials(path) == []
+    assert all(p.exists() for p in others + unproven) and path.is_dir()
     assert zt.partials(tmp_path / "missing-dir" / "ck.zarr") == []

@@ -27,6 +27,7 @@ from mutation_fuzz import (
     default_specs,
     exec_creation,
     read_files,
+    run_fsck_cases,
     run_fuzz,
     shard_layout,
     touched_changes,
@@ -176,3 +177,20 @@ def test_reproducers_match_the_fuzzer(corpus: list[StoredArray], tmp_path: Path)
             shutil.copytree(arr.root, root)
             exec("\n".join(["import json", *mutation.code()]), {"root": root})  # noqa: S102
             assert read_files(root) == by_fuzzer, (kind, mutation.detail)
+
+
+# ----------------------------------------------------------------------------------------------
+# fsck --fix on mutated stores holding files with names like zarr-device's leftovers
+
+FSCK_CASES = 24  # one child process runs them: a few seconds
+
+
+def test_fsck_fix_keeps_user_files_in_mutated_stores(corpus: list[StoredArray], tmp_path: Path) -> None:
+    """``zarr-device fsck --fix --data`` on mutated arrays with look-alike user files in and
+    beside them: exit status 0 or 1 with a summary, no traceback, every user file kept byte for
+    byte, and zarr-device's own leftovers removed wherever the metadata was left alone."""
+    outcomes = run_fsck_cases(SEED, range(FSCK_CASES), corpus, tmp_path, max_seconds=MAX_SECONDS)
+    assert len(outcomes) >= 8
+    bad = [o for o in outcomes if o.violations]
+    assert not bad, "\n\n".join(o.describe() for o in bad[:5])
+    assert any(o.returncode == 1 for o in outcomes)  # the look-alikes inside the node are reported

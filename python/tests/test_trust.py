@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import zarr_device as zd
-from zarr_device import cli
+from zarr_device import cli, placement
 
 # ----------------------------------------------------------------------------------------------
 # Paths
@@ -329,16 +329,24 @@ def test_leftover_temporaries_are_ignored_and_fsck_removes_them(tmp_path: Path, 
     assert cli.main(["fsck", str(store), "--quiet"]) == 0
 
 
+def _record(tree: Path, destination: str, token: str) -> None:
+    record = {"zarr_device": "placement", "destination": destination, "token": token, "role": "new"}
+    (tree / placement.RECORD).write_text(json.dumps(record))
+
+
 def test_fsck_reports_partials_left_beside_the_store_and_removes_stale_ones(tmp_path: Path, capsys: Any) -> None:
     store = tmp_path / "m.zarr"
     zd.create(store, shape=(4,), dtype="uint8", chunks=(2,))[:] = 1
     stale = tmp_path / "m.zarr.partial-0123abcd"
     (stale / "c").mkdir(parents=True)
     (stale / "c" / "0").write_bytes(b"half")
+    _record(stale, "m.zarr", "0123abcd")  # what proves a tree zarr-device's (not its name)
     old = time.time() - 2 * 3600
+    os.utime(stale / placement.RECORD, (old, old))
     os.utime(stale, (old, old))
     fresh = tmp_path / "m.zarr.replaced-89abcdef"  # may be a running writer's: kept
     fresh.mkdir()
+    _record(fresh, "m.zarr", "89abcdef")
     unrelated = tmp_path / "m.zarr.partial-notes"  # not a name a writer gives
     unrelated.mkdir()
     assert cli.main(["fsck", str(store), "--quiet"]) == 1

@@ -38,7 +38,9 @@ The stages, one module each (every name is re-exported here):
 - ``runner``: the read worker process (:class:`ReadRunner`, :class:`ReadResult`);
 - ``judging``: the checksum oracle, the outcomes, :func:`classify` and :func:`violation_reason`;
 - ``report``: :class:`FuzzReport`, violation groups and their reproducers;
-- ``fuzz``: :class:`FuzzConfig` and :func:`run_fuzz`, the loop.
+- ``fuzz``: :class:`FuzzConfig` and :func:`run_fuzz`, the loop;
+- ``fsck_cases``: ``zarr-device fsck --fix`` over mutated stores holding user files with names
+  like zarr-device's leftovers (:func:`run_fsck_cases`): it must keep every one of them.
 """
 
 from __future__ import annotations
@@ -115,6 +117,11 @@ from .fuzz import (
     FuzzConfig,
     run_fuzz,
 )
+from .fsck_cases import (
+    FsckCase,
+    FsckOutcome,
+    run_fsck_cases,
+)
 
 __all__ = [
     "ArraySpec",
@@ -125,6 +132,8 @@ __all__ = [
     "DIFFERENT",
     "DIFFERENT_META",
     "Delete",
+    "FsckCase",
+    "FsckOutcome",
     "FuzzConfig",
     "FuzzReport",
     "GENERIC",
@@ -168,6 +177,7 @@ __all__ = [
     "random_selection",
     "read_files",
     "reproducer",
+    "run_fsck_cases",
     "run_fuzz",
     "run_reproducer",
     "shard_layout",

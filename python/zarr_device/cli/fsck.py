@@ -13,15 +13,21 @@ def run_fsck(args: argparse.Namespace, out: TextIO) -> int:
     from zarr_device.fsck import check_store
 
     with progress(0, "chunks", quiet=args.quiet or not args.data, unit="chunk") as bar:
-        report = check_store(args.store, fix=args.fix, data=args.data, progress=bar.update)
+
+        def set_total(total: int) -> None:
+            bar.total = total
+            bar.refresh()
+
+        report = check_store(args.store, fix=args.fix, data=args.data, progress=bar.update, total=set_total)
     for problem in report.problems:
         print(problem, file=out)
     left = sum(not p.fixed for p in report.problems)
     fixed = len(report.problems) - left
     checked = f", {report.chunks_checked} chunks read" if args.data else ""
     print(
-        f"{report.root}: {report.nodes} nodes{checked}; "
-        + (f"{left} problems" if left else "no problems") + (f", {fixed} fixed" if fixed else ""),
+        f"{report.root}: {report.nodes} node{'' if report.nodes == 1 else 's'}{checked}; "
+        + (f"{left} problem{'' if left == 1 else 's'}" if left else "no problems")
+        + (f", {fixed} fixed" if fixed else ""),
         file=out,
     )
     return 0 if report.clean else 1
@@ -34,14 +40,17 @@ def add_command(commands: Any) -> None:
         description="Check the local store at PATH: temporary files left by writes that did not "
         "finish (inside it, and the partial trees of killed saves, converts and copies beside "
         "it), links out of the store, files that cannot be values, metadata that does not "
-        "parse and, with --data, chunks that do not decode. Exit status 1 when a problem is left.",
+        "parse and, with --data, stored chunks that do not decode. Exit status 1 when a "
+        "problem is left (a PATH with no Zarr node in it is one).",
     )
     fsck.add_argument("store", metavar="PATH", help="a local directory holding a Zarr store")
     fsck.add_argument(
         "--fix", action="store_true",
-        help="remove temporary files whose writers are gone, and partial trees beside the store "
-        "older than an hour (nothing else is changed)",
+        help="remove what is provably zarr-device's and no longer written: temporary files the "
+        "engine names exactly so, in a Zarr node, for a file it writes there, whose writer is "
+        "gone; and partial trees beside the store older than an hour whose record names the "
+        "store (look-alike names are reported, never removed; nothing else is changed)",
     )
-    fsck.add_argument("--data", action="store_true", help="also read every chunk of every array")
+    fsck.add_argument("--data", action="store_true", help="also read every stored chunk of every array")
     fsck.add_argument("--quiet", action="store_true", help="no progress bar")
     fsck.set_defaults(run=run_fsck)
