@@ -134,3 +134,26 @@ def test_import_does_not_import_transformers() -> None:
     code = ("import sys, zarr_device, zarr_device.transformers; "
             "assert 'transformers' not in sys.modules and 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_convert_keeps_the_model_folders_subfolders(folder: Path, checkpoint: Path, tmp_path: Path) -> None:
+    # The package's folder is a sentence-transformers model: its pooling settings live in
+    # 1_Pooling/config.json, which the checkpoint carries as the folder had it.
+    assert (folder / "1_Pooling" / "config.json").is_file()
+    files = files_path(checkpoint)
+    assert (files / "1_Pooling" / "config.json").read_bytes() == (folder / "1_Pooling" / "config.json").read_bytes()
+    assert (files / "modules.json").is_file()
+    listed = interop_files(checkpoint)
+    assert "1_Pooling/config.json" in listed and list(listed)[0] != "1_Pooling/config.json"  # names first
+    assert tokenizer_path(checkpoint) == files
+    # The CLI does the same.
+    from zarr_device.cli import main
+
+    assert main(["convert", str(folder), str(tmp_path / "cli.zarr"), "--quiet"]) == 0
+    assert (files_path(tmp_path / "cli.zarr") / "1_Pooling" / "config.json").is_file()
+
+
+def interop_files(path: Path) -> dict[str, Path]:
+    from zarr_device.torch.interop import checkpoint_files
+
+    return checkpoint_files(path)

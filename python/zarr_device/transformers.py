@@ -32,7 +32,8 @@ _PLANNED = ("auto", "balanced", "balanced_low_0", "sequential")
 
 def files_path(path: PathLike) -> Path:
     """The folder inside the checkpoint at ``path`` that holds the files ``zarr-device convert``
-    copied from the model folder (config.json, tokenizer files, ...). Raises UsageError when the
+    copied from the model folder (config.json, tokenizer files, ..., and its subfolders, such as
+    a sentence-transformers model's 1_Pooling/, as they were). Raises UsageError when the
     checkpoint carries none (it was saved by ``zarr_device.torch.save``, or converted from a
     single weights file)."""
     from zarr_device.torch.interop import checkpoint_files
@@ -43,8 +44,10 @@ def files_path(path: PathLike) -> Path:
             f"{path}: the checkpoint carries no config or tokenizer files; make it with "
             "`zarr-device convert <Hugging Face model folder> <checkpoint>`"
         )
-    # checkpoint_files puts every name in the one folder the checkpoint's record names.
-    return next(iter(files.values())).parent
+    # checkpoint_files puts every name in the one folder the checkpoint's record names, a
+    # subfolder's files by their path in it ("1_Pooling/config.json").
+    name, where = next(iter(files.items()))
+    return where.parents[name.count("/")]
 
 
 def tokenizer_path(path: PathLike) -> Path:

@@ -68,7 +68,9 @@ codecs are zstd level 1 and crc32c).
 
 PyTorch checkpoints (docs/checkpoint-format.md): SOURCE may be a safetensors file, a Hugging
 Face model folder (model.safetensors, or shards and model.safetensors.index.json; its other
-files, config.json and tokenizer files, are copied into the checkpoint's files/ folder) or a
+files, config.json and tokenizer files, are copied into the checkpoint's files/ folder, and its
+subfolders, such as a sentence-transformers model's 1_Pooling/, into files/ as they were, less
+other formats' copies of the model: .onnx, .gguf, .h5, .msgpack, OpenVINO) or a
 torch.save state dict (.pt, .pth, .bin, .ckpt; loaded with weights_only=True); DEST is then a
 checkpoint. A DEST ending in .safetensors makes a checkpoint SOURCE one safetensors file. Values
 are copied bit for bit, one tensor at a time; only --compressor (zstd or none), --checksum,

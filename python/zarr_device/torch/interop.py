@@ -55,6 +55,10 @@ METADATA_KEY = "zarr_device.metadata"
 INDEX_NAME = "model.safetensors.index.json"
 # Files of a model folder that are not copied: other serializations of the same weights.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".onnx")
+# In its subfolders, torch weights belong to other modules (a sentence-transformers 2_Dense/) and
+# are copied; these are the model again in another framework's format (onnx/, a TF or Flax copy).
+# OpenVINO's model is an .xml and a .bin of one stem: both are left out too.
+_OTHER_FORMATS = (".h5", ".msgpack", ".gguf", ".onnx", ".onnx_data", ".tflite")
 
 
 class NotAStateDictError(FormatError):
@@ -67,11 +71,14 @@ class _Source:
     tied: dict[str, str]
     metadata: Any
     other_files: list[Path] = field(default_factory=list)
+    nested_files: list[tuple[str, Path]] = field(default_factory=list)  # ("sub/name", source)
 
 
 def checkpoint_files(path: str | os.PathLike[str]) -> dict[str, Path]:
     """The other files a checkpoint carries (a converted model folder's config.json, tokenizer
-    files, ...) by name: their paths inside the checkpoint; empty when it carries none."""
+    files, ...) by name: their paths inside the checkpoint; empty when it carries none. The
+    folder's own files come first, then those of its subfolders, named by their path in it
+    ("1_Pooling/config.json")."""
     from zarr_device.group import open_group
 
     root = open_group(path, mode="r").attrs.get("zarr_device_checkpoint")
@@ -81,10 +88,13 @@ def checkpoint_files(path: str | os.PathLike[str]) -> dict[str, Path]:
     folder, names = files.get("folder"), files.get("names")
     if not isinstance(folder, str) or not isinstance(names, list):
         raise FormatError(f"{path}: the checkpoint's '{FILES_KEY}' record is not a folder and a list of names")
-    for name in [folder, *names]:
+    nested = files.get("nested", [])
+    if not isinstance(nested, list) or not all(isinstance(n, str) for n in nested):
+        raise FormatError(f"{path}: the checkpoint's '{FILES_KEY}' record has 'nested' that is not a list of paths")
+    for name in [folder, *names, *(part for n in nested for part in n.split("/"))]:
         if not isinstance(name, str) or not name or any(c in name for c in "/\\\0") or name in (".", ".."):
             raise FormatError(f"{path}: '{FILES_KEY}' names {name!r}, which is not a plain file name")
-    return {name: Path(path) / folder / name for name in names}
+    return {name: Path(path) / folder / name for name in [*names, *nested]}
 
 
 # -- reading safetensors ------------------------------------------------------------------------
@@ -156,8 +166,9 @@ def _metadata_from(metadata: dict[str, str]) -> Any:
 
 
 def _read_folder(stack: contextlib.ExitStack, folder: Path, source: _Source) -> dict[str, str]:
-    """A Hugging Face model folder: its shards (by the index, or model.safetensors) and the
-    other top-level files to carry along."""
+    """A Hugging Face model folder: its shards (by the index, or model.safetensors), the other
+    top-level files to carry along, and its subfolders' files (a sentence-transformers model's
+    1_Pooling/)."""
     index = folder / INDEX_NAME
     shards: dict[str, list[str] | None] = {"model.safetensors": None}
     if index.is_file():
@@ -186,7 +197,28 @@ def _read_folder(stack: contextlib.ExitStack, folder: Path, source: _Source) -> 
             continue
         if path.is_file() and path.name not in placement.MARKERS:  # a model cache links files
             source.other_files.append(path)
+        elif path.is_dir() and not path.is_symlink():
+            source.nested_files += _subfolder_files(path, path.name)
     return metadata
+
+
+def _subfolder_files(folder: Path, name: str) -> list[tuple[str, Path]]:
+    """The files to copy of a model folder's subfolder (``name``: its path in the model folder),
+    at every depth: all but hidden ones, Zarr's markers and other formats' copies of the model.
+    Links to files are followed (a model cache links them); links to folders are not."""
+    entries = sorted(folder.iterdir())
+    stems = {p.stem for p in entries if p.suffix == ".xml" and p.with_suffix(".bin").is_file()}
+    found: list[tuple[str, Path]] = []
+    for path in entries:
+        if path.name.startswith(".") or path.name in placement.MARKERS or path.name.endswith(_OTHER_FORMATS):
+            continue
+        if path.stem in stems and path.suffix in (".xml", ".bin"):
+            continue
+        if path.is_file():
+            found.append((f"{name}/{path.name}", path))
+        elif path.is_dir() and not path.is_symlink():
+            found += _subfolder_files(path, f"{name}/{path.name}")
+    return found
 
 
 def _read_torch(file: Path, source: _Source) -> None:
@@ -259,14 +291,19 @@ def convert_to_checkpoint(
             data.metadata = _metadata_from(found) if found or kind == "huggingface" else None
         extra: dict[str, Any] = {}
         add_files: Callable[[Path], None] | None = None
-        if data.other_files:
+        if data.other_files or data.nested_files:
             folder = _files_folder(data.entries)
             extra[FILES_KEY] = {"folder": folder, "names": [p.name for p in data.other_files]}
+            if data.nested_files:  # a key of its own: readers that know only 'names' still read those
+                extra[FILES_KEY]["nested"] = [name for name, _ in data.nested_files]
 
             def add_files(partial: Path) -> None:
                 (partial / folder).mkdir()
                 for path in data.other_files:
                     shutil.copyfile(path, partial / folder / path.name)
+                for name, path in data.nested_files:
+                    (partial / folder / name).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(path, partial / folder / name)
 
         write_checkpoint(dest, data.entries, data.tied, data.metadata, codecs=codecs, overwrite=overwrite,
                          progress=progress, desc="converting", extra=extra, add_files=add_files)

@@ -1,18 +1,42 @@
 """Filling a module from a checkpoint, ``load_state_dict(..., assign=True)`` style: the tensors
 are read straight onto their device and become the module's parameters and buffers, so a module
-built on the meta device is never materialised on the CPU first."""
+built on the meta device is never materialised on the CPU first.
+
+Non-persistent buffers (``register_buffer(..., persistent=False)``: a BERT's ``position_ids``, a
+rotary embedding's ``inv_freq``) are not in a module's state dict, yet a module built on the meta
+device has them on meta too. A checkpoint that stores one fills it like any tensor. One it lacks
+is made by the module's own initialisation, run on the module that owns the buffer (its
+"owner"), as transformers does after loading, by the first of these rules that writes it:
+
+1. inside a transformers model: ``_init_weights(owner)`` of the innermost ``PreTrainedModel``
+   holding the owner (transformers' ``from_pretrained`` remakes non-persistent buffers with it,
+   whatever the checkpoint stores);
+2. ``owner.reset_parameters()``, torch's convention for initialising a module materialised from
+   meta (``Module.to_empty`` then ``reset_parameters``, as FSDP does).
+
+Re-running the owner's constructor is not one of them: its arguments are not known in general.
+Each rule runs before any tensor is read, on a stand-in of the owner: the buffers to make are
+empty tensors on their target device, every other tensor of the owner and of the modules below it
+a meta twin, so a rule can neither overwrite a loaded weight nor cost the memory of one. A buffer
+no rule wrote (in place, or by assigning a new tensor), or whose owner has no rule, is an
+:class:`UnfilledTensorError` naming it, raised before the module is touched: a tensor left on
+meta would otherwise make the forward pass return NaN without an error.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from zarr_device.progress import Progress
 from zarr_device.errors import UsageError
 from zarr_device.torch.auto_map import MaxMemory
-from zarr_device.torch.device_map import DeviceMap, plan_device_map
+from zarr_device.torch.device_map import DeviceMap, device_name, plan_device_map
 from zarr_device.torch.load import (
     Checkpoint,
     DeviceArg,
@@ -23,7 +47,7 @@ from zarr_device.torch.load import (
     read_tensors,
 )
 
-__all__ = ["LoadResult", "CheckpointMismatchError", "load_into"]
+__all__ = ["LoadResult", "CheckpointMismatchError", "UnfilledTensorError", "load_into"]
 
 _SHOWN = 20  # names listed per kind in an error; the rest are counted
 
@@ -32,11 +56,14 @@ _SHOWN = 20  # names listed per kind in an error; the rest are counted
 class LoadResult:
     """What :func:`load_into` found: the module's names the checkpoint lacks (``missing``), the
     checkpoint's names the module lacks (``unexpected``), and names in both whose shape or dtype
-    differ (``mismatched``: name -> a description); those were not loaded."""
+    differ (``mismatched``: name -> a description); those were not loaded. ``initialized``: the
+    non-persistent buffers the checkpoint did not fill, made by the module's own initialisation
+    (the module docstring's rule); they are no mismatch."""
 
     missing: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     mismatched: dict[str, str] = field(default_factory=dict)
+    initialized: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         """True when the module and the checkpoint matched exactly."""
@@ -60,6 +87,16 @@ class CheckpointMismatchError(UsageError):
     def __init__(self, message: str, result: LoadResult) -> None:
         super().__init__(message)
         self.result = result
+
+
+class UnfilledTensorError(UsageError):
+    """Tensors of the module that would stay on the meta device after the load: non-persistent
+    buffers that the checkpoint lacks and that no initialisation rule of the module makes, or
+    tensors the load left unfilled. ``names``: their names in the module."""
+
+    def __init__(self, message: str, names: list[str]) -> None:
+        super().__init__(message)
+        self.names = names
 
 
 def _device_of(module: torch.nn.Module) -> torch.device:
@@ -94,6 +131,140 @@ def _retie(module: torch.nn.Module, groups: list[list[str]], loaded: set[str]) -
                 owner._parameters[attr] = first._parameters[first_attr]  # noqa: SLF001
             elif attr in owner._buffers:  # noqa: SLF001
                 owner._buffers[attr] = first._buffers[first_attr]  # noqa: SLF001
+
+
+def _non_persistent(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The module's non-persistent buffers by name (every name of a shared one)."""
+    found: dict[str, torch.Tensor] = {}
+    for owner_name, owner in module.named_modules(remove_duplicate=False):
+        for attr in owner._non_persistent_buffers_set:  # noqa: SLF001 - where torch keeps them
+            buffer = owner._buffers.get(attr)  # noqa: SLF001
+            if buffer is not None:
+                found[_joined(owner_name, attr)] = buffer
+    return found
+
+
+def _listed(names: list[str]) -> str:
+    more = f", and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
+    return ", ".join(names[:_SHOWN]) + more
+
+
+def _init_rules(module: torch.nn.Module, owner_name: str) -> list[tuple[str, Callable[[], object]]]:
+    """The owner's initialisation rules, each described, in the order the module docstring gives."""
+    owner = module.get_submodule(owner_name)
+    rules: list[tuple[str, Callable[[], object]]] = []
+    modeling = sys.modules.get("transformers.modeling_utils")  # loaded where the module is a model
+    pretrained: Any = getattr(modeling, "PreTrainedModel", None)
+    if isinstance(pretrained, type):
+        parts = owner_name.split(".") if owner_name else []
+        for depth in range(len(parts), -1, -1):  # the innermost model holding the owner
+            holder = module.get_submodule(".".join(parts[:depth]))
+            if isinstance(holder, pretrained):
+                init: Any = getattr(holder, "_init_weights")
+                rules.append((f"{type(holder).__name__}._init_weights", lambda: init(owner)))
+                break
+    reset = getattr(owner, "reset_parameters", None)
+    if callable(reset):
+        rules.append((f"{type(owner).__name__}.reset_parameters()", reset))
+    return rules
+
+
+def _meta_twin(tensor: torch.Tensor) -> torch.Tensor:
+    twin = torch.empty_like(tensor, device="meta")
+    if isinstance(tensor, torch.nn.Parameter):
+        return torch.nn.Parameter(twin, requires_grad=tensor.requires_grad)
+    return twin
+
+
+@contextmanager
+def _stand_in(owner: torch.nn.Module, made: dict[str, torch.Tensor]) -> Iterator[None]:
+    """The owner with ``made`` (attr -> an empty tensor) as those buffers and a meta twin for
+    every other tensor of it and its submodules; everything is put back on leaving."""
+    saved: list[tuple[dict[str, Any], str, Any]] = []
+    try:
+        for sub in owner.modules():
+            tables: tuple[dict[str, Any], ...] = (sub._parameters, sub._buffers)  # noqa: SLF001
+            for table in tables:
+                for attr, tensor in list(table.items()):
+                    if tensor is None:
+                        continue
+                    saved.append((table, attr, tensor))
+                    table[attr] = made[attr] if sub is owner and attr in made else _meta_twin(tensor)
+        yield
+    finally:
+        for table, attr, tensor in reversed(saved):
+            table[attr] = tensor
+
+
+def _run_rule(
+    owner: torch.nn.Module, rule: Callable[[], object], made: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """Runs ``rule`` on a stand-in of the owner whose buffers ``made`` (attr -> an empty tensor)
+    are to be made; returns those it wrote (in place, or by assigning a tensor off meta)."""
+    buffers: dict[str, Any] = owner._buffers  # noqa: SLF001 - where torch keeps them
+    versions = {attr: tensor._version for attr, tensor in made.items()}
+    with _stand_in(owner, made), torch.no_grad():
+        rule()
+        now = {attr: buffers[attr] for attr in made}
+    written: dict[str, torch.Tensor] = {}
+    for attr, tensor in now.items():
+        if tensor is made[attr] and tensor._version != versions[attr]:
+            written[attr] = tensor
+        elif tensor is not made[attr] and isinstance(tensor, torch.Tensor) and tensor.device.type != "meta":
+            written[attr] = tensor
+    return written
+
+
+def _make_buffers(
+    module: torch.nn.Module, names: list[str], devices: dict[str, torch.device]
+) -> dict[str, torch.Tensor]:
+    """The non-persistent buffers ``names`` (on meta, not filled by the checkpoint), made on
+    ``devices`` by their owners' initialisation rules, each rule in turn making what the ones
+    before it did not; UnfilledTensorError naming those that none makes. The module is left as
+    it was."""
+    by_owner: dict[str, list[str]] = {}
+    for name in names:
+        owner_name, _, attr = name.rpartition(".")
+        by_owner.setdefault(owner_name, []).append(attr)
+    made: dict[str, torch.Tensor] = {}
+    done: dict[int, dict[str, torch.Tensor]] = {}  # a shared owner's buffers are made once
+    problems: list[str] = []
+    failed: list[str] = []
+    for owner_name, attrs in by_owner.items():
+        owner = module.get_submodule(owner_name)
+        ready = done.setdefault(id(owner), {})
+        tried: list[str] = []
+        for what, rule in _init_rules(module, owner_name):
+            left = [attr for attr in attrs if attr not in ready]
+            if not left:
+                break
+            buffers: dict[str, Any] = owner._buffers  # noqa: SLF001 - _non_persistent found them there
+            empty = {attr: torch.empty_like(buffers[attr], device=devices[_joined(owner_name, attr)])
+                     for attr in left}
+            try:
+                ready.update(_run_rule(owner, rule, empty))
+                tried.append(what)
+            except Exception as error:  # the module's own code: its error, named below
+                tried.append(f"{what} (which raised {type(error).__name__}: {error})")
+        left = [_joined(owner_name, attr) for attr in attrs if attr not in ready]
+        made.update({_joined(owner_name, attr): ready[attr] for attr in attrs if attr in ready})
+        if left:
+            failed += left
+            problems.append(
+                f"{_listed(left)}: not made by {' or by '.join(tried)}" if tried else
+                f"{_listed(left)}: {type(owner).__name__} has no rule to make them (neither a "
+                "transformers model's _init_weights nor a reset_parameters())"
+            )
+    if failed:
+        raise UnfilledTensorError(
+            "non-persistent buffers on the meta device that the checkpoint does not hold would stay "
+            f"there (a forward pass would compute garbage): {'; '.join(problems)}. Store them in "
+            "the checkpoint, or build their module on a real device", failed)
+    return made
+
+
+def _joined(owner_name: str, attr: str) -> str:
+    return f"{owner_name}.{attr}" if owner_name else attr
 
 
 def _kept_whole(module: torch.nn.Module) -> list[str] | None:
@@ -140,14 +311,22 @@ def load_into(
     """Fills ``module``'s parameters and buffers from the checkpoint at ``path``, with
     ``module.load_state_dict(..., assign=True)`` semantics: the loaded tensors become the
     module's (keeping each parameter's ``requires_grad``; tied parameters stay one parameter).
-    The module may be built on the meta device (``with torch.device("meta"): ...``): it is then
-    filled without ever being materialised elsewhere.
+    The module may be built on the meta device (``with torch.device("meta"): ...``, or
+    transformers' ``AutoModel.from_config`` under it): it is then filled without ever being
+    materialised elsewhere, and no tensor is left on meta. Its non-persistent buffers (not in
+    its state dict) are filled from the checkpoint where it stores them (a BERT checkpoint's
+    ``position_ids``: accepted, not unexpected); those it lacks are made by the module's own
+    initialisation (a transformers model's ``_init_weights``, else the owning module's
+    ``reset_parameters()``: the module docstring has the rule) and listed in the result's
+    ``initialized``. One that no rule makes is an UnfilledTensorError (a UsageError) naming it,
+    raised before the module is touched.
 
     ``device``: where the tensors are read to; by default where the module's tensors already
     live, or the CPU for a module on the meta device. ``strict``: the module's names, shapes and
     dtypes must match the checkpoint's exactly; a difference raises CheckpointMismatchError (a
     UsageError) listing it, before the module is touched. Without ``strict`` the names in both
-    of one shape and dtype are loaded, and the result lists the rest.
+    of one shape and dtype are loaded, and the result lists the rest (those of a module on meta
+    stay there: the result names them).
 
     ``device_map`` (instead of ``device``): each tensor on its own device, as for
     :func:`zarr_device.torch.load`: ``{prefix: device}``, or "auto" ("balanced", "sequential")
@@ -164,34 +343,84 @@ def load_into(
     strategy = check_auto_options(device_map, max_memory, modules)
     checkpoint = open_checkpoint(path)
     expected = module.state_dict(keep_vars=True)
+    transient = {name: t for name, t in _non_persistent(module).items() if name not in expected}
+    known = {**expected, **transient}
     names = set(checkpoint.manifest.names())
     mismatched: dict[str, str] = {}
-    for name, tensor in expected.items():
+    for name, tensor in known.items():
         if name in names:
             shape, dtype = checkpoint.shape(name), checkpoint.dtype(name)
             if tuple(tensor.shape) != shape or tensor.dtype != dtype:
                 mismatched[name] = (
                     f"module {tuple(tensor.shape)} {tensor.dtype}, checkpoint {shape} {dtype}"
                 )
+    # Non-persistent buffers the checkpoint lacks are made, not missing: no checkpoint need hold them.
+    to_make = [name for name, t in transient.items()
+               if t.device.type == "meta" and (name not in names or name in mismatched)]
     result = LoadResult(
         missing=[name for name in expected if name not in names],
-        unexpected=[name for name in checkpoint.manifest.names() if name not in expected],
+        unexpected=[name for name in checkpoint.manifest.names() if name not in known],
         mismatched=mismatched,
+        initialized=to_make,
     )
     if strict and not result:
         raise CheckpointMismatchError(f"{checkpoint.where} does not fit the module: {result.describe()}", result)
-    wanted = [name for name in expected if name in names and name not in mismatched]
+    wanted = [name for name in known if name in names and name not in mismatched]
     groups = _shared_names(module)
     if strategy is not None:
-        device_map = _auto_map(module, checkpoint, wanted, expected, groups, strategy, max_memory, modules)
+        device_map = _auto_map(module, checkpoint, wanted, known, groups, strategy, max_memory, modules)
     if device_map is None:
         target = torch.device(device) if isinstance(device, (str, int)) else device or _device_of(module)
         placed: list[tuple[DeviceArg, list[str]]] = [(target, wanted)]
+        devices = {name: target for name in to_make}
     else:
         placed = list(plan_device_map(wanted, device_map).items())
+        devices = _made_devices(to_make, device_map, placed)
+    made = _make_buffers(module, to_make, devices)  # before reading: a failure costs no read
     tensors: dict[str, torch.Tensor] = {}
     for where, on_it in placed:
         tensors.update(read_tensors(checkpoint, on_it, where, None, progress))
-    module.load_state_dict(tensors, strict=False, assign=True)
-    _retie(module, groups, set(tensors))
+    module.load_state_dict({n: t for n, t in tensors.items() if n in expected}, strict=False, assign=True)
+    for name, tensor in [*((n, t) for n, t in tensors.items() if n not in expected), *made.items()]:
+        owner_name, _, attr = name.rpartition(".")
+        module.get_submodule(owner_name)._buffers[attr] = tensor  # noqa: SLF001 - stays non-persistent
+    _retie(module, groups, {*tensors, *made})
+    _check_filled(module, result)
     return result
+
+
+def _made_devices(
+    names: list[str], device_map: DeviceMap, placed: list[tuple[DeviceArg, list[str]]]
+) -> dict[str, torch.device]:
+    """Where each buffer to make goes: the device the map gives its name, else the device of the
+    loaded tensor nearest to it (the longest common prefix on a dot boundary), else the CPU."""
+    where = {name: torch.device(device_name(d)) for d, on_it in placed for name in on_it}
+    devices: dict[str, torch.device] = {}
+    for name in names:
+        try:
+            ((mapped, _),) = plan_device_map([name], device_map).items()
+            devices[name] = torch.device(mapped)
+            continue
+        except UsageError:  # no key of the map covers it
+            pass
+        parts = name.split(".")
+        for depth in range(len(parts) - 1, -1, -1):
+            prefix = ".".join(parts[:depth])
+            near = next((d for n, d in where.items() if not prefix or n.startswith(prefix + ".")), None)
+            if near is not None:
+                devices[name] = near
+                break
+        else:
+            devices[name] = torch.device("cpu")
+    return devices
+
+
+def _check_filled(module: torch.nn.Module, result: LoadResult) -> None:
+    """Every tensor on meta now is one the result reports as not loaded (``strict=False``'s
+    missing and mismatched tensors stay on meta, as listed); any other is an error."""
+    reported = {*result.missing, *result.mismatched}
+    left = [name for name, t in [*module.named_parameters(remove_duplicate=False),
+                                 *module.named_buffers(remove_duplicate=False)]
+            if t.device.type == "meta" and name not in reported]
+    if left:
+        raise UnfilledTensorError(f"the load left tensors on the meta device: {_listed(left)}", left)
