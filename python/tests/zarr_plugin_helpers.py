@@ -16,6 +16,7 @@ from zarr.core.sync import sync
 import zarr_device
 from zarr_device.transfers import host_values
 from zarr_device.zarr_plugin.pipeline import DevicePipeline
+from zarr_device.zarr_plugin.zarr_versions import internals
 
 STORE_KINDS = ["local", "memory", "fsspec-memory", "fsspec-local"]
 
@@ -45,9 +46,9 @@ def count_pipeline_calls(monkeypatch: Any, batch: str, box: str, box_threads: li
     counted = {"batch": 0, "box": 0}
     batch_method, box_method = getattr(DevicePipeline, batch), getattr(DevicePipeline, box)
 
-    async def counted_batch(self: DevicePipeline, *args: Any, **kwargs: Any) -> None:
+    async def counted_batch(self: DevicePipeline, *args: Any, **kwargs: Any) -> Any:
         counted["batch"] += 1
-        await batch_method(self, *args, **kwargs)
+        return await batch_method(self, *args, **kwargs)
 
     def counted_box(self: DevicePipeline, *args: Any, **kwargs: Any) -> bool:
         counted["box"] += 1
@@ -57,6 +58,20 @@ def count_pipeline_calls(monkeypatch: Any, batch: str, box: str, box_threads: li
     monkeypatch.setattr(DevicePipeline, batch, counted_batch)
     monkeypatch.setattr(DevicePipeline, box, counted_box)
     return counted
+
+
+def indexer_grid(array: zarr.Array) -> Any:
+    """The chunk grid zarr-python's indexers take for ``array``, in the installed release."""
+    adapter = internals()
+    assert adapter is not None, f"no adapter for zarr-python {zarr.__version__}"
+    return adapter.indexer_grid(array.async_array)
+
+
+def regular_grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> Any:
+    """The chunk grid indexers take for an array of ``shape`` in ``chunks`` (of an array made in
+    memory: how zarr-python builds one differs between releases)."""
+    array = zarr.create_array(zarr.storage.MemoryStore(), shape=shape, chunks=chunks, dtype="u1")
+    return indexer_grid(array)
 
 
 def pipeline_of(array: zarr.Array) -> Any:

@@ -13,16 +13,23 @@ imported (:func:`register`); this module imports zarr and is imported only then.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 from zarr.core.dtype import data_type_registry
-from zarr.core.dtype.common import DataTypeValidationError, HasEndianness, HasItemSize
+from zarr.core.dtype.common import HasEndianness, HasItemSize
 from zarr.core.dtype.wrapper import ZDType
 
 from zarr_device.dtypes import ML_DTYPES_NAMES, float_fill_from_json, float_fill_to_json, round_to_float, to_numpy_dtype
 from zarr_device.errors import FormatError
+
+# zarr.errors since zarr-python 3.2, which warns on an import from its old place (3.1's).
+try:
+    DataTypeValidationError: type[Exception] = importlib.import_module("zarr.errors").DataTypeValidationError
+except AttributeError:
+    DataTypeValidationError = importlib.import_module("zarr.core.dtype.common").DataTypeValidationError
 
 __all__ = [
     "MLFloat",

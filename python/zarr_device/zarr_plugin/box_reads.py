@@ -22,8 +22,11 @@ on that one loop (Dask's tasks, a loader's threads). A box of a plug-in array is
 calling thread instead, which waits for it in any case; the engine lets the GIL go while it reads,
 so that reads from many threads run at once. Everything else calls zarr-python's method.
 
-The wrappers are installed only over functions with the parameters they were written for
-(zarr-python 3.1); with any other, reads take the batch path: the same values, a little slower.
+What differs between zarr-python releases (the chunk grid indexers take, ``_get_selection``'s
+parameters) comes from the adapter :func:`zarr_versions.internals` picks; a release none was
+written for gets no wrappers, and reads take the batch path: the same values, a little slower.
+Reads of arrays whose config refuses missing chunks (``read_missing_chunks=False``, zarr-python
+3.2+) take zarr-python's path, which checks for them.
 """
 
 from __future__ import annotations
@@ -36,14 +39,22 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from zarr_device.zarr_plugin.regions import Region
+from zarr_device.zarr_plugin.zarr_versions import ZarrInternals, internals
 
 if TYPE_CHECKING:
     from zarr.core.buffer import NDBuffer
 
-__all__ = ["BoxReader", "box_of", "install", "installed", "on_zarr_loop", "sync_installed", "wrap_sync_methods"]
+__all__ = [
+    "BoxReader",
+    "box_of",
+    "install",
+    "installed",
+    "on_zarr_loop",
+    "refuses_missing_chunks",
+    "sync_installed",
+    "wrap_sync_methods",
+]
 
-#: The parameters of zarr-python's ``_get_selection`` the wrapper was written for.
-_EXPECTED_PARAMETERS = ("store_path", "metadata", "codec_pipeline", "config", "indexer", "prototype", "out", "fields")
 #: ``zarr.Array``'s synchronous reads that are wrapped, with the indexer each makes of its selection.
 _SYNC_READS = {
     "get_basic_selection": "BasicIndexer",
@@ -103,6 +114,7 @@ def box_of(indexer: Any) -> tuple[Box, Region] | None:
 
 _lock = threading.Lock()
 _original: Any = None
+_internals: ZarrInternals | None = None
 
 
 _sync_originals: dict[str, Any] = {}
@@ -119,23 +131,28 @@ def sync_installed() -> tuple[str, ...]:
 
 
 def install() -> bool:
-    """Wraps zarr-python's ``_get_selection`` and ``zarr.Array``'s synchronous reads (once);
-    returns whether the first wrapper is in place."""
-    global _original
+    """Wraps zarr-python's ``_get_selection`` and ``zarr.Array``'s synchronous reads (once, where
+    :func:`zarr_versions.internals` knows the release); returns whether they are in place."""
+    global _original, _internals
     import zarr.core.array as zarr_array
 
     with _lock:
         if _original is not None:
             return True
-        found = getattr(zarr_array, "_get_selection", None)
-        if found is None or not inspect.iscoroutinefunction(found):
+        adapter = internals()
+        if adapter is None:
             return False
-        if tuple(inspect.signature(found).parameters) != _EXPECTED_PARAMETERS:
-            return False
-        _original = found
-        zarr_array._get_selection = _get_selection
+        _internals = adapter
+        _original = zarr_array._get_selection
+        setattr(zarr_array, "_get_selection", _get_selection_with_grid if adapter.grid_in_selection else _get_selection)
         wrap_sync_methods(zarr_array, _SYNC_READS, _EXPECTED_SYNC_PARAMETERS, _sync_read, _sync_originals)
         return True
+
+
+def refuses_missing_chunks(config: Any) -> bool:
+    """Whether an array's config asks for an error on chunks that are not stored (zarr-python
+    3.2+: ``read_missing_chunks=False``), which only zarr-python's own read path checks."""
+    return getattr(config, "read_missing_chunks", True) is False
 
 
 def wrap_sync_methods(
@@ -190,22 +207,31 @@ def _sync_read(method: Any, indexer_class: Any) -> Any:
     def read(self: Any, selection: Any = Ellipsis, *, out: Any = None, fields: Any = None, prototype: Any = None) -> Any:
         async_array = self.async_array
         pipeline = async_array.codec_pipeline
-        if fields or not _reads_boxes(pipeline) or on_zarr_loop():
+        adapter = _internals
+        if (
+            fields
+            or adapter is None
+            or not _reads_boxes(pipeline)
+            or refuses_missing_chunks(async_array.config)
+            or on_zarr_loop()
+        ):
             return method(self, selection, out=out, fields=fields, prototype=prototype)
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.sync import sync
 
         if prototype is None:
             prototype = default_buffer_prototype()
-        indexer = indexer_class(selection, self.shape, self.metadata.chunk_grid)
+        indexer = indexer_class(selection, self.shape, adapter.indexer_grid(async_array))
         found = box_of(indexer)
-        store_path, metadata, config = async_array.store_path, async_array.metadata, async_array.config
         if found is not None:
-            result = _read_box(pipeline, store_path, metadata, config, indexer, found, prototype, out)
+            result = _read_box(
+                pipeline, async_array.store_path, async_array.metadata, async_array.config, indexer, found, prototype, out
+            )
             if result is not None:
                 return result
         # What zarr-python's method does with the indexer made already (the box was declined).
-        return sync(_original(store_path, metadata, pipeline, config, indexer, prototype=prototype, out=out, fields=fields))
+        arguments = adapter.selection_arguments(async_array, indexer)
+        return sync(_original(*arguments, prototype=prototype, out=out, fields=fields))
 
     return read
 
@@ -221,17 +247,44 @@ async def _get_selection(
     out: Any = None,
     fields: Any = None,
 ) -> Any:
-    found = box_of(indexer) if not fields and _reads_boxes(codec_pipeline) else None
-    if found is not None:  # zarr-python passes [] or None for no fields
+    """zarr-python 3.1's ``_get_selection``: a box of a plug-in array goes to its pipeline,
+    everything else to zarr-python's function."""
+    arguments = (store_path, metadata, codec_pipeline, config, indexer)
+    return await _select(arguments, prototype, out, fields)
+
+
+async def _get_selection_with_grid(
+    store_path: Any,
+    metadata: Any,
+    codec_pipeline: Any,
+    config: Any,
+    chunk_grid: Any,
+    indexer: Any,
+    *,
+    prototype: Any,
+    out: Any = None,
+    fields: Any = None,
+) -> Any:
+    """zarr-python 3.2+'s ``_get_selection`` (the array's chunk grid before the indexer)."""
+    arguments = (store_path, metadata, codec_pipeline, config, chunk_grid, indexer)
+    return await _select(arguments, prototype, out, fields)
+
+
+async def _select(arguments: tuple[Any, ...], prototype: Any, out: Any, fields: Any) -> Any:
+    """What both wrappers do with ``_get_selection``'s positional ``arguments``."""
+    store_path, metadata, codec_pipeline, config = arguments[:4]
+    indexer = arguments[-1]
+    found = None
+    if not fields and _reads_boxes(codec_pipeline) and not refuses_missing_chunks(config):
+        found = box_of(indexer)  # zarr-python passes [] or None for no fields
+    if found is not None:
         # The engine (and stores it calls back into zarr-python's event loop for) runs off the loop.
         result = await asyncio.to_thread(
             _read_box, codec_pipeline, store_path, metadata, config, indexer, found, prototype, out
         )
         if result is not None:
             return result
-    return await _original(
-        store_path, metadata, codec_pipeline, config, indexer, prototype=prototype, out=out, fields=fields
-    )
+    return await _original(*arguments, prototype=prototype, out=out, fields=fields)
 
 
 def _read_box(

@@ -15,8 +15,9 @@ scalars and values it converts, index arrays, masks, Zarr v2 arrays, ``write_emp
 zarr-python's own loop thread, and a box the pipeline declines (an array zarr-python's codecs
 serve, whose warning comes from that path).
 
-The wrappers are installed only over methods with the parameters they were written for
-(zarr-python 3.1); with any other, writes take the batch path: the same result, slower.
+The wrappers are installed only where :func:`zarr_versions.internals` knows the zarr-python
+release (it gives the chunk grid indexers take) and over methods with the parameters they were
+written for; otherwise writes take the batch path: the same result, slower.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import numpy as np
 
 from zarr_device.zarr_plugin.box_reads import Box, box_of, on_zarr_loop, wrap_sync_methods
 from zarr_device.zarr_plugin.regions import Region
+from zarr_device.zarr_plugin.zarr_versions import internals
 
 if TYPE_CHECKING:
     from zarr.core.buffer import NDBuffer
@@ -70,7 +72,7 @@ def install() -> tuple[str, ...]:
     import zarr.core.array as zarr_array
 
     with _lock:
-        if not _originals:
+        if not _originals and internals() is not None:
             wrap_sync_methods(zarr_array, _SYNC_WRITES, _EXPECTED_PARAMETERS, _sync_write, _originals)
         return installed()
 
@@ -110,7 +112,11 @@ def _sync_write(method: Any, indexer_class: Any) -> Any:
         ):
             method(self, selection, value, fields=fields, prototype=prototype)
             return
-        indexer = indexer_class(selection, self.shape, metadata.chunk_grid)
+        adapter = internals()
+        if adapter is None:  # not installed then; a wrapper kept from before cannot know the grid
+            method(self, selection, value, fields=fields, prototype=prototype)
+            return
+        indexer = indexer_class(selection, self.shape, adapter.indexer_grid(async_array))
         found = box_of(indexer)
         if found is None or not _unconverted(value, metadata.data_type.to_native_dtype(), tuple(indexer.shape)):
             method(self, selection, value, fields=fields, prototype=prototype)

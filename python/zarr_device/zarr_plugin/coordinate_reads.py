@@ -7,8 +7,10 @@ torch result into NumPy, which torch's bfloat16 and float8 tensors cannot become
 plug-in serves, the result is reshaped by its own framework instead; NumPy results are copied and
 reshaped as zarr-python does, and other arrays' reads are zarr-python's.
 
-The wrappers are installed only over functions with the parameters they were written for
-(zarr-python 3.1); with any other, zarr-python's behaviour stays.
+The wrappers are installed over ``AsyncArray.get_coordinate_selection`` and
+``Array.get_coordinate_selection``, only where :func:`zarr_versions.internals` knows the
+zarr-python release and the methods have the parameters they were written for; otherwise
+zarr-python's behaviour stays.
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from typing import Any
 import numpy as np
 
 from zarr_device.zarr_plugin.box_reads import BoxReader, wrap_sync_methods
+from zarr_device.zarr_plugin.zarr_versions import internals
 
 __all__ = ["install", "installed"]
 
-#: The parameters of zarr-python's ``_get_coordinate_selection`` the wrapper was written for.
-_EXPECTED_PARAMETERS = ("store_path", "metadata", "codec_pipeline", "config", "selection", "out", "fields", "prototype")
-_EXPECTED_SYNC_PARAMETERS = frozenset(("self", "selection", "out", "fields", "prototype"))
+#: The parameters of both methods, as the wrappers were written for.
+_EXPECTED_PARAMETERS = frozenset(("self", "selection", "out", "fields", "prototype"))
 
 _lock = threading.Lock()
 _originals: dict[str, Any] = {}
@@ -39,22 +41,23 @@ def installed() -> tuple[str, ...]:
 
 def install() -> tuple[str, ...]:
     """Wraps zarr-python's coordinate reads, the synchronous method of ``zarr.Array`` and the
-    function behind ``AsyncArray``'s (once); returns what is wrapped."""
+    coroutine of ``zarr.AsyncArray`` (once); returns what is wrapped."""
     import zarr.core.array as zarr_array
 
     with _lock:
-        if _originals:
+        if _originals or internals() is None:
             return installed()
-        found = getattr(zarr_array, "_get_coordinate_selection", None)
+        async_class = getattr(zarr_array, "AsyncArray", None)
+        found = getattr(async_class, "get_coordinate_selection", None)
         if (
             found is not None
             and inspect.iscoroutinefunction(found)
-            and tuple(inspect.signature(found).parameters) == _EXPECTED_PARAMETERS
+            and frozenset(inspect.signature(found).parameters) == _EXPECTED_PARAMETERS
         ):
-            _originals["_get_coordinate_selection"] = found
-            zarr_array._get_coordinate_selection = _async_read(found)
+            _originals["AsyncArray.get_coordinate_selection"] = found
+            async_class.get_coordinate_selection = _async_read(found)  # type: ignore[union-attr]
         wrap_sync_methods(
-            zarr_array, {"get_coordinate_selection": "CoordinateIndexer"}, _EXPECTED_SYNC_PARAMETERS, _sync_read, _originals
+            zarr_array, {"get_coordinate_selection": "CoordinateIndexer"}, _EXPECTED_PARAMETERS, _sync_read, _originals
         )
         return installed()
 
@@ -85,40 +88,36 @@ def _sync_read(method: Any, indexer_class: Any) -> Any:
 
         if prototype is None:
             prototype = default_buffer_prototype()
-        indexer = indexer_class(selection, self.shape, self.metadata.chunk_grid)
+        adapter = internals()
+        if adapter is None:
+            return method(self, selection, out=out, fields=fields, prototype=prototype)
+        indexer = indexer_class(selection, self.shape, adapter.indexer_grid(self.async_array))
         result = sync(self.async_array._get_selection(indexer=indexer, out=out, fields=fields, prototype=prototype))
         return _shaped(result, indexer.sel_shape)
 
     return read
 
 
-def _async_read(function: Any) -> Any:
-    @functools.wraps(function)
+def _async_read(method: Any) -> Any:
+    @functools.wraps(method)
     async def read(
-        store_path: Any,
-        metadata: Any,
-        codec_pipeline: Any,
-        config: Any,
+        self: Any,
         selection: Any,
         *,
         out: Any = None,
         fields: Any = None,
         prototype: Any = None,
     ) -> Any:
-        if not _served(codec_pipeline):
-            return await function(
-                store_path, metadata, codec_pipeline, config, selection, out=out, fields=fields, prototype=prototype
-            )
-        import zarr.core.array as zarr_array
+        adapter = internals()
+        if adapter is None or not _served(self.codec_pipeline):
+            return await method(self, selection, out=out, fields=fields, prototype=prototype)
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.indexing import CoordinateIndexer
 
         if prototype is None:
             prototype = default_buffer_prototype()
-        indexer = CoordinateIndexer(selection, metadata.shape, metadata.chunk_grid)
-        result = await zarr_array._get_selection(
-            store_path, metadata, codec_pipeline, config, indexer=indexer, out=out, fields=fields, prototype=prototype
-        )
+        indexer = CoordinateIndexer(selection, self.metadata.shape, adapter.indexer_grid(self))
+        result = await self._get_selection(indexer=indexer, out=out, fields=fields, prototype=prototype)
         return _shaped(result, indexer.sel_shape)
 
     return read

@@ -40,6 +40,7 @@ from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
 from zarr_device.zarr_plugin.buffers import assign, copy_from_host, host_view, select, working_array
 from zarr_device.zarr_plugin.locate import EngineArrays, key_layout, split_chunk_key, split_chunk_keys
 from zarr_device.zarr_plugin import box_reads, box_writes, coordinate_reads
+from zarr_device.zarr_plugin.box_reads import refuses_missing_chunks
 from zarr_device.zarr_plugin.regions import ChunkPart, Region, as_slices, chunk_part, single_box, tiling_part
 from zarr_device.zarr_plugin.support import unsupported_reason
 
@@ -166,22 +167,31 @@ class DevicePipeline(CodecPipeline):
         return await self.fallback.encode(chunk_arrays_and_specs)
 
     # -- reads and writes -------------------------------------------------------------------------
-    async def read(
+    async def read(  # type: ignore[override]  # zarr-python 3.1 declares None, 3.2+ the results
         self,
         batch_info: Iterable[tuple[ByteGetter, ArraySpec, SelectorTuple, SelectorTuple, bool]],
         out: NDBuffer,
         drop_axes: tuple[int, ...] = (),
-    ) -> None:
+    ) -> tuple[dict[str, str], ...]:
+        """Reads the batch into ``out``; returns one result per chunk, as zarr-python 3.2+ asks
+        (3.1 ignores it): whether its key is stored (``{"status": "present"}`` or ``"missing"``).
+        The engine fills missing chunks itself, so the statuses are looked up in the store only
+        where an array's config makes zarr-python read them (``read_missing_chunks=False``);
+        elsewhere every chunk reads as "present", which zarr-python then never looks at."""
         batch: list[BatchItem] = list(batch_info)
         if not batch:
-            return
+            return ()
         # The engine (and stores it calls back into zarr-python's event loop for) runs off the loop.
         if await asyncio.to_thread(self._read_engine, batch, out, drop_axes):
-            return
+            if any(refuses_missing_chunks(item[1].config) for item in batch):
+                return tuple([{"status": "present" if await item[0].exists() else "missing"} for item in batch])
+            return _all_present(len(batch))
         host, copied = host_view(out)
-        await self.fallback.read(_on_host(batch), host, drop_axes)
+        fallback: Any = self.fallback  # returns the results from zarr-python 3.2 on, None before
+        results = await fallback.read(_on_host(batch), host, drop_axes)
         if copied:
             copy_from_host(out, host)
+        return tuple(results) if results is not None else _all_present(len(batch))
 
     async def write(
         self,
@@ -393,6 +403,10 @@ class DevicePipeline(CodecPipeline):
             (encoded,) = await self.fallback.encode([(chunk, host_spec)])
             if encoded is not None:
                 await setter.set(encoded)
+
+
+def _all_present(count: int) -> tuple[dict[str, str], ...]:
+    return tuple({"status": "present"} for _ in range(count))
 
 
 def _chunk_grid(metadata: ArrayMetadata) -> tuple[int, ...]:
