@@ -156,6 +156,52 @@ TEST_P(Beneath, LinksOutOfTheTreeAreRefused) {
   EXPECT_FALSE(fs::exists(outside_ / "new"));
 }
 
+TEST_P(Beneath, AbsoluteLinksIntoTheTreeAreFollowed) {
+  fs::create_symlink(root_ / "inside", root_ / "absolute");
+  fs::create_symlink(root_ / "inside" / "value", root_ / "inside" / "to_value");
+  fs::create_symlink(root_, root_ / "inside" / "to_root");
+  fs::create_symlink(root_.string() + "//./inside/", root_ / "untidy");
+  EXPECT_EQ(open_error("absolute/value"), 0);
+  EXPECT_EQ(open_error("inside/to_value"), 0);
+  EXPECT_EQ(open_error("inside/to_root/inside/value"), 0);
+  EXPECT_EQ(open_error("untidy/value"), 0);
+  EXPECT_EQ(open_error("absolute/missing"), ENOENT);
+  // Written through, too: the file lands inside.
+  const stores::FileHandle made(tree().open("absolute/new", O_WRONLY | O_CREAT | O_EXCL, 0644));
+  EXPECT_TRUE(made.valid());
+  EXPECT_TRUE(fs::exists(root_ / "inside" / "new"));
+  // From a held root as well.
+  const auto held = tree().with_root_held();
+  ASSERT_TRUE(held);
+  EXPECT_TRUE(stores::FileHandle(held->open("inside/to_value", O_RDONLY)).valid());
+}
+
+TEST_P(Beneath, AbsoluteLinksThatLeaveAreRefused) {
+  write_file(dir_.path() / "root2" / "secret", "next door");
+  fs::create_symlink(root_.string() + "/../outside/secret", root_ / "climbs");
+  fs::create_symlink(root_.string() + "/inside/../../outside/secret", root_ / "climbs_later");
+  fs::create_symlink(dir_.path() / "root2" / "secret", root_ / "sibling");  // a longer name
+  fs::create_symlink(dir_.path(), root_ / "parent");
+  EXPECT_EQ(open_error("climbs"), EXDEV);
+  EXPECT_EQ(open_error("climbs_later"), EXDEV);
+  EXPECT_EQ(open_error("sibling"), EXDEV);
+  EXPECT_EQ(open_error("parent/outside/secret"), EXDEV);
+  EXPECT_EQ(stores::FileHandle(tree().open_dir_creating("parent/new")).valid(), false);
+  EXPECT_FALSE(fs::exists(dir_.path() / "new"));
+}
+
+TEST_P(Beneath, AbsoluteLinksNameTheRootAsGivenOrAsItIs) {
+  // A root reached through a link: absolute links inside may use either path.
+  fs::create_symlink(root_, dir_.path() / "alias");
+  fs::create_symlink(dir_.path() / "alias" / "inside" / "value", root_ / "by_alias");
+  fs::create_symlink(root_ / "inside" / "value", root_ / "by_real");
+  const stores::FileTree aliased(dir_.path() / "alias", GetParam());
+  EXPECT_TRUE(stores::FileHandle(aliased.open("by_alias", O_RDONLY)).valid());
+  EXPECT_TRUE(stores::FileHandle(aliased.open("by_real", O_RDONLY)).valid());
+  // The tree rooted at the real path knows nothing of the alias: that link leads elsewhere.
+  EXPECT_EQ(open_error("by_alias"), EXDEV);
+}
+
 TEST_P(Beneath, LinkLoopsEnd) {
   fs::create_symlink("b", root_ / "a");
   fs::create_symlink("a", root_ / "b");

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Union
+from typing import Any, Literal, Protocol, Union
 
 import numpy as np
 
@@ -19,13 +19,118 @@ from zarr_device.dtypes import (
     to_numpy_dtype,
     to_zarr_name,
 )
-from zarr_device.errors import UsageError
-from zarr_device.nodes import CreateMode, node_path
+from zarr_device.errors import FormatError, UsageError
+from zarr_device.nodes import CreateMode, EngineStore, join_path, node_path
 from zarr_device.stores import StoreLike, as_store
 
-__all__ = ["create", "Compressors", "chunks_for_bytes"]
+__all__ = ["create", "Compressors", "ChunkKeyEncodingLike", "chunks_for_bytes"]
 
 Compressors = Union[None, str, Mapping[str, Any], Sequence[Mapping[str, Any]]]
+
+
+class _ChunkKeyEncodingObject(Protocol):
+    """zarr-python's chunk key encodings (``zarr.core.chunk_key_encodings.ChunkKeyEncoding``)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+#: What ``chunk_key_encoding=`` takes: what zarr-python's ``create_array`` and ``create`` take.
+ChunkKeyEncodingLike = Union[None, str, tuple[str, str], Mapping[str, Any], _ChunkKeyEncodingObject]
+
+# The encodings zarr-device writes, and the separator each has when none is given (zarr-python's).
+_DEFAULT_SEPARATORS = {"default": "/", "v2": "."}
+
+
+def _chunk_key_encoding_json(value: ChunkKeyEncodingLike) -> dict[str, Any]:
+    """``chunk_key_encoding`` in the one form Zarr v3 metadata has, ``{"name": ..., "configuration":
+    {"separator": ...}}``, from any form zarr-python takes: None (the default, "/"), a name
+    ("default", "v2"), a (name, separator) tuple, ``{"name": ..., "separator": ...}``, the
+    metadata form (the configuration optional), or a zarr-python ChunkKeyEncoding. UsageError for
+    anything else: a form written as given that readers take differently is silently wrong data."""
+    if value is None:
+        return {"name": "default", "configuration": {"separator": "/"}}
+    given = value
+    if not isinstance(value, (str, tuple, Mapping)) and callable(getattr(value, "to_dict", None)):
+        value = value.to_dict()
+    separators: list[Any] = []
+    if isinstance(value, str):
+        name: Any = value
+    elif isinstance(value, tuple) and len(value) == 2:
+        name, separator = value
+        separators.append(separator)
+    elif isinstance(value, Mapping) and set(value) <= {"name", "separator", "configuration"}:
+        name = value.get("name")
+        if "separator" in value:
+            separators.append(value["separator"])
+        config = value.get("configuration")
+        if config is not None:
+            if not isinstance(config, Mapping) or not set(config) <= {"separator"}:
+                raise UsageError(
+                    f"chunk_key_encoding {given!r}: its configuration may hold a separator ('/' or '.') "
+                    "and nothing else"
+                )
+            if "separator" in config:
+                separators.append(config["separator"])
+    else:
+        raise UsageError(
+            f"chunk_key_encoding {given!r} is not one zarr-device knows: give a name ('default' or "
+            "'v2'), a (name, separator) tuple, {'name': ..., 'separator': '/' or '.'} or "
+            "{'name': ..., 'configuration': {'separator': ...}}"
+        )
+    if not isinstance(name, str) or name not in _DEFAULT_SEPARATORS:
+        raise UsageError(
+            f"chunk_key_encoding {given!r}: the name must be 'default' or 'v2' (the encodings of Zarr v3)"
+        )
+    if any(s not in ("/", ".") for s in separators) or len(set(separators)) > 1:
+        raise UsageError(f"chunk_key_encoding {given!r}: the separator must be one of '/' and '.'")
+    separator = separators[0] if separators else _DEFAULT_SEPARATORS[name]
+    return {"name": name, "configuration": {"separator": separator}}
+
+
+def _kind(store: EngineStore, path: str) -> str | None:
+    try:
+        return _core.node_kind(store.handle, path)
+    except FormatError:
+        return "array"  # metadata that does not parse: a node all the same (erase_node knows)
+
+
+def erase_nodes_below(store: EngineStore, path: str) -> None:
+    """Removes every Zarr node below ``path``, not the one at it: the arrays and groups in its
+    directories at any depth, whether the directories between have metadata or not (their
+    metadata and the chunks their key encodings name, as ``_core.erase_node``). Files of other
+    programs stay; directories left empty by it go. The walk is iterative (a deep tree cannot
+    exhaust the stack), and each array's chunks go before its directory is listed, so the chunks
+    are never walked."""
+    handle = store.handle
+    emptied: set[str] = set()  # directories below which a node was removed
+
+    def erase(node: str) -> None:
+        _core.erase_node(handle, node)
+        parent = node
+        while parent != path:
+            parent = parent.rpartition("/")[0]
+            if parent in emptied:
+                break
+            emptied.add(parent)
+
+    todo: list[tuple[str, bool]] = [(path, False)]  # (directory, whether its members are done)
+    while todo:
+        current, done = todo.pop()
+        if done:
+            if current == path:
+                continue
+            if _kind(store, current) == "group":
+                erase(current)  # its members went before it: the engine finds none to recurse into
+            elif current in emptied and not handle.list_dir(current):
+                handle.erase_prefix(current)
+            continue
+        if current != path and _kind(store, current) == "array":
+            erase(current)  # its chunks and metadata; what remains of its directory is walked
+        todo.append((current, True))
+        for name in reversed(handle.list_dir(current)):
+            child = join_path(current, name)
+            if not handle.exists(child):  # a directory (a value is a file, never walked)
+                todo.append((child, False))
 
 
 def _fill_value_json(value: Any, dtype: np.dtype[Any]) -> Any:
@@ -114,7 +219,7 @@ def create(
     order: Literal["C", "F"] = "C",
     dimension_names: Sequence[str | None] | None = None,
     attributes: Mapping[str, Any] | None = None,
-    chunk_key_encoding: Mapping[str, Any] | None = None,
+    chunk_key_encoding: ChunkKeyEncodingLike = None,
     mode: CreateMode = "w-",
 ) -> Array:
     """Creates a Zarr v3 array and returns it open for reading and writing.
@@ -122,11 +227,15 @@ def create(
     ``dtype``: a NumPy dtype (or its string, ">f4", "datetime64[ms]") or a Zarr name ("bfloat16",
     "float8_e4m3fn", ...); a big-endian one stores big-endian chunks. ``chunks``: the chunk shape (inner chunks when ``shards`` is
     given). ``compressors``: None, "zstd", "gzip", "blosc", or codec dicts. ``codecs``: the whole
-    v3 codec chain, overriding ``compressors``, ``shards`` and ``order``. ``mode``: "w-" fails
-    when a node exists at ``path``; "w" replaces it.
+    v3 codec chain, overriding ``compressors``, ``shards`` and ``order``. ``chunk_key_encoding``:
+    "default" (keys ``c/0/0``, the default) or "v2" (``0.0``), in any form zarr-python's
+    ``create_array`` takes (``{"name": "default", "separator": "."}``, ...), stored in the form of
+    Zarr v3 metadata. ``mode``: "w-" fails when a node exists at ``path``; "w" replaces it: the
+    node at ``path`` and every Zarr node below it go (files of other programs stay).
     """
     if mode not in ("w", "w-"):
         raise UsageError(f"mode {mode!r} is not 'w' or 'w-'")
+    key_encoding = _chunk_key_encoding_json(chunk_key_encoding)
     engine_store = as_store(store)
     shape_t = (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
     name = to_zarr_name(dtype)
@@ -166,9 +275,7 @@ def create(
         "shape": list(shape_t),
         "data_type": data_type_json(name),
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(grid)}},
-        "chunk_key_encoding": dict(chunk_key_encoding)
-        if chunk_key_encoding is not None
-        else {"name": "default", "configuration": {"separator": "/"}},
+        "chunk_key_encoding": key_encoding,
         "fill_value": _fill_value_json(fill_value, np_dtype),
         "codecs": chain,
         "attributes": dict(attributes or {}),
@@ -180,5 +287,8 @@ def create(
         text = json.dumps(document, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as e:
         raise UsageError(f"the array's metadata must be JSON (attributes included): {e}") from None
-    core = _core.Array.create(engine_store.handle, node_path(path), text, mode == "w")
+    path = node_path(path)
+    core = _core.Array.create(engine_store.handle, path, text, mode == "w")
+    if mode == "w":  # the engine replaced the node at the path; what was below it goes too
+        erase_nodes_below(engine_store, path)
     return Array(core, engine_store, read_only=False)

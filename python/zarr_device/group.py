@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Union
 
@@ -9,13 +10,28 @@ from zarr_device import _core
 from zarr_device.adapters.base import Like
 from zarr_device.array import Array
 from zarr_device.attributes import Attributes
-from zarr_device.create import create
+from zarr_device.create import create, erase_nodes_below
 from zarr_device.devices import DeviceLike
-from zarr_device.errors import NodeNotFoundError, UsageError
+from zarr_device.errors import FormatError, NodeNotFoundError, UsageError
 from zarr_device.nodes import CreateMode, EngineStore, OpenMode, join_path, node_path, read_json, write_json
 from zarr_device.stores import StoreLike, as_store
 
-__all__ = ["Group", "create_group", "open", "open_array", "open_group"]
+__all__ = ["Group", "MAX_GROUP_DEPTH", "create_group", "group_too_deep", "open", "open_array", "open_group"]
+
+#: How many levels below the group it starts from a walk of a tree goes (``Group.walk``,
+#: ``all_arrays``, ``read``, ``zarr-device info``). The walks keep their own stack, so no tree
+#: exhausts Python's; a tree deeper than this is refused (FormatError) rather than walked: no data
+#: has a reason to nest so deep, and what is walked must still print as JSON.
+MAX_GROUP_DEPTH = 256
+
+
+def group_too_deep(store: EngineStore, start: str, path: str) -> FormatError:
+    """The error of a walk from ``start`` that met the group at ``path`` past MAX_GROUP_DEPTH."""
+    return FormatError(
+        f"groups nest more than {MAX_GROUP_DEPTH} levels (MAX_GROUP_DEPTH) below "
+        f"'/{start}' in {store.handle.describe()}: the members of the group at '/{path}' are too "
+        "deep to walk"
+    )
 
 
 class Group(Mapping[str, Union["Array", "Group"]]):
@@ -92,13 +108,28 @@ class Group(Mapping[str, Union["Array", "Group"]]):
 
     def all_arrays(self) -> dict[str, Array]:
         """Every array of the group and of its subgroups, by path relative to the group."""
-        found: dict[str, Array] = {}
-        for name, node in self.members().items():
-            if isinstance(node, Array):
-                found[name] = node
-            else:
-                found.update({f"{name}/{sub}": a for sub, a in node.all_arrays().items()})
-        return found
+        return {name: node for name, node in self.walk() if isinstance(node, Array)}
+
+    def walk(self) -> Iterator[tuple[str, Array | Group]]:
+        """Every node below the group, with its path relative to the group: each group before its
+        members, members in name order. Iterative; FormatError for nodes more than
+        :data:`MAX_GROUP_DEPTH` levels below this group."""
+        # One iterator of member names for each group entered, innermost last.
+        stack: list[tuple[str, Group, Iterator[str]]] = [("", self, iter(sorted(self)))]
+        while stack:
+            relative, group, names = stack[-1]
+            name = next(names, None)
+            if name is None:
+                stack.pop()
+                continue
+            node = group[name]
+            path = join_path(relative, name)
+            yield path, node
+            if isinstance(node, Group):
+                members = sorted(node)
+                if members and len(stack) >= MAX_GROUP_DEPTH:
+                    raise group_too_deep(self._store, self._path, node.path)
+                stack.append((path, node, iter(members)))
 
     def members(self) -> dict[str, Array | Group]:
         return {name: self[name] for name in self}
@@ -177,15 +208,24 @@ def create_group(
     attributes: Mapping[str, Any] | None = None,
     mode: CreateMode = "w-",
 ) -> Group:
-    """Creates a Zarr v3 group. ``mode``: "w-" fails when a node exists at ``path``; "w" replaces it."""
+    """Creates a Zarr v3 group. ``mode``: "w-" fails when a node exists at ``path``; "w" replaces
+    it: the node at ``path`` and every Zarr node below it go (files of other programs stay)."""
     engine_store = as_store(store)
     path = node_path(path)
+    if mode not in ("w", "w-"):
+        raise UsageError(f"mode {mode!r} is not 'w' or 'w-'")
     exists = any(engine_store.handle.exists(join_path(path, m)) for m in ("zarr.json", ".zarray", ".zgroup"))
     if exists and mode == "w-":
         raise UsageError(f"a node already exists at '{path}' (use mode='w' to replace it)")
-    if exists:
-        # Only Zarr data goes: this node and the nodes below it, never other files.
-        _core.erase_node(engine_store.handle, path)
     document = {"zarr_format": 3, "node_type": "group", "attributes": dict(attributes or {})}
+    try:
+        json.dumps(document, allow_nan=False)  # checked before anything is removed
+    except (TypeError, ValueError, RecursionError) as e:
+        raise UsageError(f"the group's attributes must be JSON (no NaN or infinity): {e}") from None
+    if mode == "w":
+        # Only Zarr data goes: this node and the nodes below it, never other files.
+        if exists:
+            _core.erase_node(engine_store.handle, path)
+        erase_nodes_below(engine_store, path)
     write_json(engine_store, join_path(path, "zarr.json"), document)
     return Group(engine_store, path, document, read_only=False)

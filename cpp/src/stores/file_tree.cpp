@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <deque>
@@ -38,6 +39,19 @@ int openat2_beneath(int dir, const char* path, int flags, mode_t mode) {
   return static_cast<int>(fd);
 }
 #endif
+
+// The components of `path` that name something, without empty ones and ".".
+std::vector<std::string> components(std::string_view path) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    const std::size_t end = std::min(path.find('/', start), path.size());
+    const std::string_view part = path.substr(start, end - start);
+    if (!part.empty() && part != ".") parts.emplace_back(part);
+    start = end + 1;
+  }
+  return parts;
+}
 
 void push_components(std::deque<std::string>& todo, std::string_view path) {
   std::vector<std::string> parts;
@@ -113,7 +127,11 @@ int FileTree::open_once(std::string_view path, int flags, mode_t mode) const {
 #ifdef ZARR_DEVICE_HAVE_OPENAT2
   if (resolver_ == Resolver::kOpenat2) {
     const std::string p = path.empty() ? std::string(".") : std::string(path);
-    return openat2_beneath(root, p.c_str(), flags, mode);
+    const int fd = openat2_beneath(root, p.c_str(), flags, mode);
+    // RESOLVE_BENEATH refuses every absolute link, even one into the tree: the walk follows
+    // those (and refuses the rest with EXDEV again).
+    if (fd >= 0 || errno != EXDEV) return fd;
+    return walk(root, path, flags, mode);
   }
 #endif
   return walk(root, path, flags, mode);
@@ -175,9 +193,21 @@ int FileTree::walk(int root, std::string_view path, int flags, mode_t mode) cons
       return -1;
     }
     const std::string_view link(target, static_cast<std::size_t>(n));
-    if (link.empty() || link.front() == '/') {
-      errno = EXDEV;  // absolute links point outside by construction
+    if (link.empty()) {
+      errno = ENOENT;  // as the kernel resolves an empty link
       return -1;
+    }
+    if (link.front() == '/') {
+      // An absolute link: followed when it names a path beneath the root, from the root held
+      // here, one component at a time like any other; refused otherwise.
+      auto inside = beneath_root(root, link);
+      if (!inside) {
+        errno = EXDEV;
+        return -1;
+      }
+      entered.clear();
+      push_components(todo, *inside);
+      continue;
     }
     push_components(todo, link);  // resolved from the link's own directory, as the kernel does
   }
@@ -187,6 +217,36 @@ int FileTree::walk(int root, std::string_view path, int flags, mode_t mode) cons
     fd = ::openat(current(), ".", (flags & ~O_CREAT) | O_CLOEXEC, 0);
   } while (fd < 0 && errno == EINTR);
   return fd;
+}
+
+std::optional<std::string> FileTree::beneath_root(int root, std::string_view target) const {
+  // The root's path as this process reached it (its real path, from /proc) and as it was given:
+  // a link made with either names the same directory. Only the string is compared; what the
+  // rest names is then opened from the root's descriptor, so a root moved or replaced meanwhile
+  // cannot lead anywhere else.
+  std::vector<std::vector<std::string>> roots;
+  const std::string self = "/proc/self/fd/" + std::to_string(root);
+  char real[4096];
+  const ssize_t n = ::readlink(self.c_str(), real, sizeof real);
+  if (n > 0 && static_cast<std::size_t>(n) < sizeof real && real[0] == '/') {
+    roots.push_back(components(std::string_view(real, static_cast<std::size_t>(n))));
+  }
+  std::error_code ec;
+  const auto given = std::filesystem::absolute(root_, ec).lexically_normal();
+  if (!ec) roots.push_back(components(given.string()));
+  const auto parts = components(target);
+  for (const auto& prefix : roots) {
+    if (prefix.size() > parts.size() || !std::equal(prefix.begin(), prefix.end(), parts.begin())) {
+      continue;
+    }
+    std::string rest;
+    for (std::size_t i = prefix.size(); i < parts.size(); ++i) {
+      if (!rest.empty()) rest += '/';
+      rest += parts[i];
+    }
+    return rest;  // ".." in it climbs from the root, and out of it is refused as any other
+  }
+  return std::nullopt;
 }
 
 int FileTree::open_dir_creating(std::string_view path) const {

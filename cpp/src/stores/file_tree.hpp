@@ -35,8 +35,10 @@ class FileHandle {
 
 // How paths are resolved beneath the root: by the kernel (openat2 with RESOLVE_BENEATH, Linux
 // 5.6 and later), or by a walk that opens one component at a time with O_NOFOLLOW and resolves
-// symbolic links itself: relative links that stay inside the tree are followed, absolute ones and
-// ones that climb out are refused, as RESOLVE_BENEATH does.
+// symbolic links itself. Either way, links that stay inside the tree are followed and links that
+// lead out of it are refused (EXDEV). RESOLVE_BENEATH refuses every absolute link, so a path it
+// refuses is walked again: the walk follows an absolute link whose target lies beneath the root's
+// path (as given, or as the kernel names the directory), from the root's descriptor.
 enum class Resolver { kOpenat2, kWalk };
 
 class FileTree {
@@ -72,6 +74,9 @@ class FileTree {
  private:
   [[nodiscard]] int open_once(std::string_view path, int flags, mode_t mode) const;
   [[nodiscard]] int walk(int root, std::string_view path, int flags, mode_t mode) const;
+  // The path below the root that the absolute link target `target` names ("" for the root
+  // itself), or nullopt when it names no path beneath the root (`root`: the root's descriptor).
+  [[nodiscard]] std::optional<std::string> beneath_root(int root, std::string_view target) const;
 
   // The root is opened for each operation, not kept: a tree whose root directory is removed and
   // made again must write into the new one, not into the removed one. Only a copy made by

@@ -359,19 +359,25 @@ class LocalStore final : public Store, public FileBacked, public HeldRoot {
     return value;
   }
 
-  // Writes the value into a file of its own in `dir`, then renames it over the key's name.
+  // Writes the value into a file of its own in `dir`, then gives it the key's name: a new value
+  // is linked under it at once; an existing one is replaced by a rename from a hidden name.
   void write_replacing(int dir, std::string_view key,
                        std::span<const std::span<const std::byte>> value) const {
     const std::string name(path_name(key));
     const std::string temporary = stores::temporary_name(name);
     if (unnamed_files_.load(std::memory_order_relaxed)) {
-      // An unnamed file (O_TMPFILE) gets a name only once complete: a write killed part-way
-      // leaves nothing behind.
+      // An unnamed file (O_TMPFILE) gets a name only once complete. A new value's file is
+      // linked under the key's name directly: a write killed at any point leaves nothing
+      // behind. Linux cannot link a file over an existing name, so a value that replaces another
+      // is linked under a hidden name first and renamed over the old one: a write killed between
+      // those two calls leaves that hidden file (fsck --fix removes it).
       FileHandle file(::openat(dir, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644));
       if (file.valid()) {
         stores::write_pieces(file.get(), value, path_of(key));
         const std::string self = "/proc/self/fd/" + std::to_string(file.get());
-        if (::linkat(AT_FDCWD, self.c_str(), dir, temporary.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+        if (::linkat(AT_FDCWD, self.c_str(), dir, name.c_str(), AT_SYMLINK_FOLLOW) == 0) return;
+        if (errno == EEXIST &&
+            ::linkat(AT_FDCWD, self.c_str(), dir, temporary.c_str(), AT_SYMLINK_FOLLOW) == 0) {
           rename_into(dir, temporary, name, key);
           return;
         }

@@ -35,6 +35,8 @@ __all__ = [
     "CudaSource",
     "Adapter",
     "import_framework",
+    "import_failure",
+    "is_not_installed",
     "engine_destination",
     "host_array",
     "check_shape_and_dtype",
@@ -94,17 +96,38 @@ class CudaSource:
     owner: Any
 
 
+def is_not_installed(error: ImportError, module: str) -> bool:
+    """Whether ``error``, raised importing ``module``, says the module (or a package it is in) is
+    not installed: a ModuleNotFoundError for that very name. Any other failure (a library that
+    cannot be mapped under a memory limit, a missing dependency of the framework, an error in its
+    own import) is not "not installed", and must be reported as what it is."""
+    missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+    return missing is not None and (module == missing or module.startswith(missing + "."))
+
+
+def import_failure(module: str, install: str, error: ImportError) -> UsageError:
+    """The error for ``module`` failing to import with ``error``: ``install`` (what to install)
+    when it is not installed, else a message naming the failure itself."""
+    if is_not_installed(error, module):
+        return UsageError(install)
+    return UsageError(
+        f"{install.split(':', 1)[0]}, and '{module}' is installed but failed to import: "
+        f"{type(error).__name__}: {error}"
+    )
+
+
 def import_framework(module: str, install: str) -> Any:
     """The framework's module, imported now; UsageError saying what to install when it is not
-    there. Every read asks (several times), so a module already imported is taken from
-    ``sys.modules`` without the import machinery's lock and lookups."""
+    there, or naming the failure when it is there but its import fails (:func:`import_failure`).
+    Every read asks (several times), so a module already imported is taken from ``sys.modules``
+    without the import machinery's lock and lookups."""
     loaded = sys.modules.get(module)
     if loaded is not None:
         return loaded
     try:
         return importlib.import_module(module)
-    except ImportError:
-        raise UsageError(install) from None
+    except ImportError as e:
+        raise import_failure(module, install, e) from (None if is_not_installed(e, module) else e)
 
 
 def engine_destination(target: Target, wrap: Callable[[Any, str], Any] | None = None) -> Destination:

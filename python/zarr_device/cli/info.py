@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 import zarr_device as zd
+from zarr_device import group as groups
 from zarr_device.cli.common import compression_ratio
 from zarr_device.nodes import join_path
 from zarr_device.sizes import format_bytes
@@ -92,29 +93,47 @@ def _has_key(store: Any, key: str) -> bool:
 
 
 def stored_bytes(store: Any, path: str) -> int:
-    """The sum of the sizes of an array's chunk (or shard) files, metadata left out."""
+    """The sum of the sizes of an array's chunk (or shard) files, metadata left out. Symbolic
+    links are not followed (nothing outside the store is looked at); the walk is iterative."""
     if _is_local(store):
         total = 0
-        for folder, _dirs, files in os.walk(os.path.join(store.root, path)):
-            top = os.path.samefile(folder, os.path.join(store.root, path))
-            for name in files:
-                if top and name in _METADATA_FILES:
-                    continue
-                if name.startswith(".") and ".tmp" in name:
-                    continue  # a write in progress
-                total += os.path.getsize(os.path.join(folder, name))
+        folders = [os.path.join(store.root, path)]
+        top = True
+        while folders:
+            try:
+                with os.scandir(folders.pop()) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            folders.append(entry.path)
+                        elif not entry.is_file(follow_symlinks=False):
+                            continue
+                        elif top and entry.name in _METADATA_FILES:
+                            continue
+                        elif entry.name.startswith(".") and ".tmp" in entry.name:
+                            continue  # a write in progress
+                        else:
+                            total += entry.stat(follow_symlinks=False).st_size
+            except (FileNotFoundError, NotADirectoryError):
+                pass
+            top = False
         return total
-    return _walk_sizes(store, path, top=True)
+    return _walk_sizes(store, path)
 
 
-def _walk_sizes(store: Any, prefix: str, *, top: bool) -> int:
+def _walk_sizes(store: Any, prefix: str) -> int:
     total = 0
-    for name in _list_names(store, prefix):
-        if top and name in _METADATA_FILES:
-            continue
-        key = join_path(prefix, name)
-        size = _key_size(store, key)
-        total += _walk_sizes(store, key, top=False) if size is None else size
+    todo = [(prefix, True)]
+    while todo:
+        folder, top = todo.pop()
+        for name in _list_names(store, folder):
+            if top and name in _METADATA_FILES:
+                continue
+            key = join_path(folder, name)
+            size = _key_size(store, key)
+            if size is None:
+                todo.append((key, False))
+            else:
+                total += size
     return total
 
 
@@ -151,25 +170,55 @@ def describe_array(array: zd.Array) -> dict[str, Any]:
     }
 
 
-def describe_group(group: zd.Group) -> dict[str, Any]:
-    """What ``info`` reports about a group and, recursively, everything inside it."""
-    members = [
-        describe_node(zd.open(group.store, path=join_path(group.path, name)))
-        for name in _child_names(group.store, group.path)
-    ]
-    stored = sum(int(m["stored_bytes"]) for m in members)
-    raw = sum(int(m["nbytes"]) for m in members)
-    ratio = compression_ratio(raw, stored)
+def _group_entry(group: zd.Group) -> dict[str, Any]:
+    # Sizes and ratio are filled in once the members are described.
     return {
         "node_type": "group",
         "path": "/" + group.path,
         "zarr_format": group.zarr_format,
         "attributes": len(group.attrs),
-        "stored_bytes": stored,
-        "nbytes": raw,
-        "ratio": None if ratio is None else round(ratio, 3),
-        "members": members,
+        "stored_bytes": 0,
+        "nbytes": 0,
+        "ratio": None,
+        "members": [],
     }
+
+
+def _add_sizes(entry: dict[str, Any]) -> None:
+    members = entry["members"]
+    entry["stored_bytes"] = sum(int(m["stored_bytes"]) for m in members)
+    entry["nbytes"] = sum(int(m["nbytes"]) for m in members)
+    ratio = compression_ratio(entry["nbytes"], entry["stored_bytes"])
+    entry["ratio"] = None if ratio is None else round(ratio, 3)
+
+
+def describe_group(group: zd.Group) -> dict[str, Any]:
+    """What ``info`` reports about a group and everything inside it, members nested. The tree is
+    walked with a stack of its own, at most MAX_GROUP_DEPTH levels of groups deep (FormatError
+    naming the group past it)."""
+    root = _group_entry(group)
+    # For each group entered (innermost last): its entry, the group, its members' names to go.
+    stack: list[tuple[dict[str, Any], zd.Group, Iterator[str]]] = [
+        (root, group, iter(_child_names(group.store, group.path)))
+    ]
+    while stack:
+        entry, current, names = stack[-1]
+        name = next(names, None)
+        if name is None:
+            _add_sizes(entry)
+            stack.pop()
+            continue
+        node = zd.open(current.store, path=join_path(current.path, name))
+        if isinstance(node, zd.Array):
+            entry["members"].append(describe_array(node))
+            continue
+        member = _group_entry(node)
+        entry["members"].append(member)
+        names_below = _child_names(node.store, node.path)
+        if names_below and len(stack) >= groups.MAX_GROUP_DEPTH:
+            raise groups.group_too_deep(group.store, group.path, node.path)
+        stack.append((member, node, iter(names_below)))
+    return root
 
 
 def describe_node(node: zd.Array | zd.Group) -> dict[str, Any]:
@@ -213,16 +262,26 @@ def _group_line(info: Mapping[str, Any]) -> str:
     return text
 
 
-def _tree_lines(info: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
-    """The lines under a node, drawn with box characters."""
+def _tree_lines(info: Mapping[str, Any]) -> Iterator[str]:
+    """The lines under a node, drawn with box characters (walked with a stack of its own)."""
+    # For each group whose members are being drawn: its members to go and their prefix.
+    stack: list[tuple[Iterator[tuple[int, Mapping[str, Any]]], int, str]] = []
     members = info.get("members", [])
-    for i, member in enumerate(members):
-        last = i == len(members) - 1
+    stack.append((iter(enumerate(members)), len(members), ""))
+    while stack:
+        items, count, prefix = stack[-1]
+        item = next(items, None)
+        if item is None:
+            stack.pop()
+            continue
+        i, member = item
+        last = i == count - 1
         branch, cont = ("└── ", "    ") if last else ("├── ", "│   ")
         name = member["path"].rsplit("/", 1)[-1]
         if member["node_type"] == "group":
             yield f"{prefix}{branch}{name}/  {_group_line(member)}"
-            yield from _tree_lines(member, prefix + cont)
+            inner = member.get("members", [])
+            stack.append((iter(enumerate(inner)), len(inner), prefix + cont))
         else:
             first, *rest = _array_lines(member)
             yield f"{prefix}{branch}{name}  {first}"
