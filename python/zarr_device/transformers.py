@@ -124,8 +124,12 @@ def from_pretrained(
     """
     try:
         import transformers
-    except ImportError:
-        raise UsageError("zarr_device.transformers needs transformers: pip install transformers") from None
+    except ImportError as e:
+        from zarr_device.adapters.base import import_failure
+
+        raise import_failure(
+            "transformers", "zarr_device.transformers needs transformers: pip install transformers", e
+        ) from e
 
     import zarr_device.torch as zt
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 try:
     import torch as _torch  # noqa: F401 - a clear error when PyTorch is missing
-except ImportError:
-    from zarr_device.errors import UsageError
+except ImportError as _error:
+    from zarr_device.adapters.base import import_failure
 
-    raise UsageError("zarr_device.torch needs PyTorch: pip install torch") from None
+    # Not installed: what to install; installed but failing (a library that cannot be mapped, a
+    # broken install): the cause.
+    raise import_failure("torch", "zarr_device.torch needs PyTorch: pip install torch", _error) from _error
 
 import os
 from pathlib import Path
@@ -30,7 +32,7 @@ from zarr_device.torch.device_map import plan_device_map
 from zarr_device.torch.distributed import load_distributed
 from zarr_device.torch.format import FORMAT_VERSION, decode_name, encode_name
 from zarr_device.torch.load import auto_device_map, iter_load, load, metadata
-from zarr_device.torch.load_into import CheckpointMismatchError, LoadResult, load_into
+from zarr_device.torch.load_into import CheckpointMismatchError, LoadResult, UnfilledTensorError, load_into
 from zarr_device.torch.save import save
 from zarr_device.torch.weights import iter_weights
 
@@ -48,6 +50,7 @@ __all__ = [
     "remove_partials",
     "LoadResult",
     "CheckpointMismatchError",
+    "UnfilledTensorError",
     "FORMAT_VERSION",
     "encode_name",
     "decode_name",

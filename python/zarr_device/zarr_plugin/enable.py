@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from zarr_device.adapters.base import import_framework
+from zarr_device.adapters.base import import_failure, import_framework
 from zarr_device.devices import DeviceLike, DeviceSpec, parse_device
 from zarr_device.errors import UsageError
 
@@ -106,7 +106,7 @@ def register_with_zarr(*, if_imported: bool = False) -> None:
     try:
         zarr_dtypes = importlib.import_module("zarr_device.zarr_dtypes")
     except ImportError as e:
-        raise UsageError(f"zarr-python is not installed ({e}): pip install zarr") from None
+        raise import_failure("zarr", "the zarr-python plug-in needs zarr-python: pip install zarr", e) from e
     zarr_dtypes.register()
 
 

@@ -42,7 +42,8 @@ from zarr_device.zarr_plugin.locate import EngineArrays, key_layout, split_chunk
 from zarr_device.zarr_plugin import box_reads, box_writes, coordinate_reads
 from zarr_device.zarr_plugin.box_reads import refuses_missing_chunks
 from zarr_device.zarr_plugin.regions import ChunkPart, Region, as_slices, chunk_part, single_box, tiling_part
-from zarr_device.zarr_plugin.support import unsupported_reason
+from zarr_device.zarr_plugin.fallback_limits import BoundedGetter, chunk_limit, decoded_size_guard
+from zarr_device.zarr_plugin.support import native_dtype, unsupported_reason
 
 if TYPE_CHECKING:
     from zarr.abc.store import ByteGetter, ByteSetter, Store
@@ -99,6 +100,8 @@ class DevicePipeline(CodecPipeline):
         self.strict = strict
         self.fallback = BatchedCodecPipeline.from_codecs(_codecs(metadata))
         self.reason = unsupported_reason(metadata)
+        self._guard = decoded_size_guard(metadata) if self.reason is not None else None
+        self._itemsize = _fixed_itemsize(metadata) if self._guard is not None else 0
         self._layout = key_layout(metadata)
         self._arrays = EngineArrays()
         self._warned = False
@@ -187,6 +190,11 @@ class DevicePipeline(CodecPipeline):
                 return tuple([{"status": "present" if await item[0].exists() else "missing"} for item in batch])
             return _all_present(len(batch))
         host, copied = host_view(out)
+        if self._guard is not None and self._itemsize:  # bombs refused before zarr-python decodes
+            batch = [
+                (BoundedGetter(getter, self._guard, chunk_limit(tuple(spec.shape), self._itemsize)), spec, *rest)
+                for getter, spec, *rest in batch
+            ]
         fallback: Any = self.fallback  # returns the results from zarr-python 3.2 on, None before
         results = await fallback.read(_on_host(batch), host, drop_axes)
         if copied:
@@ -403,6 +411,15 @@ class DevicePipeline(CodecPipeline):
             (encoded,) = await self.fallback.encode([(chunk, host_spec)])
             if encoded is not None:
                 await setter.set(encoded)
+
+
+def _fixed_itemsize(metadata: ArrayMetadata) -> int:
+    """The bytes of one element where every element takes the same (0: variable-length data)."""
+    try:
+        dtype = native_dtype(metadata)
+    except (TypeError, ValueError):
+        return 0
+    return 0 if dtype.hasobject or dtype.kind == "T" else int(dtype.itemsize)
 
 
 def _all_present(count: int) -> tuple[dict[str, str], ...]:
