@@ -9,19 +9,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMappin
 from typing import Any
 
 from zarr_device import _core
-from zarr_device.errors import UsageError
+from zarr_device.errors import FormatError, UsageError
+from zarr_device.nodes import check_attributes
 
 __all__ = ["Attributes"]
 
 
-def _to_json(values: Mapping[str, Any]) -> str:
-    try:
-        return json.dumps(dict(values), allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as e:
-        raise UsageError(
-            f"attribute values must be JSON (str, int, float other than NaN/inf, bool, None, "
-            f"lists and dicts of them): {e}"
-        ) from None
+def _to_json(values: Mapping[str, Any], what: str) -> str:
+    # Checked where zarr.json holds attributes, by the parser that reads them back: a change
+    # readers would refuse (too deep, not JSON) is refused before the document is rewritten.
+    return check_attributes(values, f"the attributes of {what}")
 
 
 class Attributes(MutableMapping[str, Any]):
@@ -45,6 +42,8 @@ class Attributes(MutableMapping[str, Any]):
         what: str,
         on_change: Callable[[], None] | None = None,
     ) -> None:
+        if not isinstance(current, Mapping):  # a damaged or hostile document
+            raise FormatError(f"{what}: its attributes are not a JSON object but {type(current).__name__}")
         self._store = store
         self._path = path
         self._current = dict(current)
@@ -124,7 +123,8 @@ class Attributes(MutableMapping[str, Any]):
             stored = document.get("attributes", {}) if self._document_key().endswith("zarr.json") else document
             self._current = dict(stored) if isinstance(stored, dict) else {}
             return
-        stored_text = _core.update_attributes(self._store, self._path, _to_json(changes), removals, replace)
+        text = _to_json(changes, self._what)
+        stored_text = _core.update_attributes(self._store, self._path, text, removals, replace)
         self._current = dict(json.loads(stored_text))
 
     def _document_key(self) -> str:

@@ -13,7 +13,6 @@ all of the new one, never a part.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import shutil
@@ -35,6 +34,7 @@ from zarr_device.create import chunks_for_bytes
 from zarr_device.dtypes import data_type_json
 from zarr_device.errors import UsageError, ZarrDeviceError
 from zarr_device.group import Group, create_group
+from zarr_device.nodes import check_attributes, json_text
 from zarr_device.progress import Progress, progress_bar
 from zarr_device.sizes import parse_size
 from zarr_device.stores import LocalStore, StoreLike
@@ -155,7 +155,10 @@ def _array_document(
     }
     if array.dimension_names is not None:
         document["dimension_names"] = array.dimension_names
-    return json.dumps(document)  # every value came from JSON the engine parsed
+    # Every value came from JSON the engine parsed, but not necessarily at this depth (a Zarr v2
+    # array's .zattrs is one level shallower than attributes in zarr.json): checked as readers
+    # will parse it, before anything is written.
+    return json_text(document, f"the metadata of array '{array.path or '/'}'")
 
 
 # -- converting ---------------------------------------------------------------------------------
@@ -245,6 +248,7 @@ def convert(
             document = _array_document(node, codecs, checksum is not False, chunk_shape, shard_shape)
             plans.append((node, document, shard_shape or chunk_shape))
         else:
+            check_attributes(node.attributes, f"the attributes of group '{node.path or '/'}'")
             plans.append(node)
     arrays = [plan[0] for plan in plans if isinstance(plan, tuple)]
     total = sum(math.prod(a.shape) * a.itemsize for a in arrays)

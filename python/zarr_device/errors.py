@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "ZarrDeviceError",
     "FormatError",
+    "MissingChunkError",
     "CodecError",
     "ChecksumError",
     "StoreError",
@@ -27,6 +28,13 @@ class ZarrDeviceError(Exception):
 
 class FormatError(ZarrDeviceError, ValueError):
     """Invalid or unsupported metadata: data type, codec, chunk grid, shape, fill value."""
+
+
+class MissingChunkError(FormatError):
+    """A chunk (or shard) file that a checkpoint records as written is not in the store: a
+    checkpoint lists the files it left out (all zeros), so a missing one is damage, not zeros.
+    The message names the tensor and the chunk key. Plain Zarr arrays keep Zarr's rule (a
+    missing chunk reads as the fill value) and never raise it."""
 
 
 class CodecError(ZarrDeviceError, ValueError):

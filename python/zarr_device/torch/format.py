@@ -8,10 +8,14 @@ outside the checkpoint or a crash.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from zarr_device.create import chunks_for_bytes
 from zarr_device.errors import FormatError, UsageError
@@ -21,6 +25,7 @@ __all__ = [
     "ROOT_ATTRIBUTE",
     "TENSOR_ATTRIBUTE",
     "FILES_KEY",
+    "FILL_CHUNKS_KEY",
     "Manifest",
     "encode_name",
     "decode_name",
@@ -28,6 +33,8 @@ __all__ = [
     "parse_manifest",
     "layout",
     "checkpoint_codecs",
+    "chunk_keys",
+    "check_storage",
 ]
 
 FORMAT_VERSION = 1
@@ -37,6 +44,14 @@ ROOT_ATTRIBUTE = "zarr_device_checkpoint"
 #: (a model's config.json and tokenizer files, copied from a Hugging Face folder):
 #: ``{"folder": "files", "names": ["config.json", ...]}``. Readers of tensors ignore it.
 FILES_KEY = "files"
+#: The root attribute's key, beside the manifest's, listing the chunk files (shard files, for
+#: sharded tensors) a writer left out because every element in them is zero (Zarr's rule: a
+#: missing chunk reads as the fill value): ``{stored name: ["c/3/0", ...]}``, keys relative to the
+#: tensor's array, only tensors with some. Written (``{}`` when none are left out) by every
+#: checkpoint writer since it was added; a reader of a checkpoint that has it refuses any other
+#: missing chunk file (MissingChunkError). Checkpoints written before have no such record: their
+#: missing chunk files read as zeros, as Zarr's rule has it.
+FILL_CHUNKS_KEY = "fill_chunks"
 #: Each tensor array's attribute: its tensor name, Zarr data type and shape, checked on load.
 TENSOR_ATTRIBUTE = "zarr_device_tensor"
 
@@ -136,20 +151,26 @@ def check_path(name: str, path: Any) -> str:
 @dataclass(frozen=True)
 class Manifest:
     """A checkpoint's root attribute, checked: stored tensors by name (their array paths, in the
-    order written), tied names (the stored name each one shares), and the user's metadata."""
+    order written), tied names (the stored name each one shares), the user's metadata, and the
+    chunk files left out as all zeros (:data:`FILL_CHUNKS_KEY`; None for a checkpoint written
+    before they were recorded)."""
 
     tensors: dict[str, str]
     tied: dict[str, str]
     metadata: Any
+    fill_chunks: dict[str, tuple[str, ...]] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document = {
             "format_version": FORMAT_VERSION,
             "framework": "torch",
             "tensors": dict(self.tensors),
             "tied": dict(self.tied),
             "metadata": self.metadata,
         }
+        if self.fill_chunks is not None:
+            document[FILL_CHUNKS_KEY] = {name: list(keys) for name, keys in self.fill_chunks.items()}
+        return document
 
     def names(self) -> list[str]:
         """Every tensor name: the stored ones, then the tied ones."""
@@ -199,7 +220,115 @@ def parse_manifest(attributes: Mapping[str, Any], where: str) -> Manifest:
             raise FormatError(f"tensor '{name}' is listed both as stored and as tied to '{target}'")
         if target not in tensors:
             raise FormatError(f"tensor '{name}' is tied to '{target}', which is not a stored tensor")
-    return Manifest(tensors, tied, root.get("metadata"))
+    fill_chunks = _fill_chunks(root[FILL_CHUNKS_KEY], tensors) if FILL_CHUNKS_KEY in root else None
+    return Manifest(tensors, tied, root.get("metadata"), fill_chunks)
+
+
+# A chunk key of the checkpoint's key encoding (Zarr v3 "default", separator "/"), as written.
+_CHUNK_KEY = re.compile(r"c(/(0|[1-9][0-9]*))*")
+
+
+def _fill_chunks(value: Any, tensors: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """The checked FILL_CHUNKS_KEY record: stored names to lists of distinct chunk keys (whether
+    each is a key of its tensor's array is checked once the array is open)."""
+    if not isinstance(value, Mapping):
+        raise FormatError(f"checkpoint attribute '{FILL_CHUNKS_KEY}' must be a JSON object, not {type(value).__name__}")
+    record: dict[str, tuple[str, ...]] = {}
+    for name, keys in value.items():
+        if name not in tensors:
+            raise FormatError(f"checkpoint attribute '{FILL_CHUNKS_KEY}' names {name!r}, which is not a stored tensor")
+        if not isinstance(keys, list) or not all(isinstance(k, str) and _CHUNK_KEY.fullmatch(k) for k in keys):
+            raise FormatError(f"tensor '{name}': '{FILL_CHUNKS_KEY}' holds {keys!r}, not a list of chunk keys")
+        if len(set(keys)) != len(keys):
+            raise FormatError(f"tensor '{name}': '{FILL_CHUNKS_KEY}' lists a chunk key twice")
+        record[name] = tuple(keys)
+    return record
+
+
+def chunk_keys(shape: Sequence[int], chunk_shape: Sequence[int]) -> Iterator[str]:
+    """The keys of an array's chunk files (its shard files, when sharded: ``chunk_shape`` is then
+    the shard shape), relative to the array, in C order, under the checkpoint's key encoding:
+    ``c`` for a 0-d array, ``c/0/1`` for the second chunk along the last of two dimensions. None
+    for an empty array."""
+    grid = [-(-s // c) for s, c in zip(shape, chunk_shape)]
+    for index in itertools.product(*(range(n) for n in grid)):
+        yield "/".join(["c", *map(str, index)])
+
+
+_DEFAULT_KEY_ENCODINGS = ({"name": "default", "configuration": {"separator": "/"}}, {"name": "default"})
+# The codecs after ``bytes`` (little-endian) in a chunk, as checkpoint_codecs writes them.
+_CHAINS = ((), ("crc32c",), ("zstd", "crc32c"))
+
+
+def _zero_bits(value: Any, dtype: np.dtype[Any]) -> bool:
+    """Whether the fill value ``value`` (as Zarr v3 JSON) is all zero bits in ``dtype`` (0.0,
+    not -0.0; float8_e8m0fnu, which has no zero, its smallest value)."""
+    if isinstance(value, list):  # a complex number: [real, imaginary]
+        parts = [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        value = complex(*parts) if len(parts) == len(value) == 2 else None
+    if value is None or isinstance(value, str):  # NaN, infinities and raw bits are strings
+        return False
+    try:
+        return not any(np.asarray(value, dtype=dtype).tobytes())
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _names(codecs: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(c.get("name") if isinstance(c, Mapping) else None for c in codecs)
+
+
+def _endian(codec: Mapping[str, Any]) -> Any:
+    configuration = codec.get("configuration")
+    return configuration.get("endian") if isinstance(configuration, Mapping) else None
+
+
+def check_storage(
+    name: str,
+    path: str,
+    *,
+    shape: Sequence[int],
+    dtype: np.dtype[Any],
+    chunks: Sequence[int],
+    codecs: Sequence[Mapping[str, Any]],
+    fill_value: Any,
+    key_encoding: Any,
+) -> None:
+    """Refuses (FormatError naming the tensor) an array whose stored bytes would read as other
+    values without any check failing: only the storage checkpoint writers make is read. Fill
+    value of zero bits (what left-out chunks read as), the default chunk key encoding (the keys
+    FILL_CHUNKS_KEY lists), little-endian ``bytes`` followed by one of the codec chains of
+    :func:`checkpoint_codecs`, inside ``sharding_indexed`` with a crc32c index at the end or not,
+    and (inner) ``chunks`` that are each one contiguous run of the tensor (leading dimensions
+    split, trailing ones whole), which makes a chunk's shape follow from its size."""
+
+    def refuse(what: str) -> FormatError:
+        return FormatError(f"tensor '{name}': array '{path}' {what}, which checkpoint writers do not write "
+                           "(docs/checkpoint-format.md): it was changed after it was written, or written by "
+                           "a newer zarr_device")
+
+    if not _zero_bits(fill_value, dtype):
+        raise refuse(f"has the fill value {fill_value!r}, not zero")
+    if key_encoding not in _DEFAULT_KEY_ENCODINGS:
+        raise refuse(f"has the chunk key encoding {key_encoding!r}")
+    chain: list[Any] = list(codecs)
+    if len(chain) == 1 and _names(chain) == ("sharding_indexed",):
+        configuration = chain[0].get("configuration")
+        configuration = configuration if isinstance(configuration, Mapping) else {}
+        index = configuration.get("index_codecs")
+        index = list(index) if isinstance(index, list) else []
+        if (_names(index) != ("bytes", "crc32c") or _endian(index[0]) != "little"
+                or configuration.get("index_location") != "end"):
+            raise refuse(f"has the shard index codecs {index!r} at {configuration.get('index_location')!r}")
+        inner = configuration.get("codecs")
+        chain = list(inner) if isinstance(inner, list) else []
+    names = _names(chain)
+    if (not names or names[0] != "bytes" or names[1:] not in _CHAINS
+            or (dtype.itemsize > 1 and _endian(chain[0]) != "little")):
+        raise refuse(f"has the codecs {list(codecs)!r}")
+    split = next((d for d, c in enumerate(chunks) if c != 1), len(chunks))
+    if any(c != max(1, s) for c, s in zip(chunks[split + 1 :], shape[split + 1 :])):
+        raise refuse(f"has chunks {list(chunks)} that are not contiguous runs of its shape {list(shape)}")
 
 
 #: Chunks split into more than one are made a whole number of these bytes where that keeps them

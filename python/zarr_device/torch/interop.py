@@ -29,10 +29,11 @@ import torch
 from zarr_device import placement
 from zarr_device.conversion import ConvertSummary, SourceTree, check_destination, local_path, path_inside
 from zarr_device.errors import FormatError, UsageError
+from zarr_device.nodes import parse_json
 from zarr_device.torch.format import FILES_KEY, checkpoint_codecs, encode_name
 from zarr_device.torch.load import iter_load, open_checkpoint
 from zarr_device.progress import Progress, progress_bar
-from zarr_device.torch.save import TensorEntry, _plan, write_checkpoint
+from zarr_device.torch.save import TensorEntry, _plan, check_metadata, write_checkpoint
 
 __all__ = [
     "ST_DTYPES", "TIED_KEY", "METADATA_KEY", "INDEX_NAME", "NotAStateDictError",
@@ -129,13 +130,11 @@ def _open_safetensors(stack: contextlib.ExitStack, file: Path, names: list[str] 
     return dict(metadata) if metadata is not None else {}
 
 
-def _ties(text: str | None) -> dict[str, Any]:
-    try:
-        tied = json.loads(text) if text else {}
-    except ValueError:
-        raise FormatError(f"__metadata__ '{TIED_KEY}' is not JSON") from None
+def _ties(text: str | None, file: Path) -> dict[str, Any]:
+    # JSON from a file goes through the engine's bounded parser: FormatError, never RecursionError.
+    tied = parse_json(text, f"{file}: __metadata__ '{TIED_KEY}'") if text else {}
     if not isinstance(tied, dict):
-        raise FormatError(f"__metadata__ '{TIED_KEY}' is not a JSON object")
+        raise FormatError(f"{file}: __metadata__ '{TIED_KEY}' is not a JSON object")
     return tied
 
 
@@ -154,15 +153,18 @@ def _restore_ties(source: _Source, tied: Mapping[str, Any]) -> None:
     source.entries = [e for e in source.entries if e.name not in source.tied]
 
 
-def _metadata_from(metadata: dict[str, str]) -> Any:
-    """A checkpoint's metadata from a safetensors ``__metadata__``: the checkpoint's own where the
-    file came from a checkpoint, else the mapping as it is."""
+def _metadata_from(metadata: dict[str, str], file: Path) -> Any:
+    """A checkpoint's metadata from a safetensors ``__metadata__`` of ``file``: the checkpoint's
+    own where the file came from a checkpoint, else the mapping as it is. FormatError naming the
+    file for JSON the engine's parser refuses, or that would nest too deep for it in the
+    checkpoint."""
+    value: Any = metadata
     if METADATA_KEY in metadata:
-        try:
-            return json.loads(metadata[METADATA_KEY])
-        except ValueError:
-            raise FormatError(f"__metadata__ '{METADATA_KEY}' is not JSON") from None
-    return metadata
+        value = parse_json(metadata[METADATA_KEY], f"{file}: __metadata__ '{METADATA_KEY}'")
+    try:
+        return check_metadata(value, f"{file}: __metadata__")
+    except UsageError as e:
+        raise FormatError(str(e)) from None
 
 
 def _read_folder(stack: contextlib.ExitStack, folder: Path, source: _Source) -> dict[str, str]:
@@ -173,8 +175,8 @@ def _read_folder(stack: contextlib.ExitStack, folder: Path, source: _Source) -> 
     shards: dict[str, list[str] | None] = {"model.safetensors": None}
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text("utf-8")).get("weight_map")
-        except (ValueError, OSError, AttributeError) as e:
+            weight_map = parse_json(index.read_bytes(), str(index)).get("weight_map")
+        except (OSError, AttributeError) as e:
             raise FormatError(f"{index}: not a safetensors index: {e}") from None
         if not isinstance(weight_map, Mapping):
             raise FormatError(f"{index}: 'weight_map' is not a JSON object")
@@ -189,7 +191,7 @@ def _read_folder(stack: contextlib.ExitStack, folder: Path, source: _Source) -> 
     ties: dict[str, Any] = {}
     for shard, names in shards.items():
         found = _open_safetensors(stack, folder / shard, names, source)
-        ties.update(_ties(found.pop(TIED_KEY, None)))
+        ties.update(_ties(found.pop(TIED_KEY, None), folder / shard))
         metadata = metadata or found  # shards carry the same __metadata__ ({"format": "pt"})
     _restore_ties(source, ties)
     for path in sorted(folder.iterdir()):
@@ -287,8 +289,8 @@ def convert_to_checkpoint(
                 found = _read_folder(stack, source, data)
             else:
                 found = _open_safetensors(stack, source, None, data)
-                _restore_ties(data, _ties(found.pop(TIED_KEY, None)))
-            data.metadata = _metadata_from(found) if found or kind == "huggingface" else None
+                _restore_ties(data, _ties(found.pop(TIED_KEY, None), source))
+            data.metadata = _metadata_from(found, source) if found or kind == "huggingface" else None
         extra: dict[str, Any] = {}
         add_files: Callable[[Path], None] | None = None
         if data.other_files or data.nested_files:

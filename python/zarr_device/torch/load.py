@@ -5,7 +5,6 @@ code."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -17,14 +16,15 @@ import torch
 from zarr_device.adapters import torch as torch_adapter
 from zarr_device.array import Array
 from zarr_device.group import Group, open_array, open_group
-from zarr_device.errors import FormatError, NodeNotFoundError, UsageError, ZarrDeviceError
+from zarr_device.errors import FormatError, MissingChunkError, NodeNotFoundError, UsageError, ZarrDeviceError
 from zarr_device.progress import Progress, progress_bar, wanted
 from zarr_device.many import iter_many, read_many
 from zarr_device.sizes import parse_size
 from zarr_device.torch.auto_map import AUTO_STRATEGIES, MaxMemory, memory_budgets, plan_auto_device_map
 from zarr_device.torch.device_map import DeviceMap, plan_device_map
 from zarr_device.torch.parts import Part, ShardPlan, part_selection, resolve_rank, tensor_parallel_parts
-from zarr_device.torch.format import TENSOR_ATTRIBUTE, Manifest, parse_manifest
+from zarr_device.nodes import parse_json
+from zarr_device.torch.format import TENSOR_ATTRIBUTE, Manifest, check_storage, chunk_keys, parse_manifest
 
 __all__ = ["Checkpoint", "open_checkpoint", "load", "iter_load", "auto_device_map", "metadata", "Keys", "DeviceArg"]
 
@@ -73,7 +73,34 @@ def _open_array(checkpoint_group: Any, name: str, path: str) -> Array:
         torch_adapter.torch_dtype(data_type)
     except UsageError as e:
         raise FormatError(f"tensor '{name}': {e}") from None
+    check_storage(name, path, shape=array.shape, dtype=array.dtype, chunks=array.chunks,
+                  codecs=array.codecs, fill_value=array.fill_value,
+                  key_encoding=array.metadata.get("chunk_key_encoding"))
     return array
+
+
+def _check_chunk_files(name: str, array: Array, left_out: tuple[str, ...]) -> None:
+    """Every chunk file (shard file) of a stored tensor's array is in the store, except those
+    the checkpoint lists as left out (all zeros), which are not: a missing file is a
+    MissingChunkError naming the tensor and the key, never zeros. Stops at the first missing
+    key, so that it costs one look-up per file there (or listed), whatever the array's metadata
+    claims."""
+    store = array.store.handle
+    listed = set(left_out)
+    for key in chunk_keys(array.shape, array.shards or array.chunks):
+        here = store.exists(f"{array.path}/{key}")
+        if key in listed:
+            listed.discard(key)
+            if here:
+                raise FormatError(f"tensor '{name}': chunk '{key}' of array '{array.path}' is recorded as left "
+                                  "out (all zeros) but is in the store: the checkpoint was changed after it "
+                                  "was written")
+        elif not here:
+            raise MissingChunkError(f"tensor '{name}': chunk '{key}' of array '{array.path}' is missing from "
+                                    "the checkpoint (it is not one of the chunks left out as all zeros)")
+    if listed:
+        raise FormatError(f"tensor '{name}': the checkpoint lists chunks {sorted(listed)[:3]} of array "
+                          f"'{array.path}' as left out, which the array does not have")
 
 
 def _attributes_in_order(group: Group) -> dict[str, Any]:
@@ -82,8 +109,8 @@ def _attributes_in_order(group: Group) -> dict[str, Any]:
     is parsed here only after the engine has parsed it within its limits on size and nesting."""
     text = group.store.handle.get("zarr.json")
     try:
-        document = json.loads(text) if text is not None else None
-    except (ValueError, RecursionError):
+        document = parse_json(text, "zarr.json") if text is not None else None
+    except FormatError:
         document = None
     attributes = document.get("attributes") if isinstance(document, dict) else None
     return attributes if isinstance(attributes, dict) else dict(group.attrs)
@@ -91,7 +118,8 @@ def _attributes_in_order(group: Group) -> dict[str, Any]:
 
 def open_checkpoint(path: PathLike) -> Checkpoint:
     """Opens and checks a checkpoint: its root attribute, and every stored tensor's array
-    (present, and of the data type and shape recorded for it). Reads metadata only."""
+    (present, of the data type and shape recorded for it, stored as checkpoints are, and with
+    every chunk file it was written with). Reads metadata, and looks up each chunk file."""
     where = os.fspath(path)
     try:
         group = open_group(path, mode="r")
@@ -99,6 +127,9 @@ def open_checkpoint(path: PathLike) -> Checkpoint:
         raise NodeNotFoundError(f"{where}: no checkpoint there (no Zarr group)") from None
     manifest = parse_manifest(_attributes_in_order(group), where)
     arrays = {name: _open_array(group, name, p) for name, p in manifest.tensors.items()}
+    if manifest.fill_chunks is not None:  # None: written before left-out chunks were recorded
+        for name, array in arrays.items():
+            _check_chunk_files(name, array, manifest.fill_chunks.get(name, ()))
     return Checkpoint(where, manifest, arrays)
 
 

@@ -3,6 +3,7 @@ partial directory and placed atomically (zarr_device.placement)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -22,6 +23,7 @@ from zarr_device.create import create
 from zarr_device.group import create_group
 from zarr_device.dtypes import ZARR_DTYPE_NAMES
 from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
+from zarr_device.nodes import check_attributes, json_text
 from zarr_device.stores import LocalStore
 from zarr_device.torch.format import (
     ROOT_ATTRIBUTE,
@@ -29,11 +31,12 @@ from zarr_device.torch.format import (
     Manifest,
     check_path,
     checkpoint_codecs,
+    chunk_keys,
     encode_name,
     layout,
 )
 
-__all__ = ["save", "zarr_dtype", "TensorEntry", "write_checkpoint"]
+__all__ = ["save", "zarr_dtype", "TensorEntry", "write_checkpoint", "check_metadata"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -210,6 +213,17 @@ def _write_all(store: LocalStore, stored: Sequence[_Stored], codecs: list[dict[s
             raise
 
 
+def check_metadata(metadata: Any, what: str = "metadata") -> Any:
+    """``metadata`` as the JSON a checkpoint stores (tuples become lists), checked where the
+    checkpoint's zarr.json holds it: UsageError naming ``what``, before anything is written, for
+    what is not JSON and for what readers would refuse (nesting too deep for their parser once
+    inside the root document)."""
+    value = json.loads(json_text(metadata, what))
+    check_attributes({ROOT_ATTRIBUTE: Manifest({}, {}, value, fill_chunks={}).to_json()},
+                     f"{what}, in the checkpoint's zarr.json,")
+    return value
+
+
 def save(
     state_dict_or_module: torch.nn.Module | Mapping[str, torch.Tensor],
     path: PathLike,
@@ -242,10 +256,7 @@ def save(
     cannot be saved (naming the tensor) or an existing ``path`` without ``overwrite``.
     """
     codecs = checkpoint_codecs(compressors, checksum)
-    try:
-        metadata_json = json.loads(json.dumps(metadata, allow_nan=False))
-    except (TypeError, ValueError, RecursionError) as e:
-        raise UsageError(f"metadata must be JSON (no NaN or infinity): {e}") from None
+    metadata_json = check_metadata(metadata)
     state = _state_dict(state_dict_or_module)
     dest = placement.local_destination(path)
     placement.check_replaceable(dest, overwrite)
@@ -272,12 +283,29 @@ def write_checkpoint(
     the root attribute (``files``). ``add_files``: called with the partial directory once the
     tensors are written, to put other files in it before it is placed."""
     stored = _check_entries(entries, tied)
-    manifest = Manifest({s.name: s.path for s in stored}, dict(tied), metadata)
+    manifest = Manifest({s.name: s.path for s in stored}, dict(tied), metadata, fill_chunks={})
+    # The root document as it will be, but for the chunks left out (a shallow record): what
+    # readers would refuse (metadata nested too deep for their parser) is refused before anything
+    # is written, so that a good checkpoint at ``dest`` stays as it was.
+    check_attributes({ROOT_ATTRIBUTE: {**manifest.to_json(), **(extra or {})}},
+                     "metadata, in the checkpoint's zarr.json,")
     total = sum(s.entry.nbytes for s in stored)
     with placement.atomic_directory(dest, overwrite, "checkpoint") as partial:
         store = LocalStore(partial)
-        create_group(store, attributes={ROOT_ATTRIBUTE: {**manifest.to_json(), **(extra or {})}})
         with progress_bar(total, progress, desc) as advance:
             _write_all(store, stored, codecs, advance)
+        # Written last, once the engine has left out the chunks all zeros: readers refuse any
+        # other chunk file missing, rather than read it as zeros.
+        left_out = {s.name: keys for s in stored if (keys := _left_out(store, s))}
+        manifest = dataclasses.replace(manifest, fill_chunks=left_out)
+        create_group(store, attributes={ROOT_ATTRIBUTE: {**manifest.to_json(), **(extra or {})}})
         if add_files is not None:
             add_files(partial)
+
+
+def _left_out(store: LocalStore, item: _Stored) -> tuple[str, ...]:
+    """The chunk (shard) files of a written tensor that the engine left out, every element in
+    them being zero (the fill value)."""
+    chunks, shards = layout(item.entry.shape, item.entry.dtype.itemsize)
+    handle = store.handle
+    return tuple(k for k in chunk_keys(item.entry.shape, shards or chunks) if not handle.exists(f"{item.path}/{k}"))
