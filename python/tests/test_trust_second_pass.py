@@ -171,6 +171,10 @@ def test_walks_past_the_depth_limit_are_typed_errors(deep_tmp_path: Path, capsys
         assert cli_main(["info", str(deep_tmp_path / "s"), *json_flag]) == 1
         err = capsys.readouterr().err
         assert f"more than {zd_group.MAX_GROUP_DEPTH} levels" in err and f"'/{too_deep}'" in err
+    # convert walks the source with the same walk: a typed error, and nothing written.
+    with pytest.raises(zd.FormatError, match=f"more than {zd_group.MAX_GROUP_DEPTH} levels"):
+        zd.convert(str(deep_tmp_path / "s"), str(deep_tmp_path / "out.zarr"))
+    assert not (deep_tmp_path / "out.zarr").exists()
     # From a group part-way down, the limit counts from there.
     middle = zd.open_group(str(deep_tmp_path / "s"), path="/".join(["g"] * 900))
     assert list(middle.all_arrays()) == ["/".join(["g"] * 100) + "/arr"]

@@ -84,12 +84,19 @@ class SourceTree:
 
 
 def _zarr_nodes(node: Array | Group, relative: str) -> Iterator[SourceGroup | SourceArray]:
-    if isinstance(node, Group):
-        yield SourceGroup(relative, dict(node.attrs))
-        for name in sorted(node):
-            yield from _zarr_nodes(node[name], join_path(relative, name))
+    """The source's nodes, each group before its members (Group.walk: iterative, with its depth
+    limit, so that a tree nested without end is a FormatError, not a RecursionError)."""
+    if not isinstance(node, Group):
+        yield _source_array(node, relative)
         return
-    yield SourceArray(
+    yield SourceGroup(relative, dict(node.attrs))
+    for path, member in node.walk():
+        where = join_path(relative, path)
+        yield SourceGroup(where, dict(member.attrs)) if isinstance(member, Group) else _source_array(member, where)
+
+
+def _source_array(node: Array, relative: str) -> SourceArray:
+    return SourceArray(
         path=relative,
         shape=node.shape,
         data_type=str(node._core.dtype),  # noqa: SLF001 - the package's own

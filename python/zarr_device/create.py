@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol, Union
@@ -20,7 +19,7 @@ from zarr_device.dtypes import (
     to_zarr_name,
 )
 from zarr_device.errors import FormatError, UsageError
-from zarr_device.nodes import CreateMode, EngineStore, join_path, node_path
+from zarr_device.nodes import CreateMode, EngineStore, join_path, json_text, node_path
 from zarr_device.stores import StoreLike, as_store
 
 __all__ = ["create", "Compressors", "ChunkKeyEncodingLike", "chunks_for_bytes"]
@@ -283,10 +282,7 @@ def create(
     }
     if dimension_names is not None:
         document["dimension_names"] = list(dimension_names)
-    try:
-        text = json.dumps(document, allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as e:
-        raise UsageError(f"the array's metadata must be JSON (attributes included): {e}") from None
+    text = json_text(document, "the array's metadata (attributes included)")  # as readers would check it
     path = node_path(path)
     core = _core.Array.create(engine_store.handle, path, text, mode == "w")
     if mode == "w":  # the engine replaced the node at the path; what was below it goes too

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Union
 
@@ -13,7 +12,7 @@ from zarr_device.attributes import Attributes
 from zarr_device.create import create, erase_nodes_below
 from zarr_device.devices import DeviceLike
 from zarr_device.errors import FormatError, NodeNotFoundError, UsageError
-from zarr_device.nodes import CreateMode, EngineStore, OpenMode, join_path, node_path, read_json, write_json
+from zarr_device.nodes import CreateMode, EngineStore, OpenMode, join_path, json_text, node_path, read_json, write_json
 from zarr_device.stores import StoreLike, as_store
 
 __all__ = ["Group", "MAX_GROUP_DEPTH", "create_group", "group_too_deep", "open", "open_array", "open_group"]
@@ -218,10 +217,7 @@ def create_group(
     if exists and mode == "w-":
         raise UsageError(f"a node already exists at '{path}' (use mode='w' to replace it)")
     document = {"zarr_format": 3, "node_type": "group", "attributes": dict(attributes or {})}
-    try:
-        json.dumps(document, allow_nan=False)  # checked before anything is removed
-    except (TypeError, ValueError, RecursionError) as e:
-        raise UsageError(f"the group's attributes must be JSON (no NaN or infinity): {e}") from None
+    json_text(document, "the group's attributes")  # checked, as readers would, before anything is removed
     if mode == "w":
         # Only Zarr data goes: this node and the nodes below it, never other files.
         if exists:

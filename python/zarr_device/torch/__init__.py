@@ -32,6 +32,7 @@ from zarr_device.torch.device_map import plan_device_map
 from zarr_device.torch.distributed import load_distributed
 from zarr_device.torch.format import FORMAT_VERSION, decode_name, encode_name
 from zarr_device.torch.load import auto_device_map, iter_load, load, metadata
+from zarr_device.errors import MissingChunkError
 from zarr_device.torch.load_into import CheckpointMismatchError, LoadResult, UnfilledTensorError, load_into
 from zarr_device.torch.save import save
 from zarr_device.torch.weights import iter_weights
@@ -51,6 +52,7 @@ __all__ = [
     "LoadResult",
     "CheckpointMismatchError",
     "UnfilledTensorError",
+    "MissingChunkError",
     "FORMAT_VERSION",
     "encode_name",
     "decode_name",
