@@ -53,10 +53,10 @@ download() {  # DIR REQUIREMENT...
 if [ -n "$zarr_venv" ]; then
   [ -x "$zarr_venv/bin/python" ] || { echo "fetch-offline: run scripts/test-newest.sh first ($zarr_venv)" >&2; exit 1; }
   download "$out/wheels" $(PINNED_FROM="$zarr_venv" pinned zarr numcodecs donfig google-crc32c msgspec \
-    typing-extensions dask distributed partd locket tblib zict) $(pinned nvidia-libnvcomp-cu13)
+    typing-extensions dask distributed partd locket tblib zict tornado) $(pinned nvidia-libnvcomp-cu13)
 else
   download "$out/wheels" $(pinned zarr numcodecs donfig google-crc32c nvidia-libnvcomp-cu13 \
-    dask distributed partd locket tblib zict)
+    dask distributed partd locket tblib zict tornado)
 fi
 mkdir -p "$out/debs"
 (cd "$out/debs" && apt-get download libblosc1 libblosc-dev libsnappy1v5)

@@ -2,7 +2,7 @@
 # Builds zarr-device on a CUDA machine and runs the GPU suite (pytest marker `gpu`) and the GPU
 # benchmark. For machines without network access, OFFLINE_WHEELS names a folder of Python wheels
 # and OFFLINE_DEBS a folder of Debian packages (c-blosc) to install from (scripts/fetch-offline.sh
-# fetches both).
+# fetches both; --newest there fetches the newest-stack zarr-python, numcodecs and Dask).
 #
 #   scripts/test-gpu.sh [--bench] [LOG_DIR]      build, C++ device tests, GPU pytest (+ benchmarks)
 #   scripts/test-gpu.sh --bench-only [LOG_DIR]   the benchmarks of an installed build
