@@ -15,16 +15,18 @@ import numpy.typing as npt
 from zarr_device import placement
 from zarr_device.array import Array
 from zarr_device.errors import UsageError
+from zarr_device.fsck import _ChunkKeys, _v2_keys, _v3_keys  # how an array names its chunks
 from zarr_device.group import Group
 from zarr_device.group import open as open_node
 from zarr_device.nodes import join_path
-from zarr_device.stores import LocalStore, StoreLike, ZarrStoreAdapter, as_store
+from zarr_device.stores import LocalStore, MemoryStore, StoreLike, ZarrStoreAdapter, as_store
 
 __all__ = [
     "ConvertSummary",
     "SourceGroup",
     "SourceArray",
     "SourceTree",
+    "stored_chunks",
     "read_zarr",
     "read_source",
     "local_path",
@@ -74,6 +76,11 @@ class SourceArray:
     attributes: dict[str, Any]
     dimension_names: list[str | None] | None
     read: Callable[[tuple[slice, ...]], npt.NDArray[Any]]
+    # The grid indices of the units the source stores (shards when sharded, else chunks), each
+    # of ``stored_shape`` elements, found by listing the store: only what exists is visited.
+    # None where the store cannot list: every region of the declared shape is then read.
+    stored: Callable[[], Iterator[tuple[int, ...]]] | None = None
+    stored_shape: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,61 @@ def _zarr_nodes(node: Array | Group, relative: str) -> Iterator[SourceGroup | So
         yield SourceGroup(where, dict(member.attrs)) if isinstance(member, Group) else _source_array(member, where)
 
 
+def _lists(store: object) -> bool:
+    """Whether the store can list its keys (zarr-python stores say so; some cannot: HTTP)."""
+    if isinstance(store, (LocalStore, MemoryStore)):
+        return True
+    return isinstance(store, ZarrStoreAdapter) and bool(getattr(store.store, "supports_listing", False))
+
+
+def stored_chunks(node: Array) -> Callable[[], Iterator[tuple[int, ...]]] | None:
+    """A function listing the grid indices of the chunks (shards, when sharded) that ``node``
+    stores, or None where its store cannot list or its chunk keys are not ones known here."""
+    metadata = node.metadata
+    keys = _v3_keys(metadata) if node.zarr_format == 3 else _v2_keys(metadata)
+    if keys is None or keys.ndim != len(node.shape) or not _lists(node.store):
+        return None
+    handle, base = node.store.handle, node.path
+    grid = tuple(-(-s // c) if c else 0 for s, c in zip(node.shape, node._core.chunk_shape))  # noqa: SLF001
+    return lambda: _listed(handle, base, keys, grid)
+
+
+def _listed(handle: Any, base: str, keys: _ChunkKeys, grid: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+    """The indices inside ``grid`` of the chunk keys stored under the node at ``base``: one
+    listing of its folder ("." separated keys), or a walk down the folders of "/" separated keys
+    (iterative, visiting only those that exist)."""
+
+    def key_of(*parts: str) -> str:
+        return "/".join(p for p in (base, *parts) if p)
+
+    def inside(index: tuple[int, ...]) -> bool:
+        return all(i < n for i, n in zip(index, grid))
+
+    if keys.ndim == 0:
+        if handle.exists(key_of("c" if keys.prefix else "0")):
+            yield ()
+        return
+    if keys.separator == ".":
+        for name in handle.list_dir(base):
+            if keys.pattern.fullmatch(name) and inside(index := keys.index(name)) and handle.exists(key_of(name)):
+                yield index
+        return
+    start = ("c",) if keys.prefix else ()
+    folders: list[tuple[str, ...]] = [start]
+    while folders:
+        parts = folders.pop()
+        depth = len(parts) - len(start)
+        for name in handle.list_dir(key_of(*parts)):
+            if not (name.isascii() and name.isdigit()) or int(name) >= grid[depth]:
+                continue
+            if depth + 1 < keys.ndim:
+                folders.append((*parts, name))
+                continue
+            key = "/".join((*parts, name))
+            if keys.pattern.fullmatch(key) and handle.exists(key_of(key)):
+                yield keys.index(key)
+
+
 def _source_array(node: Array, relative: str) -> SourceArray:
     return SourceArray(
         path=relative,
@@ -106,6 +168,8 @@ def _source_array(node: Array, relative: str) -> SourceArray:
         attributes=dict(node.attrs),
         dimension_names=node.metadata.get("dimension_names") if node.zarr_format == 3 else None,
         read=node.read,
+        stored=stored_chunks(node),
+        stored_shape=tuple(node._core.chunk_shape),  # noqa: SLF001 - the package's own
     )
 
 

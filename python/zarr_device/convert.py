@@ -5,6 +5,9 @@ converted once to zstd + crc32c, every chunk decodes on the GPU.
 
 Data moves region by region (whole destination shards or chunks, about ``max_bytes`` at a time)
 through the engine's host reads and writes, so memory is bounded by settings, not by the data.
+Only the regions that overlap a chunk (or shard) the source stores are copied, where its store
+can list them: a sparse array, or one declaring 2^40 elements and storing none, costs what it
+holds, not what its shape declares; the rest is the fill value, left unstored.
 Everything is written into ``<destination>.partial-<random>`` beside the destination, flushed to
 disk and renamed into place when complete (``placement``): the destination is the old store or
 all of the new one, never a part.
@@ -16,8 +19,9 @@ import itertools
 import math
 import os
 import shutil
+import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Union
 
 from zarr_device import _core, placement
@@ -35,8 +39,8 @@ from zarr_device.dtypes import data_type_json
 from zarr_device.errors import UsageError, ZarrDeviceError
 from zarr_device.group import Group, create_group
 from zarr_device.nodes import check_attributes, json_text
-from zarr_device.progress import Progress, progress_bar
-from zarr_device.sizes import parse_size
+from zarr_device.progress import Progress, progress_bar, wanted
+from zarr_device.sizes import format_bytes, parse_size
 from zarr_device.stores import LocalStore, StoreLike
 
 __all__ = ["convert", "COMPRESSORS", "region_shape"]
@@ -164,15 +168,52 @@ def _array_document(
 # -- converting ---------------------------------------------------------------------------------
 
 
-def _copy(array: SourceArray, document: str, grid: tuple[int, ...], store: LocalStore,
-          max_bytes: int, advance: Callable[[int], object]) -> None:
+#: Above this many declared bytes, an array copied region by region over its whole shape (its
+#: store cannot list what it holds) is announced before it is read.
+ANNOUNCE_BYTES = 64 << 30
+
+
+def _regions(array: SourceArray, grid: tuple[int, ...], max_bytes: int) -> tuple[Iterable[tuple[slice, ...]], int, bool]:
+    """The regions ``array`` is copied in, the bytes they hold, and whether they are only those
+    that overlap what the source stores. A source that lists its stored chunks (or shards) is
+    copied only where they lie: each one's box, mapped onto the region grid; every other region
+    holds nothing but the fill value, which the destination leaves unstored (as the engine does
+    for an all-fill chunk a full copy would write). Other sources: every region of the shape."""
+    shape = array.shape
+    if 0 in shape:
+        return [], 0, True
+    region = region_shape(shape, grid, array.itemsize, max_bytes)
+
+    def box(start: Sequence[int]) -> tuple[slice, ...]:
+        return tuple(slice(i, min(i + r, s)) for i, r, s in zip(start, region, shape))
+
+    starts: set[tuple[int, ...]] | None = None
+    if array.stored is not None:
+        try:
+            starts = set()
+            unit = array.stored_shape
+            for index in array.stored():
+                low = [i * u for i, u in zip(index, unit)]
+                high = [min((i + 1) * u, s) for i, u, s in zip(index, unit, shape)]
+                if any(lo >= hi for lo, hi in zip(low, high)):
+                    continue
+                starts.update(itertools.product(*(
+                    range(lo // r * r, hi, r) for lo, hi, r in zip(low, high, region))))
+        except (ZarrDeviceError, NotImplementedError, OSError):
+            starts = None  # the listing failed: every region is read, as for a store that cannot list
+    if starts is None:
+        full = itertools.product(*(range(0, s, r) for s, r in zip(shape, region)))
+        return (box(start) for start in full), math.prod(shape) * array.itemsize, False
+    boxes = [box(start) for start in sorted(starts)]
+    nbytes = sum(math.prod(b.stop - b.start for b in selection) for selection in boxes) * array.itemsize
+    return boxes, nbytes, True
+
+
+def _copy(array: SourceArray, document: str, regions: Iterable[tuple[slice, ...]], store: LocalStore,
+          advance: Callable[[int], object]) -> None:
     try:
         target = Array(_core.Array.create(store.handle, array.path, document, False), store, read_only=False)
-        if 0 in array.shape:
-            return
-        region = region_shape(array.shape, grid, array.itemsize, max_bytes)
-        for start in itertools.product(*(range(0, s, r) for s, r in zip(array.shape, region))):
-            selection = tuple(slice(i, min(i + r, s)) for i, r, s in zip(start, region, array.shape))
+        for selection in regions:
             values = array.read(selection)
             target.write(selection, values)
             advance(values.nbytes)
@@ -251,16 +292,28 @@ def convert(
             check_attributes(node.attributes, f"the attributes of group '{node.path or '/'}'")
             plans.append(node)
     arrays = [plan[0] for plan in plans if isinstance(plan, tuple)]
-    total = sum(math.prod(a.shape) * a.itemsize for a in arrays)
+    # What each array copies (only where the source stores data, when its store lists that),
+    # known before anything is read: the progress total counts the bytes actually copied.
+    work: dict[int, Iterable[tuple[slice, ...]]] = {}
+    total = 0
+    for number, plan in enumerate(plans):
+        if isinstance(plan, tuple):
+            regions, nbytes, listed = _regions(plan[0], plan[2], region_bytes)
+            work[number] = regions
+            total += nbytes
+            if not listed and nbytes > ANNOUNCE_BYTES and (progress is True or (progress is None and wanted(None))):
+                print(f"converting '{plan[0].path or '/'}': its store cannot list the chunks it holds, so all "
+                      f"{format_bytes(nbytes)} its shape declares is read (fill values where nothing is stored)",
+                      file=sys.stderr, flush=True)
     partial = placement.make_partial(dest)
     try:
         store = LocalStore(partial)
         with progress_bar(total, progress, "converting") as advance:
-            for plan in plans:
+            for number, plan in enumerate(plans):
                 if isinstance(plan, SourceGroup):
                     create_group(store, path=plan.path, attributes=plan.attributes)
                 else:
-                    _copy(*plan, store, region_bytes, advance)
+                    _copy(plan[0], plan[1], work[number], store, advance)
         written = placement.finish_files(partial)
         placement.place(partial, dest, overwrite, "converted store")
     except BaseException:
