@@ -46,7 +46,7 @@ def run_convert(args: argparse.Namespace, out: TextIO) -> int:
         json.dump(summary.to_json(), out, indent=2)
         out.write("\n")
         return 0
-    ratio = f" ({summary.bytes_read / summary.bytes_written:.2f}x)" if summary.bytes_written else ""
+    ratio = f" ({summary.bytes_read / summary.bytes_written:.2f}x)" if summary.bytes_written and summary.bytes_read else ""
     out.write(
         f"{summary.destination}: {plural(summary.arrays, 'array')}, {plural(summary.groups, 'group')}; "
         f"read {format_bytes(summary.bytes_read)}, wrote {format_bytes(summary.bytes_written)}{ratio} "
