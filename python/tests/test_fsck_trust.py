@@ -239,19 +239,21 @@ def test_partials_carry_a_record_that_never_reaches_the_store(tmp_path: Path) ->
         found = placement.examine_leftover(dest, partial)
         assert found.proven and found.writer == os.getpid()
         zd.create(partial, shape=(2,), dtype="uint8", chunks=(2,))[...] = 1
-    assert not (dest / placement.RECORD).exists() and placement.leftovers(dest) == []
+    assert not (dest / placement.RECORD).exists() and placement.leftovers(dest) == placement.remnants(dest) == []
     with placement.atomic_directory(dest, overwrite=True) as partial:  # replacing: an exchange
         zd.create(partial, shape=(2,), dtype="uint8", chunks=(2,))[...] = 2
-    assert not (dest / placement.RECORD).exists() and placement.leftovers(dest) == []
+    assert not (dest / placement.RECORD).exists() and placement.leftovers(dest) == placement.remnants(dest) == []
     np.testing.assert_array_equal(zd.open_array(dest)[...], 2)
     file_dest = tmp_path / "model.safetensors"
     with placement.atomic_file(file_dest, overwrite=False) as partial:
         assert placement.examine_leftover(file_dest, partial.parent).proven
         partial.write_bytes(b"weights")
-    assert file_dest.read_bytes() == b"weights" and placement.leftovers(file_dest) == []
+    assert file_dest.read_bytes() == b"weights"
+    assert placement.leftovers(file_dest) == placement.remnants(file_dest) == []
     with pytest.raises(RuntimeError), placement.atomic_directory(dest, overwrite=True):
         raise RuntimeError("the writer fails")
-    assert placement.leftovers(dest) == []
+    assert placement.leftovers(dest) == placement.remnants(dest) == []
+    assert sorted(os.listdir(tmp_path)) == ["model.safetensors", "out.zarr"]
 
 
 def test_the_previous_store_is_kept_when_the_destination_is_missing(tmp_path: Path) -> None:
@@ -279,6 +281,172 @@ def test_a_record_is_only_a_small_regular_file(tmp_path: Path) -> None:
     for tree in (big, linked, broken):
         assert not placement.examine_leftover(dest, tree).proven
     assert placement.remove_leftovers(dest) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# A writer killed between any two of its system calls leaves only what a record proves
+
+
+# Run in a process of its own, which forks a child per trial: the child writes (or replaces) a
+# store, a file, or fails and discards its tree, and exits at once (as SIGKILL leaves it) just
+# before its n-th call that changes the file system (in the middle of it, for a write: half the
+# bytes); the parent then checks what is left. Printed: one line per trial that went wrong, then
+# the number of trials.
+_KILL_AT_EVERY_STEP = r"""
+import json, os, shutil, sys
+from pathlib import Path
+from zarr_device import placement
+
+base = Path(sys.argv[1])
+problems, trials = [], 0
+
+def child(dest, kind, overwrite, exchange, step):
+    count = [0]
+    def hook(real, name):
+        def call(*args, **kwargs):
+            if name != "open" or args[1] & os.O_CREAT:
+                count[0] += 1
+                if count[0] == step:
+                    if name == "write" and len(args[1]) > 1:
+                        real(args[0], args[1][: len(args[1]) // 2])
+                    os._exit(137)
+            return real(*args, **kwargs)
+        return call
+    for name in ("mkdir", "rmdir", "unlink", "rename", "replace", "write", "open"):
+        setattr(os, name, hook(getattr(os, name), name))
+    placement._renameat2 = hook(placement._renameat2, "renameat2")
+    if not exchange:
+        placement.exchange = lambda *_: False
+    try:
+        if kind == "file":
+            with placement.atomic_file(dest, overwrite) as partial:
+                with open(partial, "wb") as out:
+                    out.write(b"new")
+        else:
+            with placement.atomic_directory(dest, overwrite) as partial:
+                (partial / "sub").mkdir()
+                for name in ("zarr.json", "sub/x"):
+                    fd = os.open(partial / name, os.O_WRONLY | os.O_CREAT, 0o644)
+                    os.write(fd, b"new")
+                    os.close(fd)
+                if kind == "fails":
+                    raise RuntimeError("the writer fails")
+    except RuntimeError:
+        pass
+    os._exit(0)
+
+def content(path):
+    if path.is_file():
+        return path.read_bytes().decode()
+    found = {p.relative_to(path).as_posix(): p.read_bytes().decode() for p in path.rglob("*") if p.is_file()}
+    return found.get("zarr.json") if found in ({"zarr.json": "old", "sub/x": "old"},
+                                               {"zarr.json": "new", "sub/x": "new"}) else found
+
+for kind, overwrite, exchange in [("dir", False, True), ("dir", True, True), ("dir", True, False),
+                                  ("fails", True, True), ("fails", True, False), ("file", True, True)]:
+    step = 0
+    while True:
+        step += 1
+        trials += 1
+        root = base / f"{kind}-{overwrite}-{exchange}-{step}"
+        root.mkdir()
+        dest = root / ("d.safetensors" if kind == "file" else "d.zarr")
+        if overwrite and kind == "file":
+            dest.write_bytes(b"old")
+        elif overwrite:
+            (dest / "sub").mkdir(parents=True)
+            (dest / "zarr.json").write_bytes(b"old")
+            (dest / "sub" / "x").write_bytes(b"old")
+        pid = os.fork()
+        if pid == 0:
+            child(dest, kind, overwrite, exchange, step)
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        where = f"{kind} overwrite={overwrite} exchange={exchange} killed before step {step}"
+        expected = {"old", "new"} if overwrite else {None, "new"}
+        if kind == "fails" or (status == 0 and kind != "fails"):
+            expected = {"old"} if kind == "fails" else {"new"}
+        now = content(dest) if os.path.lexists(dest) else None
+        if now is None and kind != "file" and overwrite:
+            # Only where the file system cannot exchange: the old store moved aside, kept.
+            aside = placement.leftovers(dest)
+            kept = [p for p in aside if ".replaced-" in p.name and content(p) == "old"
+                    and not placement.examine_leftover(dest, p).proven]
+            if exchange or len(kept) != 1:
+                problems.append(f"{where}: {dest.name} is missing, and the old store is not kept aside")
+            else:
+                os.rename(kept[0], dest)
+                now = "old"
+        if now not in expected:
+            problems.append(f"{where}: {dest.name} holds {now!r}, expected one of {sorted(map(str, expected))}")
+        if dest.is_dir() and os.path.lexists(dest / placement.RECORD):
+            problems.append(f"{where}: the placed store holds the record")
+        # The trees first: a record beside them is kept (and not removable) while they are there.
+        for listing, remove in ((placement.leftovers, lambda d: placement.remove_leftovers(d, hidden=False)),
+                                (placement.remnants, placement.remove_remnants)):
+            for path in listing(dest):
+                found = placement.examine_leftover(dest, path)
+                if not found.proven:
+                    problems.append(f"{where}: {path.name} is not provably zarr-device's: {found.detail}")
+            remove(dest)
+        left = sorted(set(os.listdir(root)) - {dest.name})
+        if left:
+            problems.append(f"{where}: remove_leftovers left {left}")
+        shutil.rmtree(root)
+        if status == 0:
+            break
+    if step < 5:
+        problems.append(f"{kind} overwrite={overwrite} exchange={exchange}: only {step} steps")
+print("\n".join(problems + [str(trials)]))
+"""
+
+
+def test_a_writer_killed_at_any_step_leaves_only_what_can_be_proven(tmp_path: Path) -> None:
+    """At every moment each tree of a leftover's name beside the destination is proven by a
+    record (in it, or beside it while it is placed), the placed store never holds the record, and
+    what else a kill leaves (hidden, holding at most a record) is removed too."""
+    done = subprocess.run([sys.executable, "-c", _KILL_AT_EVERY_STEP, str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    *problems, trials = done.stdout.strip().splitlines()
+    assert problems == [], "\n".join(problems)
+    assert int(trials) > 60
+
+
+def test_hidden_bookkeeping_is_removed_only_when_it_holds_nothing_of_anyones(tmp_path: Path, capsys: Any) -> None:
+    dest = tmp_path / "m.zarr"
+    zd.create_group(dest)
+    empty = tmp_path / ".m.zarr.zdstage-0000000a"
+    empty.mkdir()
+    torn = tmp_path / ".m.zarr.zdstage-0000000b"  # killed while writing the record
+    torn.mkdir()
+    (torn / placement.RECORD).write_text('{"zarr_device": "plac')
+    users = put(tmp_path / ".m.zarr.zdstage-0000000c" / "mine.txt")
+    others = tmp_path / ".m.zarr.zdstage-0000000d"  # another destination's record
+    record(others, "other.zarr", "0000000d")
+    placed = tmp_path / "m.zarr.partial-0000000e"  # being placed: its record beside it
+    put(placed / "zarr.json", b"{}")
+    record(tmp_path / "stage", "m.zarr", "0000000e")
+    beside = tmp_path / ".m.zarr.zdplace-0000000e.json"
+    (tmp_path / "stage" / placement.RECORD).rename(beside)
+    stale = tmp_path / ".m.zarr.zdplace-0000000f.json"  # its trees are gone
+    stale.write_text(beside.read_text().replace("0000000e", "0000000f"))
+    forged = tmp_path / ".m.zarr.zdplace-00000010.json"
+    forged.write_text("my notes")
+    assert placement.leftovers(dest) == [placed]
+    assert placement.remnants(dest) == [beside, stale, forged, empty, torn, users.parent, others]
+    proven = {p for p in placement.remnants(dest) + [placed] if placement.examine_leftover(dest, p).proven}
+    assert proven == {placed, stale, empty, torn}
+    assert "kept while that is there" in placement.examine_leftover(dest, beside).detail
+    age(placed / "zarr.json", placed, beside, stale, empty, torn / placement.RECORD, torn)
+    before = files(tmp_path)
+    status, out = run(capsys, "fsck", str(dest), "--quiet")
+    assert status == 1 and files(tmp_path) == before
+    assert f"../{placed.name}: a tree being placed" in out and f"../{empty.name}: an empty folder" in out
+    status, out = run(capsys, "fsck", str(dest), "--fix", "--quiet")
+    assert status == 1  # what is not provably zarr-device's is still there
+    assert not any(p.exists() for p in (placed, beside, stale, empty, torn))
+    assert users.exists() and forged.exists() and (others / placement.RECORD).exists()
+    assert "(removed)" in out and f"../{users.parent.name}: holds files zarr-device did not put there" in out
 
 
 # ----------------------------------------------------------------------------------------------

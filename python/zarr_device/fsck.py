@@ -10,8 +10,11 @@ What ``fix`` removes is only what can be shown to be zarr-device's, never by its
   (the folder of a zarr.json, .zarray or .zgroup, or an array's chunk folders), where ``<name>``
   is a file the engine writes there (the node's metadata, or a chunk key of that array), whose
   writer is gone;
-- beside the store, a partial tree whose record (:data:`zarr_device.placement.RECORD`) names
-  the store and the token in the tree's name.
+- beside the store, a partial tree whose record (:data:`zarr_device.placement.RECORD`, in the
+  tree, or moved beside it while it was being placed) names the store and the token in the
+  tree's name; and the hidden bookkeeping of such trees that a killed writer can leave (a
+  ``.<name>.zdstage-*`` folder holding nothing but, at most, a record; a record beside whose
+  trees are gone), which holds nothing of anyone's.
 
 Names that only look like these (a user's ``.draft.tmp2024.01``, a ``.partial-`` folder without a
 record) are reported where they sit in a node (readers skip them) and otherwise left alone; a
@@ -511,13 +514,20 @@ def _check_chunks(root: Path, node: _Node, array: Any, progress: Callable[[int],
 
 def _check_siblings(path: Path, fix: bool, report: FsckReport) -> None:
     """What atomic saves, converts and copies into ``path`` left beside it when killed (their
-    ``.partial-*`` and ``.replaced-*`` trees): never read in place of the store, only taking space.
-    ``fix`` removes those whose record proves them zarr-device's and that are older than
-    STALE_AFTER_S (a younger one, or one whose writer still runs, may be a running writer's)."""
-    from zarr_device.placement import examine_leftover, leftovers, remove_leftovers
+    ``.partial-*`` and ``.replaced-*`` trees, and their hidden bookkeeping): never read in place of
+    the store, only taking space. ``fix`` removes those that zarr-device's record proves its own
+    (the bookkeeping: that holds nothing but a record) and that are older than STALE_AFTER_S (a
+    younger one, or one whose writer still runs, may be a running writer's). The trees go first:
+    a record beside them goes only once they are gone."""
+    from zarr_device.placement import (
+        examine_leftover, leftovers, remnants, remove_leftovers, remove_remnants,
+    )
 
-    removed = set(remove_leftovers(path, older_than_s=STALE_AFTER_S)) if fix else set()
-    for sibling in sorted(set(leftovers(path)) | removed):
+    removed: set[Path] = set()
+    if fix:
+        removed |= set(remove_leftovers(path, older_than_s=STALE_AFTER_S, hidden=False))
+        removed |= set(remove_remnants(path, older_than_s=STALE_AFTER_S))
+    for sibling in sorted(set(leftovers(path)) | set(remnants(path)) | removed):
         relative = f"../{sibling.name}"
         if sibling in removed:
             report.problems.append(Problem("leftover", relative, "left beside the store by a save, "
