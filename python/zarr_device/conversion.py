@@ -15,7 +15,7 @@ import numpy.typing as npt
 from zarr_device import placement
 from zarr_device.array import Array
 from zarr_device.errors import UsageError
-from zarr_device.fsck import _ChunkKeys, _v2_keys, _v3_keys  # how an array names its chunks
+from zarr_device.chunk_keys import ChunkKeys, v2_chunk_keys, v3_chunk_keys
 from zarr_device.group import Group
 from zarr_device.group import open as open_node
 from zarr_device.nodes import join_path
@@ -113,7 +113,7 @@ def stored_chunks(node: Array) -> Callable[[], Iterator[tuple[int, ...]]] | None
     """A function listing the grid indices of the chunks (shards, when sharded) that ``node``
     stores, or None where its store cannot list or its chunk keys are not ones known here."""
     metadata = node.metadata
-    keys = _v3_keys(metadata) if node.zarr_format == 3 else _v2_keys(metadata)
+    keys = v3_chunk_keys(metadata) if node.zarr_format == 3 else v2_chunk_keys(metadata)
     if keys is None or keys.ndim != len(node.shape) or not _lists(node.store):
         return None
     handle, base = node.store.handle, node.path
@@ -121,7 +121,7 @@ def stored_chunks(node: Array) -> Callable[[], Iterator[tuple[int, ...]]] | None
     return lambda: _listed(handle, base, keys, grid)
 
 
-def _listed(handle: Any, base: str, keys: _ChunkKeys, grid: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+def _listed(handle: Any, base: str, keys: ChunkKeys, grid: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
     """The indices inside ``grid`` of the chunk keys stored under the node at ``base``: one
     listing of its folder ("." separated keys), or a walk down the folders of "/" separated keys
     (iterative, visiting only those that exist)."""

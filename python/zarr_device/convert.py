@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -317,7 +316,7 @@ def convert(
         written = placement.finish_files(partial)
         placement.place(partial, dest, overwrite, "converted store")
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
+        placement.discard(partial, dest)  # the record last, so that a kill here leaves a proven tree
         raise
     elapsed = time.perf_counter() - started
     return ConvertSummary(tree.description, str(dest), len(arrays), len(plans) - len(arrays), total, written, elapsed)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from zarr_device import _core
+from zarr_device.chunk_keys import ChunkKeys, v2_chunk_keys, v3_chunk_keys
 from zarr_device.errors import ZarrDeviceError
 
 __all__ = ["Problem", "FsckReport", "check_store", "MAX_DEPTH"]
@@ -58,7 +59,6 @@ _METADATA_LIMIT = 64 << 20  # a metadata document larger than this is not parsed
 # a 64-bit number, both as std::to_string writes them; and the form earlier releases wrote.
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.zdtmp-(?P<pid>[1-9][0-9]{0,9})-(?:0|[1-9][0-9]{0,19})")
 _LEGACY_TEMPORARY = re.compile(r"\.(?P<name>.+)\.tmp(?P<pid>[1-9][0-9]{0,9})\.(?:0|[1-9][0-9]{0,19})")
-_INDEX = r"(?:0|[1-9][0-9]{0,19})"
 
 
 @dataclass(frozen=True)
@@ -195,33 +195,6 @@ def _walk(root: Path, max_depth: int, start: tuple[str, ...] = ()) -> Iterator[_
 # Nodes, their chunk keys, and the engine's temporary files
 
 
-@dataclass(frozen=True)
-class _ChunkKeys:
-    """How an array names its stored chunks (shards, when sharded): the key's pattern, and how
-    to turn a key into the chunk's grid index."""
-
-    pattern: re.Pattern[str]
-    prefix: str  # "c" + separator for the default encoding, "" for v2's
-    separator: str
-    ndim: int
-
-    def index(self, key: str) -> tuple[int, ...]:
-        if self.ndim == 0:
-            return ()
-        return tuple(int(part) for part in key[len(self.prefix):].split(self.separator))
-
-
-def _chunk_keys(ndim: int, default: bool, separator: str) -> _ChunkKeys:
-    sep = re.escape(separator)
-    if default:
-        pattern = "c" + "".join(sep + _INDEX for _ in range(ndim))
-        prefix = "c" + separator
-    else:
-        pattern = sep.join([_INDEX] * ndim) if ndim else "0"
-        prefix = ""
-    return _ChunkKeys(re.compile(pattern), prefix, separator, ndim)
-
-
 def _read_small(fd: int, name: str) -> Any:
     """The JSON in ``name`` (a regular file beneath ``fd``), or None when it is not that."""
     try:
@@ -245,7 +218,7 @@ def _read_small(fd: int, name: str) -> Any:
 class _Node:
     path: str
     array: bool
-    keys: _ChunkKeys | None  # None for groups, and for arrays whose metadata does not parse here
+    keys: ChunkKeys | None  # None for groups, and for arrays whose metadata does not parse here
 
 
 def _node_of(folder: _Folder) -> _Node | None:
@@ -260,41 +233,11 @@ def _node_of(folder: _Folder) -> _Node | None:
             return _Node(folder.relative, False, None)
         if document.get("node_type") != "array":
             return _Node(folder.relative, False, None)
-        return _Node(folder.relative, True, _v3_keys(document))
+        return _Node(folder.relative, True, v3_chunk_keys(document))
     if ".zarray" in present:
         document = _read_small(folder.fd, ".zarray")
-        return _Node(folder.relative, True, _v2_keys(document) if isinstance(document, dict) else None)
+        return _Node(folder.relative, True, v2_chunk_keys(document) if isinstance(document, dict) else None)
     return _Node(folder.relative, False, None)
-
-
-def _ndim(document: dict[str, Any]) -> int | None:
-    shape = document.get("shape")
-    if not isinstance(shape, list) or len(shape) > 64:
-        return None
-    return len(shape)
-
-
-def _v3_keys(document: dict[str, Any]) -> _ChunkKeys | None:
-    ndim = _ndim(document)
-    encoding = document.get("chunk_key_encoding", {"name": "default"})
-    if ndim is None or not isinstance(encoding, dict):
-        return None
-    name = encoding.get("name")
-    configuration = encoding.get("configuration") or {}
-    if name not in ("default", "v2") or not isinstance(configuration, dict):
-        return None
-    separator = configuration.get("separator", "/" if name == "default" else ".")
-    if separator not in ("/", "."):
-        return None
-    return _chunk_keys(ndim, name == "default", separator)
-
-
-def _v2_keys(document: dict[str, Any]) -> _ChunkKeys | None:
-    ndim = _ndim(document)
-    separator = document.get("dimension_separator") or "."
-    if ndim is None or separator not in ("/", "."):
-        return None
-    return _chunk_keys(ndim, False, separator)
 
 
 @dataclass(frozen=True)
