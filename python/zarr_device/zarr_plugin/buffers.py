@@ -42,6 +42,7 @@ __all__ = [
     "copy_from_host",
     "assign",
     "select",
+    "native_byte_order",
 ]
 
 # The device new torch buffers are made on; enable() sets it (one torch device at a time, as
@@ -99,7 +100,7 @@ def _to_tensor(values: Any, device: str | None = None) -> Any:
         values = working_array(values)
     if isinstance(values, torch.Tensor):
         return values if device is None else values.to(device)
-    array = np.asarray(values)
+    array = native_byte_order(np.asarray(values))
     if array.dtype.kind == "V" or not array.dtype.isnative:
         # ml_dtypes types travel as bytes (below); non-native byte orders are made native first.
         array = np.ascontiguousarray(array, dtype=to_numpy_dtype(to_zarr_name(array.dtype)))
@@ -111,6 +112,19 @@ def _to_tensor(values: Any, device: str | None = None) -> Any:
     else:
         tensor = torch.from_numpy(array)
     return tensor.to(device or _torch_device)
+
+
+def native_byte_order(array: Any) -> Any:
+    """``array`` with its elements in this machine's byte order: a NumPy array of the other byte
+    order is swapped into a new array; anything else is returned as it is.
+
+    ``astype`` (or ``np.asarray(..., dtype=)``) to the native dtype is not enough: for datetime64
+    and timedelta64 of the generic unit (``">M8"``), NumPy keeps the source's byte order and
+    leaves the bytes unswapped (``np.array([1], ">i8").view(">M8").astype("<M8")`` is still
+    ``>M8``), so a consumer that then takes the bytes (the engine) would store them swapped."""
+    if isinstance(array, np.ndarray) and not array.dtype.isnative and array.dtype.fields is None:
+        return array.byteswap().view(array.dtype.newbyteorder("="))
+    return array
 
 
 def _index(key: Any, device: Any) -> Any:

@@ -23,7 +23,7 @@ from zarr_device.stores import as_store
 if TYPE_CHECKING:
     from zarr.core.metadata import ArrayMetadata
 
-__all__ = ["KeyLayout", "key_layout", "split_chunk_key", "split_chunk_keys", "EngineArrays"]
+__all__ = ["KeyLayout", "key_layout", "split_chunk_key", "split_chunk_keys", "stand_in_reason", "EngineArrays"]
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,25 @@ def split_chunk_keys(
             return None
         coords.append(chunk)
     return prefix, coords
+
+
+def stand_in_reason(store: Any) -> str | None:
+    """Why the engine leaves ``store`` to zarr-python's codecs when it is an object standing in
+    for a store class it is not an instance of (its ``__class__`` is not its type:
+    ``unittest.mock`` objects made with ``spec=``, proxies), else None.
+
+    Such an object passes ``isinstance`` checks for the class it names without having that
+    class's attributes (a ``LocalStore`` mock has no ``root``), and whoever made it expects its
+    own methods to be called: the engine, which reads a local directory's files itself and asks
+    other stores for byte ranges its own way, would bypass them. zarr-python's codecs call them
+    as zarr-python always does."""
+    claimed = getattr(store, "__class__", type(store))
+    if claimed is type(store):
+        return None
+    return (
+        f"the store is a {type(store).__name__} standing in for {getattr(claimed, '__name__', claimed)} "
+        "(a mock or proxy, whose own methods zarr-python's codecs call)"
+    )
 
 
 class EngineArrays:

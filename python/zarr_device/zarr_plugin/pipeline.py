@@ -37,8 +37,8 @@ from zarr_device.adapters import Like, adapter_of
 from zarr_device.array import Array
 from zarr_device.devices import DeviceSpec
 from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
-from zarr_device.zarr_plugin.buffers import assign, copy_from_host, host_view, select, working_array
-from zarr_device.zarr_plugin.locate import EngineArrays, key_layout, split_chunk_key, split_chunk_keys
+from zarr_device.zarr_plugin.buffers import assign, copy_from_host, host_view, native_byte_order, select, working_array
+from zarr_device.zarr_plugin.locate import EngineArrays, key_layout, split_chunk_key, split_chunk_keys, stand_in_reason
 from zarr_device.zarr_plugin import box_reads, box_writes, coordinate_reads
 from zarr_device.zarr_plugin.box_reads import refuses_missing_chunks
 from zarr_device.zarr_plugin.regions import ChunkPart, Region, as_slices, chunk_part, single_box, tiling_part
@@ -280,6 +280,9 @@ class DevicePipeline(CodecPipeline):
     def _engine_array(self, store: Any, prefix: str, regions: Sequence[Region]) -> Array | str:
         """The engine's array at ``prefix`` in ``store``, holding every region with zarr-python's
         chunk grid, or why there is none."""
+        stand_in = stand_in_reason(store)
+        if stand_in is not None:
+            return stand_in
         grid = _chunk_grid(self.metadata)
         # The engine's view of the stored metadata is read again when it does not hold the regions
         # (zarr-python resized the array since, say).
@@ -360,7 +363,7 @@ class DevicePipeline(CodecPipeline):
         array = self._engine_array(store, path, [region])
         if isinstance(array, str):
             return False
-        array.write(box, working_array(value))
+        array.write(box, native_byte_order(working_array(value)))
         return True
 
     def _write_engine(self, batch: Sequence[BatchItem], value: NDBuffer, drop_axes: tuple[int, ...]) -> bool:
@@ -373,7 +376,9 @@ class DevicePipeline(CodecPipeline):
         if isinstance(located, str):
             return self._fall_back(located, batch)
         array, parts = located.array, located.parts
-        source = working_array(value)
+        # zarr-python hands over values in the data type its metadata names, big-endian ones
+        # included; the engine takes them in this machine's byte order (see native_byte_order).
+        source = native_byte_order(working_array(value))
         shape = tuple(source.shape)
         box = single_box(parts, shape if shape else None) if not drop_axes else None
         if box is not None:
