@@ -485,6 +485,29 @@ def _check_siblings(path: Path, fix: bool, report: FsckReport) -> None:
         report.problems.append(Problem("leftover", relative, detail))
 
 
+#: The root attribute of a PyTorch checkpoint (zarr_device.torch.format.ROOT_ATTRIBUTE), named
+#: here so that fsck needs no torch to find one.
+_CHECKPOINT_ATTRIBUTE = "zarr_device_checkpoint"
+
+
+def _check_checkpoint(root: Path, node: str, report: FsckReport) -> None:
+    """A checkpoint declares which chunk files it left out (all zeros): every other one must be
+    stored, unlike a plain array's, where a missing chunk is the fill value. Checked as a load
+    checks it (the manifest, each tensor's array and its chunk files)."""
+    try:
+        from zarr_device.torch.load import open_checkpoint
+    except ImportError as e:  # zarr_device.torch raises UsageError (an ImportError-free type) too
+        report.problems.append(Problem("chunk", node, f"a checkpoint, not checked: {e}"))
+        return
+    except ZarrDeviceError as e:
+        report.problems.append(Problem("chunk", node, f"a checkpoint, not checked: {e}"))
+        return
+    try:
+        open_checkpoint(root / node if node else root)
+    except ZarrDeviceError as e:
+        report.problems.append(Problem("chunk", node, f"checkpoint: {e}"))
+
+
 def check_store(
     root: str | os.PathLike[str],
     *,
@@ -496,7 +519,8 @@ def check_store(
     """Checks the local store at ``root``. ``fix`` removes the leftovers that are provably
     zarr-device's (see the module's description); ``data`` also reads every stored chunk of
     every array (``progress`` is told of each; ``total``, when given, of how many there are
-    once that is known)."""
+    once that is known) and checks that PyTorch checkpoints hold every chunk file they were
+    written with (they list the all-zero ones they left out; needs torch)."""
     from zarr_device.array import Array
     from zarr_device.group import open
 
@@ -528,6 +552,8 @@ def check_store(
         except ZarrDeviceError as e:
             report.problems.append(Problem("metadata", node.path, str(e)))
             continue
+        if data and not isinstance(item, Array) and _CHECKPOINT_ATTRIBUTE in item.attrs:
+            _check_checkpoint(path, node.path, report)
         if data and isinstance(item, Array):
             if node.keys is None:
                 report.problems.append(Problem("chunk", node.path, "its chunk key encoding is not "
