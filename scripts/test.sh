@@ -10,6 +10,8 @@
 #   WHEEL_PYTHONS="/opt/py310/bin/python3.10 ..." scripts/test.sh   # wheels for those Pythons too
 #                                           # (default: the CPython 3.10-3.13 pyenv has; "" none)
 #   SKIP_ZARR_SUITE=1 scripts/test.sh      # without zarr-python's own suite run with the plug-in on
+#   SKIP_NEWEST=1 scripts/test.sh          # without the newest stack (Python 3.12, the newest
+#                                          # zarr-python, numcodecs, xarray, Dask: test-newest.sh)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -69,6 +71,16 @@ if [ -z "${SKIP_ZARR_SUITE:-}" ]; then
   # fails this step.
   step "zarr-python's test suite with the plug-in on"
   bash scripts/zarr-python-suite.sh
+fi
+
+if [ -z "${SKIP_NEWEST:-}" ]; then
+  # The main environment above holds the oldest supported zarr-python (3.1, the last release for
+  # Python 3.11); this leg the newest, on Python 3.12: the plug-in's tests, xarray and Dask over
+  # it and zarr-python's own suite with the plug-in on (requirements-newest.txt).
+  step "newest stack: Python 3.12, the newest zarr-python, numcodecs, xarray and Dask"
+  newest_start=$SECONDS
+  CMAKE_BUILD_PARALLEL_LEVEL="$jobs" bash scripts/test-newest.sh
+  echo "newest stack: tested in $((SECONDS - newest_start)) s"
 fi
 
 if [ -z "${SKIP_WHEEL:-}" ]; then
