@@ -14,7 +14,7 @@ import numpy.typing as npt
 from zarr_device import _core
 from zarr_device.adapters.base import Like
 from zarr_device.attributes import Attributes
-from zarr_device.casting import check_cast, is_python_values
+from zarr_device.casting import check_cast, is_python_values, native_byte_order
 from zarr_device.devices import DeviceLike
 from zarr_device.dtypes import to_numpy_dtype
 from zarr_device.errors import UsageError
@@ -202,7 +202,8 @@ class Array:
             return
         python_values = is_python_values(values)
         try:
-            array = host_values(values)
+            # In this machine's byte order first: astype keeps generic datetime64's foreign bytes.
+            array = native_byte_order(host_values(values))
         except (ValueError, TypeError, OverflowError) as e:
             raise UsageError(f"{what}: values cannot be written: {e}") from None
         if array.dtype != self._dtype:

@@ -14,7 +14,7 @@ import numpy as np
 
 from zarr_device.errors import UsageError
 
-__all__ = ["check_cast", "is_python_values"]
+__all__ = ["check_cast", "is_python_values", "native_byte_order"]
 
 
 def _kind(dtype: np.dtype[Any]) -> str:
@@ -63,3 +63,16 @@ def check_cast(
                 f"{what}: values from {int(low)} to {int(high)} do not fit dtype {target} "
                 f"({info.min} to {info.max})"
             )
+
+
+def native_byte_order(array: Any) -> Any:
+    """``array`` with its elements in this machine's byte order: a NumPy array of the other byte
+    order is swapped into a new array; anything else is returned as it is.
+
+    ``astype`` (or ``np.asarray(..., dtype=)``) to the native dtype is not enough: for datetime64
+    and timedelta64 of the generic unit (``">M8"``), NumPy keeps the source's byte order and
+    leaves the bytes unswapped (``np.array([1], ">i8").view(">M8").astype("<M8")`` is still
+    ``>M8``), so a consumer that then takes the bytes (the engine) would store them swapped."""
+    if isinstance(array, np.ndarray) and not array.dtype.isnative and array.dtype.fields is None:
+        return array.byteswap().view(array.dtype.newbyteorder("="))
+    return array

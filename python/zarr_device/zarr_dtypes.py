@@ -95,6 +95,13 @@ class MLFloat(ZDType[Any, Any], HasItemSize):
 
     def to_json(self, zarr_format: Literal[2, 3]) -> Any:
         if zarr_format == 2:
+            if getattr(self, "endianness", "little") == "big":
+                # The v2 spelling ("bfloat16", as tensorstore writes it) is little-endian: a
+                # big-endian array written under it would read back as other values.
+                raise DataTypeValidationError(
+                    f"{self._zarr_v3_name} has no big-endian Zarr v2 spelling: write it little-endian "
+                    f"(dtype.newbyteorder('<')) or as Zarr v3"
+                )
             return {"name": self._zarr_v3_name, "object_codec_id": None}
         return self._zarr_v3_name
 

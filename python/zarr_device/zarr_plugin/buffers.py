@@ -25,6 +25,7 @@ from zarr.core.buffer import core as buffer_core
 from zarr.core.buffer import cpu as cpu_buffer
 from zarr.registry import register_ndbuffer
 
+from zarr_device.casting import native_byte_order
 from zarr_device.adapters import adapter
 from zarr_device.adapters.torch import torch_dtype
 from zarr_device.dtypes import to_numpy_dtype, to_zarr_name
@@ -42,7 +43,6 @@ __all__ = [
     "copy_from_host",
     "assign",
     "select",
-    "native_byte_order",
 ]
 
 # The device new torch buffers are made on; enable() sets it (one torch device at a time, as
@@ -112,19 +112,6 @@ def _to_tensor(values: Any, device: str | None = None) -> Any:
     else:
         tensor = torch.from_numpy(array)
     return tensor.to(device or _torch_device)
-
-
-def native_byte_order(array: Any) -> Any:
-    """``array`` with its elements in this machine's byte order: a NumPy array of the other byte
-    order is swapped into a new array; anything else is returned as it is.
-
-    ``astype`` (or ``np.asarray(..., dtype=)``) to the native dtype is not enough: for datetime64
-    and timedelta64 of the generic unit (``">M8"``), NumPy keeps the source's byte order and
-    leaves the bytes unswapped (``np.array([1], ">i8").view(">M8").astype("<M8")`` is still
-    ``>M8``), so a consumer that then takes the bytes (the engine) would store them swapped."""
-    if isinstance(array, np.ndarray) and not array.dtype.isnative and array.dtype.fields is None:
-        return array.byteswap().view(array.dtype.newbyteorder("="))
-    return array
 
 
 def _index(key: Any, device: Any) -> Any:

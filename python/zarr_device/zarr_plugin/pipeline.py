@@ -37,7 +37,8 @@ from zarr_device.adapters import Like, adapter_of
 from zarr_device.array import Array
 from zarr_device.devices import DeviceSpec
 from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
-from zarr_device.zarr_plugin.buffers import assign, copy_from_host, host_view, native_byte_order, select, working_array
+from zarr_device.casting import native_byte_order
+from zarr_device.zarr_plugin.buffers import assign, copy_from_host, host_view, select, working_array
 from zarr_device.zarr_plugin.locate import EngineArrays, key_layout, split_chunk_key, split_chunk_keys, stand_in_reason
 from zarr_device.zarr_plugin import box_reads, box_writes, coordinate_reads
 from zarr_device.zarr_plugin.box_reads import refuses_missing_chunks
