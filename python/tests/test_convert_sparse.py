@@ -154,3 +154,22 @@ def test_unlistable_store_reads_everything_and_says_so(
     summary = convert(tmp_path / "in.zarr", tmp_path / "out.zarr", progress=True)
     assert summary.bytes_read == 1000
     assert "cannot list the chunks it holds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shape", [(4, 6), ()], ids=["2d", "0d"])
+def test_a_folder_where_a_chunk_should_be_is_an_error_not_fill(tmp_path: Path, shape: tuple[int, ...]) -> None:
+    # The listing counts whatever stands at a chunk key: the read then says what is wrong there,
+    # where skipping it would have copied fill values in its place.
+    chunks = (2, 3) if shape else ()
+    array = zd.create(tmp_path / "src.zarr", shape=shape, chunks=chunks, dtype="f4", fill_value=-1, mode="w")
+    array[...] = np.ones(shape, dtype="f4")
+    key = "c/1/1" if shape else "c"
+    chunk = tmp_path / "src.zarr" / key
+    chunk.unlink()
+    chunk.mkdir()
+    with pytest.raises(zd.StoreError, match="directory"):
+        zd.open_array(tmp_path / "src.zarr")[...]
+    with pytest.raises(zd.StoreError, match="directory"):
+        zd.convert(tmp_path / "src.zarr", tmp_path / "out.zarr", progress=False)
+    assert not (tmp_path / "out.zarr").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["src.zarr"]

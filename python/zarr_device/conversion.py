@@ -133,12 +133,14 @@ def _listed(handle: Any, base: str, keys: ChunkKeys, grid: tuple[int, ...]) -> I
         return all(i < n for i, n in zip(index, grid))
 
     if keys.ndim == 0:
-        if handle.exists(key_of("c" if keys.prefix else "0")):
+        if ("c" if keys.prefix else "0") in handle.list_dir(base):  # a file, or what stands there
             yield ()
         return
     if keys.separator == ".":
         for name in handle.list_dir(base):
-            if keys.pattern.fullmatch(name) and inside(index := keys.index(name)) and handle.exists(key_of(name)):
+            # Whatever stands at a chunk key counts (a folder or another non-file too): reading
+            # it then says what is wrong, where skipping it would copy fill values in its place.
+            if keys.pattern.fullmatch(name) and inside(index := keys.index(name)):
                 yield index
         return
     start = ("c",) if keys.prefix else ()
@@ -153,7 +155,7 @@ def _listed(handle: Any, base: str, keys: ChunkKeys, grid: tuple[int, ...]) -> I
                 folders.append((*parts, name))
                 continue
             key = "/".join((*parts, name))
-            if keys.pattern.fullmatch(key) and handle.exists(key_of(key)):
+            if keys.pattern.fullmatch(key):
                 yield keys.index(key)
 
 

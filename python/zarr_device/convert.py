@@ -186,24 +186,34 @@ def _regions(array: SourceArray, grid: tuple[int, ...], max_bytes: int) -> tuple
     def box(start: Sequence[int]) -> tuple[slice, ...]:
         return tuple(slice(i, min(i + r, s)) for i, r, s in zip(start, region, shape))
 
-    starts: set[tuple[int, ...]] | None = None
+    # The regions a full copy would take, each cut down to the box around the stored units it
+    # overlaps (widened to whole destination units, ``grid``): only what is stored is read,
+    # however much a region declares (a region of a shape that declares 2^32 columns would cover
+    # millions of unstored chunks), and no element is read twice (the regions are disjoint).
+    found: dict[tuple[int, ...], tuple[list[int], list[int]]] | None = None
     if array.stored is not None:
         try:
-            starts = set()
+            found = {}
             unit = array.stored_shape
             for index in array.stored():
                 low = [i * u for i, u in zip(index, unit)]
                 high = [min((i + 1) * u, s) for i, u, s in zip(index, unit, shape)]
                 if any(lo >= hi for lo, hi in zip(low, high)):
                     continue
-                starts.update(itertools.product(*(
-                    range(lo // r * r, hi, r) for lo, hi, r in zip(low, high, region))))
+                for start in itertools.product(*(range(lo // r * r, hi, r) for lo, hi, r in zip(low, high, region))):
+                    cut_low = [max(lo // g * g, b) for lo, g, b in zip(low, grid, start)]
+                    cut_high = [min(-(-hi // g) * g, b + r, s) for hi, g, b, r, s in zip(high, grid, start, region, shape)]
+                    if start in found:
+                        seen_low, seen_high = found[start]
+                        cut_low = [min(a, b) for a, b in zip(seen_low, cut_low)]
+                        cut_high = [max(a, b) for a, b in zip(seen_high, cut_high)]
+                    found[start] = (cut_low, cut_high)
         except (ZarrDeviceError, NotImplementedError, OSError):
-            starts = None  # the listing failed: every region is read, as for a store that cannot list
-    if starts is None:
+            found = None  # the listing failed: every region is read, as for a store that cannot list
+    if found is None:
         full = itertools.product(*(range(0, s, r) for s, r in zip(shape, region)))
         return (box(start) for start in full), math.prod(shape) * array.itemsize, False
-    boxes = [box(start) for start in sorted(starts)]
+    boxes = [tuple(slice(lo, hi) for lo, hi in zip(*found[start])) for start in sorted(found)]
     nbytes = sum(math.prod(b.stop - b.start for b in selection) for selection in boxes) * array.itemsize
     return boxes, nbytes, True
 
