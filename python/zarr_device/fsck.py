@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from zarr_device import _core
+from zarr_device.placement import process_alive
 from zarr_device.chunk_keys import ChunkKeys, v2_chunk_keys, v3_chunk_keys
 from zarr_device.errors import ZarrDeviceError
 
@@ -277,19 +278,6 @@ def _engine_temporary(where: _Where | None, name: str) -> re.Match[str] | None:
     return None
 
 
-def _writer_alive(pid: int) -> bool:
-    """Whether the process that named a temporary may still be writing it."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except (OverflowError, ValueError):
-        return False
-    return True
-
-
 # ----------------------------------------------------------------------------------------------
 # The checks
 
@@ -370,7 +358,7 @@ def _check_temporary(folder: _Folder, where: _Where | None, name: str, info: os.
                 "removes only what it can tell is zarr-device's"))
         return
     age = time.time() - info.st_mtime
-    if _writer_alive(int(ours["pid"])) and age < STALE_AFTER_S:
+    if process_alive(int(ours["pid"])) and age < STALE_AFTER_S:
         report.problems.append(Problem("leftover", relative, "a write in progress (its process is alive)"))
         return
     detail = f"a temporary file of a write that did not finish ({info.st_size} bytes); reads ignore it"

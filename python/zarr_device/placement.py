@@ -220,7 +220,9 @@ def _write_record(tree: Path, dest: Path, token: str, role: str) -> None:
         os.close(fd)
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` (of this machine) may still be running: a writer whose leftovers
+    must not be touched yet."""
     if pid <= 0:  # 0 and negative numbers name process groups, not a writer
         return False
     try:
@@ -240,7 +242,7 @@ def _writer(record: dict[str, Any] | None) -> int | None:
         return None
     pid = record.get("pid")
     if (isinstance(pid, int) and not isinstance(pid, bool) and record.get("host") == socket.gethostname()
-            and _process_alive(pid)):
+            and process_alive(pid)):
         return pid
     return None
 
