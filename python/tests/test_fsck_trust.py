@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import zarr_device as zd
-from zarr_device import cli, placement
+from zarr_device import cli, leftover_trees, placement
 from zarr_device.fsck import MAX_DEPTH, check_store
 
 DEAD = 999_999_999  # above any Linux pid_max: no process has it
@@ -236,23 +236,23 @@ def test_the_command_line_in_a_process_of_its_own(tmp_path: Path) -> None:
 def test_partials_carry_a_record_that_never_reaches_the_store(tmp_path: Path) -> None:
     dest = tmp_path / "out.zarr"
     with placement.atomic_directory(dest, overwrite=False) as partial:
-        found = placement.examine_leftover(dest, partial)
+        found = leftover_trees.examine_leftover(dest, partial)
         assert found.proven and found.writer == os.getpid()
         zd.create(partial, shape=(2,), dtype="uint8", chunks=(2,))[...] = 1
-    assert not (dest / placement.RECORD).exists() and placement.leftovers(dest) == placement.remnants(dest) == []
+    assert not (dest / placement.RECORD).exists() and leftover_trees.leftovers(dest) == leftover_trees.remnants(dest) == []
     with placement.atomic_directory(dest, overwrite=True) as partial:  # replacing: an exchange
         zd.create(partial, shape=(2,), dtype="uint8", chunks=(2,))[...] = 2
-    assert not (dest / placement.RECORD).exists() and placement.leftovers(dest) == placement.remnants(dest) == []
+    assert not (dest / placement.RECORD).exists() and leftover_trees.leftovers(dest) == leftover_trees.remnants(dest) == []
     np.testing.assert_array_equal(zd.open_array(dest)[...], 2)
     file_dest = tmp_path / "model.safetensors"
     with placement.atomic_file(file_dest, overwrite=False) as partial:
-        assert placement.examine_leftover(file_dest, partial.parent).proven
+        assert leftover_trees.examine_leftover(file_dest, partial.parent).proven
         partial.write_bytes(b"weights")
     assert file_dest.read_bytes() == b"weights"
-    assert placement.leftovers(file_dest) == placement.remnants(file_dest) == []
+    assert leftover_trees.leftovers(file_dest) == leftover_trees.remnants(file_dest) == []
     with pytest.raises(RuntimeError), placement.atomic_directory(dest, overwrite=True):
         raise RuntimeError("the writer fails")
-    assert placement.leftovers(dest) == placement.remnants(dest) == []
+    assert leftover_trees.leftovers(dest) == leftover_trees.remnants(dest) == []
     assert sorted(os.listdir(tmp_path)) == ["model.safetensors", "out.zarr"]
 
 
@@ -261,10 +261,10 @@ def test_the_previous_store_is_kept_when_the_destination_is_missing(tmp_path: Pa
     old = tmp_path / "m.zarr.replaced-0123abcd"
     put(old / "zarr.json", b"{}")
     record(old, "m.zarr", "0123abcd", "old")
-    assert not placement.examine_leftover(dest, old).proven  # the only copy: rename it back
-    assert placement.remove_leftovers(dest) == [] and old.exists()
+    assert not leftover_trees.examine_leftover(dest, old).proven  # the only copy: rename it back
+    assert leftover_trees.remove_leftovers(dest) == [] and old.exists()
     zd.create_group(dest)
-    assert placement.remove_leftovers(dest) == [old] and not old.exists()
+    assert leftover_trees.remove_leftovers(dest) == [old] and not old.exists()
 
 
 def test_a_record_is_only_a_small_regular_file(tmp_path: Path) -> None:
@@ -279,8 +279,8 @@ def test_a_record_is_only_a_small_regular_file(tmp_path: Path) -> None:
     broken.mkdir()
     (broken / placement.RECORD).write_text("[" * 100000)
     for tree in (big, linked, broken):
-        assert not placement.examine_leftover(dest, tree).proven
-    assert placement.remove_leftovers(dest) == []
+        assert not leftover_trees.examine_leftover(dest, tree).proven
+    assert leftover_trees.remove_leftovers(dest) == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -295,7 +295,7 @@ def test_a_record_is_only_a_small_regular_file(tmp_path: Path) -> None:
 _KILL_AT_EVERY_STEP = r"""
 import json, os, shutil, sys
 from pathlib import Path
-from zarr_device import placement
+from zarr_device import leftover_trees, placement
 
 base = Path(sys.argv[1])
 problems, trials = [], 0
@@ -368,9 +368,9 @@ for kind, overwrite, exchange in [("dir", False, True), ("dir", True, True), ("d
         now = content(dest) if os.path.lexists(dest) else None
         if now is None and kind != "file" and overwrite:
             # Only where the file system cannot exchange: the old store moved aside, kept.
-            aside = placement.leftovers(dest)
+            aside = leftover_trees.leftovers(dest)
             kept = [p for p in aside if ".replaced-" in p.name and content(p) == "old"
-                    and not placement.examine_leftover(dest, p).proven]
+                    and not leftover_trees.examine_leftover(dest, p).proven]
             if exchange or len(kept) != 1:
                 problems.append(f"{where}: {dest.name} is missing, and the old store is not kept aside")
             else:
@@ -381,10 +381,10 @@ for kind, overwrite, exchange in [("dir", False, True), ("dir", True, True), ("d
         if dest.is_dir() and os.path.lexists(dest / placement.RECORD):
             problems.append(f"{where}: the placed store holds the record")
         # The trees first: a record beside them is kept (and not removable) while they are there.
-        for listing, remove in ((placement.leftovers, lambda d: placement.remove_leftovers(d, hidden=False)),
-                                (placement.remnants, placement.remove_remnants)):
+        for listing, remove in ((leftover_trees.leftovers, lambda d: leftover_trees.remove_leftovers(d, hidden=False)),
+                                (leftover_trees.remnants, leftover_trees.remove_remnants)):
             for path in listing(dest):
-                found = placement.examine_leftover(dest, path)
+                found = leftover_trees.examine_leftover(dest, path)
                 if not found.proven:
                     problems.append(f"{where}: {path.name} is not provably zarr-device's: {found.detail}")
             remove(dest)
@@ -432,11 +432,11 @@ def test_hidden_bookkeeping_is_removed_only_when_it_holds_nothing_of_anyones(tmp
     stale.write_text(beside.read_text().replace("0000000e", "0000000f"))
     forged = tmp_path / ".m.zarr.zdplace-00000010.json"
     forged.write_text("my notes")
-    assert placement.leftovers(dest) == [placed]
-    assert placement.remnants(dest) == [beside, stale, forged, empty, torn, users.parent, others]
-    proven = {p for p in placement.remnants(dest) + [placed] if placement.examine_leftover(dest, p).proven}
+    assert leftover_trees.leftovers(dest) == [placed]
+    assert leftover_trees.remnants(dest) == [beside, stale, forged, empty, torn, users.parent, others]
+    proven = {p for p in leftover_trees.remnants(dest) + [placed] if leftover_trees.examine_leftover(dest, p).proven}
     assert proven == {placed, stale, empty, torn}
-    assert "kept while that is there" in placement.examine_leftover(dest, beside).detail
+    assert "kept while that is there" in leftover_trees.examine_leftover(dest, beside).detail
     age(placed / "zarr.json", placed, beside, stale, empty, torn / placement.RECORD, torn)
     before = files(tmp_path)
     status, out = run(capsys, "fsck", str(dest), "--quiet")

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from zarr_device import _core
-from zarr_device.placement import process_alive
+from zarr_device.leftover_trees import process_alive
 from zarr_device.chunk_keys import ChunkKeys, v2_chunk_keys, v3_chunk_keys
 from zarr_device.errors import ZarrDeviceError
 
@@ -450,7 +450,7 @@ def _check_siblings(path: Path, fix: bool, report: FsckReport) -> None:
     (the bookkeeping: that holds nothing but a record) and that are older than STALE_AFTER_S (a
     younger one, or one whose writer still runs, may be a running writer's). The trees go first:
     a record beside them goes only once they are gone."""
-    from zarr_device.placement import (
+    from zarr_device.leftover_trees import (
         examine_leftover, leftovers, remnants, remove_leftovers, remove_remnants,
     )
 

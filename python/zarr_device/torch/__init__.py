@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Union
 
-from zarr_device import placement
+from zarr_device import leftover_trees
 from zarr_device.torch.device_map import plan_device_map
 from zarr_device.torch.distributed import load_distributed
 from zarr_device.torch.format import FORMAT_VERSION, decode_name, encode_name
@@ -63,7 +63,7 @@ def partials(path: Union[str, "os.PathLike[str]"]) -> list[Path]:
     """What saves to ``path`` killed part-way left beside it: ``<path>.partial-<hex>`` (a
     checkpoint being written, or the old one on its way out) and ``<path>.replaced-<hex>``. A
     load of ``path`` never reads them; they only take space (docs/checkpoint-format.md)."""
-    return placement.leftovers(path)
+    return leftover_trees.leftovers(path)
 
 
 def remove_partials(path: Union[str, "os.PathLike[str]"], *, older_than_s: float = 0.0) -> list[Path]:
@@ -71,4 +71,4 @@ def remove_partials(path: Union[str, "os.PathLike[str]"], *, older_than_s: float
     ago) and returns them; ``path`` itself is never touched. A save in progress writes into such
     a directory too: call this when no save to ``path`` is running, or pass an age longer than a
     save takes."""
-    return placement.remove_leftovers(path, older_than_s=older_than_s)
+    return leftover_trees.remove_leftovers(path, older_than_s=older_than_s)
