@@ -187,7 +187,7 @@ class DevicePipeline(CodecPipeline):
             return ()
         # The engine (and stores it calls back into zarr-python's event loop for) runs off the loop.
         if await asyncio.to_thread(self._read_engine, batch, out, drop_axes):
-            if any(refuses_missing_chunks(item[1].config) for item in batch):
+            if refuses_missing_chunks(batch[0][1].config):  # the array's config: every chunk shares it
                 return tuple([{"status": "present" if await item[0].exists() else "missing"} for item in batch])
             return _all_present(len(batch))
         host, copied = host_view(out)
