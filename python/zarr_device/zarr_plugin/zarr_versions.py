@@ -101,6 +101,8 @@ _chosen: list[ZarrInternals | None] = []
 def internals() -> ZarrInternals | None:
     """The adapter for the installed zarr-python (decided once), or None: then the fast paths are
     not installed, and one :class:`UntestedZarrWarning` said why."""
+    if _chosen:  # decided: every write and coordinate read asks, so no lock once it is
+        return _chosen[0]
     with _lock:
         if not _chosen:
             _chosen.append(_choose())
