@@ -22,8 +22,12 @@ if [ -z "$python" ]; then
   [ -n "$python" ] || python="$(command -v python3.12 || true)"
 fi
 if [ -z "$python" ]; then
+  # A machine without Python 3.12 can still run the rest of the test command; CI cannot skip this
+  # leg (.ci/run sets REQUIRE_NEWEST=1).
   echo "test-newest: no Python 3.12 found (PYTHON_NEWEST names one); zarr-python 3.2+ needs it" >&2
-  exit 2
+  if [ -n "${REQUIRE_NEWEST:-}" ]; then exit 2; fi
+  echo "test-newest: SKIPPED the newest stack" >&2
+  exit 0
 fi
 
 if [ ! -x "$venv/bin/python" ] || [ "$("$venv/bin/python" -c 'import sys; print(sys.version_info[:2] >= (3, 12))')" != True ]; then
