@@ -12,8 +12,7 @@
 #include <numeric>
 
 #include "codecs/codec_chain.hpp"
-#include "codecs/compression_common.hpp"
-#include "codecs/crc32c.hpp"
+#include "codecs/shard_layout.hpp"
 #include "cuda_check.hpp"
 #include "device_memory.hpp"
 #include "devices/device.hpp"
@@ -47,14 +46,13 @@ EncodePlan plan_encoding(const codecs::CodecChain& chain, const Nvcomp& nvcomp, 
   EncodePlan plan;
   const ChunkSpec& spec = chain.spec();
   const std::size_t rank = spec.shape.size();
-  plan.order.resize(rank);
-  std::iota(plan.order.begin(), plan.order.end(), std::size_t{0});
-  for (const auto& codec : chain.array_to_array()) {
-    if (codec->name() != "transpose") return plan;
-    const auto order = codec->to_json()["configuration"]["order"].get<std::vector<std::size_t>>();
-    const auto before = plan.order;
-    for (std::size_t i = 0; i < rank; ++i) plan.order[i] = before[order[i]];
+  auto order = chain.stored_order();
+  if (!order) {
+    plan.order.resize(rank);
+    std::iota(plan.order.begin(), plan.order.end(), std::size_t{0});
+    return plan;
   }
+  plan.order = std::move(*order);
   const auto layout = chain.array_to_bytes().plain_layout();
   if (!layout) return plan;
   const std::size_t es = spec.dtype->size;
@@ -73,9 +71,9 @@ EncodePlan plan_encoding(const codecs::CodecChain& chain, const Nvcomp& nvcomp, 
   plan.stored_strides.resize(rank);
   for (std::size_t i = 0; i < rank; ++i) plan.stored_strides[plan.order[i]] = stored_c[i];
   const auto b2b = chain.bytes_to_bytes();
-  if (mode == GpuEncode::kOn && !b2b.empty() &&
-      (b2b[0]->name() == "zstd" || b2b[0]->name() == "numcodecs.zstd")) {
-    const auto* compressor = nvcomp.compressor(GpuCodec::kZstd);
+  const auto device_codec = b2b.empty() ? std::nullopt : b2b[0]->device_encoding();
+  if (mode == GpuEncode::kOn && device_codec) {
+    const auto* compressor = nvcomp.compressor(*device_codec);
     if (compressor && spec.nbytes() > 0 && spec.nbytes() <= compressor->max_chunk) {
       plan.compressor = compressor;
       plan.cpu_codecs_from = 1;
@@ -393,10 +391,13 @@ void Writer::store(WriteSlot& slot, std::span<WriteItem> items) {
   const auto host = WriteArrays::at(slot.host + ctx_->slot_bytes);
   const bool compress = plan_.compressor != nullptr;
   const auto b2b = leaf_chain_->bytes_to_bytes();
-  // Checksums are appended as a chunk is copied into its shard: no copy of the chunk per codec.
+  // Suffixes (checksums) are appended as a chunk is copied into its shard: no copy of the chunk
+  // per codec.
   const auto cpu_codecs = b2b.subspan(plan_.cpu_codecs_from);
-  const bool only_checksums = std::all_of(cpu_codecs.begin(), cpu_codecs.end(),
-                                          [](const auto& c) { return c->name() == "crc32c"; });
+  const bool only_suffixes = std::all_of(cpu_codecs.begin(), cpu_codecs.end(),
+                                         [](const auto& c) { return c->suffix_size() > 0; });
+  std::size_t suffix_bytes = 0;
+  for (const auto& codec : cpu_codecs) suffix_bytes += codec->suffix_size();
   Store& store = *array_.store();
   pool_.parallel_for(items.size(), workers_, [&](std::size_t i) {
     auto& item = items[i];
@@ -411,17 +412,19 @@ void Writer::store(WriteSlot& slot, std::span<WriteItem> items) {
       };
       std::optional<Buffer> value;
       std::optional<codecs::ShardLayout::Pieces> pieces;  // a shard written as its pieces
-      if (shard_ && only_checksums) {
+      if (shard_ && only_suffixes) {
         std::vector<std::optional<std::size_t>> sizes(item.leaves.size());
         for (std::size_t j = 0; j < item.leaves.size(); ++j) {
-          if (auto bytes = produced(item.leaves[j]))
-            sizes[j] = bytes->size() + 4 * cpu_codecs.size();
+          if (auto bytes = produced(item.leaves[j])) sizes[j] = bytes->size() + suffix_bytes;
         }
         value = shard_->assemble(sizes, [&](std::size_t j, std::span<std::byte> place) {
           const auto bytes = *produced(item.leaves[j]);
           std::memcpy(place.data(), bytes.data(), bytes.size());
-          for (std::size_t c = 0, n = bytes.size(); c < cpu_codecs.size(); ++c, n += 4) {
-            codecs::store_le32(place.data() + n, codecs::crc32c(place.first(n)));
+          std::size_t n = bytes.size();
+          for (const auto& codec : cpu_codecs) {
+            const auto suffix = codec->suffix(Buffer({}, place.data(), n));
+            std::memcpy(place.data() + n, suffix->data(), suffix->size());
+            n += suffix->size();
           }
         });
       } else {

@@ -55,7 +55,7 @@ nlohmann::json measure_decode(const Array& array, std::span<const DimSlice> sele
     leaf.scratch = out_bytes;
     out_bytes += align_up(leaf.spec->nbytes(), kStagingAlignment);
   }
-  const auto gpu = get_device("cuda:" + std::to_string(device_));
+  const auto gpu = get_device("cuda", device_);
   DeviceScratch input(gpu), output(gpu), temp(gpu), arrays(gpu);
   std::byte* in = input.reserve(in_bytes);
   std::byte* out = output.reserve(out_bytes);

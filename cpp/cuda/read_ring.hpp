@@ -164,9 +164,7 @@ inline std::size_t slot_capacity(std::size_t staging_bytes, std::size_t count) {
 class DeviceContext {
  public:
   DeviceContext(int device, std::size_t staging_bytes, int slots, std::size_t decode_bytes)
-      : device_(device),
-        staging_bytes_(staging_bytes),
-        gpu_(get_device("cuda:" + std::to_string(device))) {
+      : device_(device), staging_bytes_(staging_bytes), gpu_(get_device("cuda", device)) {
     cut(static_cast<std::size_t>(std::max(slots, 1)));
     // The driver's own device memory for the ring's streams and the decoders' kernels (measured
     // on an H200: 4 MiB for 12 streams, 6-10 MiB in all) comes out of the decode memory, so that

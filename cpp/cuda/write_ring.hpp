@@ -60,7 +60,7 @@ struct WriteSlot {
 class WriteContext {
  public:
   WriteContext(int device, std::size_t staging_bytes)
-      : gpu(get_device("cuda:" + std::to_string(device))),
+      : gpu(get_device("cuda", device)),
         slot_bytes(gpu::write_slot_bytes(staging_bytes)),
         temp(gpu) {
     try {

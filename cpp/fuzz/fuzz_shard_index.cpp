@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "codecs/shard_layout.hpp"
 #include "fuzz_common.hpp"
 
 namespace {

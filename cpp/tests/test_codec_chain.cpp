@@ -9,6 +9,7 @@
 
 #include "codec_chain_test_util.hpp"
 #include "codecs/codec_chain.hpp"
+#include "codecs/shard_layout.hpp"
 #include "place/strided_copy.hpp"
 #include "test_util.hpp"
 #include "zarr_device/metadata.hpp"
@@ -282,6 +283,57 @@ TEST(CodecChain, EncodeRejectsWrongSizeAndHandlesScalars) {
   ASSERT_TRUE(encoded.has_value());
   EXPECT_EQ(encoded->size(), 12u);
   EXPECT_EQ(decode_selection(s, test::to_bytes(*encoded), {}), one);
+}
+
+// What the chain says of itself, so that readers and writers outside codecs/ never read its
+// metadata: the order its transposes store the dimensions in, and the chunks a read decodes.
+TEST(CodecChain, StoredOrderComposesTransposes) {
+  const auto spec = make_spec({2, 3, 4}, "uint16");
+  EXPECT_EQ(CodecChain(json::array({bytes_codec("little")}), spec).stored_order(),
+            (std::vector<std::size_t>{0, 1, 2}));
+  const CodecChain two(
+      json::array({transpose_codec({2, 0, 1}), transpose_codec({1, 0, 2}), bytes_codec("little")}),
+      spec);
+  // The first stores (2, 0, 1); the second swaps its first two: (0, 2, 1).
+  EXPECT_EQ(two.stored_order(), (std::vector<std::size_t>{0, 2, 1}));
+  EXPECT_EQ(two.array_to_array()[0]->permutation(), (std::vector<std::size_t>{2, 0, 1}));
+  EXPECT_EQ(two.spec().shape, (std::vector<std::int64_t>{2, 3, 4}));
+  EXPECT_FALSE(two.is_sharded());
+  EXPECT_EQ(two.decoded_chunk_shape(), (std::vector<std::int64_t>{2, 3, 4}));
+}
+
+TEST(CodecChain, DecodedChunkShapeOfAShardIsInTheArraysOrder) {
+  // A 6 x 4 shard transposed to 4 x 6, then sharded into 2 x 3 inner chunks: 3 x 2 in the
+  // array's dimensions.
+  const json shard = {
+      {"name", "sharding_indexed"},
+      {"configuration",
+       {{"chunk_shape", {2, 3}}, {"codecs", json::array({bytes_codec("little")})}}}};
+  const CodecChain chain(json::array({transpose_codec({1, 0}), shard}), make_spec({6, 4}, "uint8"));
+  EXPECT_TRUE(chain.is_sharded());
+  EXPECT_EQ(chain.shard_layout(), nullptr);  // a transpose around it: not read by range
+  EXPECT_EQ(chain.decoded_chunk_shape(), (std::vector<std::int64_t>{3, 2}));
+  const CodecChain plain(json::array({shard}), make_spec({4, 6}, "uint8"));
+  EXPECT_NE(plain.shard_layout(), nullptr);
+  EXPECT_EQ(plain.decoded_chunk_shape(), (std::vector<std::int64_t>{2, 3}));
+}
+
+TEST(CodecChain, CodecsSayWhatADeviceEncodes) {
+  const auto spec = make_spec({64}, "float32");
+  const CodecChain zstd(
+      json::array({bytes_codec("little"), {{"name", "zstd"}}, {{"name", "crc32c"}}}), spec);
+  EXPECT_EQ(zstd.bytes_to_bytes()[0]->device_encoding(), DeviceCodec::kZstd);
+  // A checksum is appended by the CPU, as a suffix of what the device wrote.
+  EXPECT_EQ(zstd.bytes_to_bytes()[1]->device_encoding(), std::nullopt);
+  EXPECT_EQ(zstd.bytes_to_bytes()[1]->suffix_size(), 4U);
+  // The device's frames carry no content checksum: a zstd that stores one is encoded on the CPU.
+  const CodecChain checked(
+      json::array({bytes_codec("little"),
+                   {{"name", "zstd"}, {"configuration", {{"level", 1}, {"checksum", true}}}}}),
+      spec);
+  EXPECT_EQ(checked.bytes_to_bytes()[0]->device_encoding(), std::nullopt);
+  const CodecChain gzip(json::array({bytes_codec("little"), {{"name", "gzip"}}}), spec);
+  EXPECT_EQ(gzip.bytes_to_bytes()[0]->device_encoding(), std::nullopt);
 }
 
 }  // namespace

@@ -59,6 +59,11 @@ TEST(Devices, RegistrySharesDevicesAndRejectsBadNames) {
   EXPECT_THROW((void)zd::get_device("cuda:"), zd::UsageError);
   // A GPU past the last one (or any, in a build or on a machine without CUDA) is a DeviceError.
   EXPECT_THROW((void)zd::get_device("cuda:4096"), zd::DeviceError);
+  // By kind and index, as the engine asks: the same devices, the same refusals.
+  EXPECT_EQ(zd::get_device("cpu", 0), zd::get_device("cpu"));
+  EXPECT_THROW((void)zd::get_device("tpu", 0), zd::UsageError);
+  EXPECT_THROW((void)zd::get_device("cuda", -1), zd::UsageError);
+  EXPECT_THROW((void)zd::get_device("cuda", 4096), zd::DeviceError);
 }
 
 TEST(Devices, RegistryTakesNewKinds) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "codecs/codec_chain.hpp"
+#include "codecs/shard_layout.hpp"
 #include "codecs/crc32c.hpp"
 #include "place/strided_copy.hpp"
 #include "test_util.hpp"

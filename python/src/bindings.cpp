@@ -13,6 +13,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "codecs/codec_chain.hpp"
 #include "devices/device.hpp"
 #include "dlpack.hpp"
 #include "gpu/bench_hooks.hpp"
@@ -387,8 +388,7 @@ NB_MODULE(_core, m) {
 
   nb::class_<zd::DeviceBuffer>(m, "DeviceBuffer")
       .def(nb::new_([](int device, std::size_t nbytes) {
-             return std::make_shared<zd::DeviceBuffer>(
-                 zd::get_device("cuda:" + std::to_string(device)), nbytes);
+             return std::make_shared<zd::DeviceBuffer>(zd::get_device("cuda", device), nbytes);
            }),
            "device"_a, "nbytes"_a)
       .def_prop_ro(
@@ -450,6 +450,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("shape", [](const zd::Array& a) { return a.metadata().shape; })
       .def_prop_ro("chunk_shape", [](const zd::Array& a) { return a.metadata().chunk_shape; })
       .def_prop_ro("inner_chunk_shape", &zd::Array::inner_chunk_shape)
+      .def_prop_ro("is_sharded", [](const zd::Array& a) { return a.chain().is_sharded(); })
       .def_prop_ro("dtype", [](const zd::Array& a) { return package_type_name(a.metadata()); })
       .def_prop_ro("itemsize", [](const zd::Array& a) { return a.metadata().dtype->size; })
       .def_prop_ro(

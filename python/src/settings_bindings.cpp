@@ -38,13 +38,21 @@ void bind_settings(nb::module_& m) {
   m.def(
       "set_settings",
       [](const nb::dict& values) {
+        // Values as config.py checked them: counts and sizes as ints, choices by name (the
+        // engine checks them again, as set_settings does every value).
         zd::Settings updated = zd::settings();
         for (const auto& [key, value] : values) {
-          const auto name = nb::cast<std::string>(key);
-          const auto& setting = zd::setting_info(name);
-          // Ints in decimal and choices by name are the environment's grammar too.
-          const auto text = nb::cast<std::string>(nb::str(value));
-          setting.set(updated, zd::parse_setting(setting, text, setting.name));
+          const auto& setting = zd::setting_info(nb::cast<std::string>(key));
+          if (setting.kind == zd::SettingKind::kChoice) {
+            const auto name = nb::cast<std::string>(value);
+            setting.set(updated, zd::parse_setting(setting, name, setting.name));
+          } else {
+            // A negative count comes through as the huge number set_settings shows as it was.
+            std::uint64_t number = 0;
+            if (!nb::try_cast(value, number))
+              number = static_cast<std::uint64_t>(nb::cast<std::int64_t>(value));
+            setting.set(updated, number);
+          }
         }
         zd::set_settings(updated);
       },
@@ -71,6 +79,14 @@ void bind_settings(nb::module_& m) {
       table.append(row);
     }
     return table;
+  });
+  // The one size parser (sizes.py): the byte count, None for text that is not a size, -1 for
+  // one beyond 64 bits.
+  m.def("parse_byte_count", [](std::string_view text) -> nb::object {
+    const auto count = zd::parse_byte_count(text);
+    if (count.kind == zd::ByteCount::kNotASize) return nb::none();
+    if (count.kind == zd::ByteCount::kTooLarge) return nb::int_(-1);
+    return nb::cast(count.bytes);
   });
   m.def("decode_memory_for", &zd::decode_memory_for, "decode_bytes"_a, "device_memory"_a);
   // The environment's grammar of a setting (the tests hold it against zarr_device.sizes).

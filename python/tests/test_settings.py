@@ -121,8 +121,9 @@ def test_set_config_changes_what_the_engine_starts_from() -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# One size grammar in two places: zarr_device.sizes for Python values and the command line, the
-# engine's for the environment. They take the same texts to the same byte counts.
+# One size parser, the engine's: zarr_device.sizes reads Python values and the command line with
+# it, and the settings' environment variables are read with it. Both paths take the same texts to
+# the same byte counts and refuse the same ones.
 
 SIZES = ["0", "1", "1048576", "256MiB", "256 MiB", " 256mib ", "\t2GB\n", "1.5GiB", ".5KiB", "1e3kB",
          "1E3", "3k", "7b", "7B", "1TiB", "1.9", "9007199254740993", "18446744073709551615",
@@ -141,6 +142,24 @@ def _both(text: str) -> tuple[Any, Any]:
     except zd.UsageError:
         engine = zd.UsageError
     return python, engine
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("1048576", 1 << 20), ("256MiB", 256 << 20), (" 256mib ", 256 << 20), ("\t2GB\n", 2 * 10**9),
+     ("1.5GiB", 3 << 29), (".5KiB", 512), ("1e3kB", 10**6), ("1.9", 1), ("7b", 7),
+     ("18446744073709551615", 2**64 - 1)],
+)
+def test_sizes_read_as_people_write_them(text: str, expected: int) -> None:
+    assert parse_size(text, minimum=0) == expected
+
+
+@pytest.mark.parametrize(("text", "message"), [("lots", "is not a size"), ("1 2", "is not a size"),
+                                               ("1e400", "must be smaller"), ("16EiB", "is not a size"),
+                                               ("20000000TiB", "must be smaller")])
+def test_what_is_not_a_size_is_refused(text: str, message: str) -> None:
+    with pytest.raises(zd.UsageError, match=message):
+        parse_size(text)
 
 
 @pytest.mark.parametrize("text", SIZES)

@@ -79,8 +79,7 @@ class Array:
     @staticmethod
     def _shards_of(core: _core.Array) -> tuple[int, ...] | None:
         # Found once per opening: the plug-in asks for every read it serves.
-        sharded = any(c.get("name") == "sharding_indexed" for c in json.loads(core.codecs_json))
-        return tuple(core.chunk_shape) if sharded else None
+        return tuple(core.chunk_shape) if core.is_sharded else None
 
     @property
     def zarr_format(self) -> int:

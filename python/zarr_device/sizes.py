@@ -1,35 +1,17 @@
-"""Byte counts as people write them (``256MiB``, ``1GB``, ``1.5GiB``, ``1048576``): one parser for
-the settings and the command line. The engine reads the settings' environment variables with the
-same grammar (cpp/src/engine/settings.cpp); python/tests/test_settings.py checks that they agree."""
+"""Byte counts as people write them (``256MiB``, ``1GB``, ``1.5GiB``, ``1048576``) for the settings
+and the command line, read by the engine's one size parser (``zarr_device::parse_byte_count``),
+which reads the settings' environment variables too."""
 
 from __future__ import annotations
 
 import operator
-import re
 from typing import Any
 
+from zarr_device import _core
 from zarr_device.errors import UsageError
 
 __all__ = ["parse_size", "format_bytes"]
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": 1 << 10,
-    "mib": 1 << 20,
-    "gib": 1 << 30,
-    "tib": 1 << 40,
-}
-# ASCII blanks only (re.ASCII), as in the engine's parser.
-_PATTERN = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", re.ASCII)
 _EXAMPLES = "examples: 1GiB, 512MiB, 256KiB, 2GB, 1048576"
 
 
@@ -41,16 +23,10 @@ def parse_size(value: Any, *, what: str = "size", minimum: int = 1, maximum: int
         raise UsageError(f"{what} must be a size ({_EXAMPLES}), not {value!r}")
     size: int | None
     if isinstance(value, str):
-        match = _PATTERN.fullmatch(value)
-        unit = match.group(2).lower() if match else ""
-        if match is None or unit not in _UNITS:
+        parsed = _core.parse_byte_count(value)
+        if parsed is None:
             raise UsageError(f"{what}: {value!r} is not a size ({_EXAMPLES})")
-        number = match.group(1)
-        try:
-            # A whole number exactly; a fraction or an exponent through a float, truncated.
-            size = int(number) * _UNITS[unit] if number.isdigit() else int(float(number) * _UNITS[unit])
-        except OverflowError:  # beyond a float's range ("1e400")
-            size = None
+        size = None if parsed < 0 else parsed  # < 0: beyond 64 bits
     else:
         try:
             size = operator.index(value)

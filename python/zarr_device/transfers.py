@@ -53,8 +53,8 @@ def resolve_target(device: DeviceLike, out: Any) -> DeviceSpec:
 
 def _adapter(like: str | None, out: Any, device: DeviceSpec) -> Adapter:
     """The adapter of a read: the framework of ``out`` (which ``like``, when given, must name),
-    else the one ``like`` names, else the device's default."""
-    check_like(like)
+    else the one ``like`` names, else the device's default. Callers have checked ``like``
+    (check_like), before anything else of the read."""
     if out is None:
         return default_adapter(device) if like is None else adapter(like)
     owner = adapter_of(out)

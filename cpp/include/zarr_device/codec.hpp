@@ -103,6 +103,12 @@ class ArrayToArrayCodec : public Codec {
   // Encodes a C-contiguous decoded chunk into a C-contiguous encoded chunk.
   virtual void encode(const ChunkSpec& decoded, std::span<const std::byte> in,
                       std::span<std::byte> out) const = 0;
+  // For a codec that only reorders dimensions (transpose): encoded dimension i is decoded
+  // dimension order[i]. nullopt for any other codec. Lets readers and writers that lay chunks
+  // out themselves (the GPU's kernels) do the codec's work as a permutation of strides.
+  [[nodiscard]] virtual std::optional<std::vector<std::size_t>> permutation() const {
+    return std::nullopt;
+  }
 };
 
 class ArrayToBytesCodec : public Codec {
@@ -157,8 +163,11 @@ struct DecodedSize {
 // An optional capability of bytes->bytes codecs: what a device's batched decoder (nvCOMP) needs to
 // know to take the codec's output as it is stored, so the codec itself never runs on the CPU.
 // Codecs without it decode on CPU threads.
+// The formats a device's batched codecs (nvCOMP) work in.
+enum class DeviceCodec { kChecksum, kZstd, kGzip, kDeflate, kLz4 };
+
 struct DeviceDecoding {
-  enum class Kind { kChecksum, kZstd, kGzip, kDeflate, kLz4 };
+  using Kind = DeviceCodec;
   static constexpr std::size_t kKinds = 5;
   Kind kind = Kind::kChecksum;
   std::size_t header = 0;   // framing bytes before the stream the device decoder takes
@@ -255,6 +264,9 @@ class BytesToBytesCodec : public Codec {
   [[nodiscard]] virtual std::optional<DeviceDecoding> device_decoding() const {
     return std::nullopt;
   }
+  // The device encoder whose output is an encoding this codec stores and reads back as its own
+  // (zstd frames for zstd without a content checksum); nullopt: encoded on CPU threads.
+  [[nodiscard]] virtual std::optional<DeviceCodec> device_encoding() const { return std::nullopt; }
   // Whether decode() returns a part of its input (a checksum stripped) rather than new memory:
   // what a read holds for that step is nothing beside its input.
   [[nodiscard]] virtual bool decodes_to_view() const { return false; }

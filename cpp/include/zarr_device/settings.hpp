@@ -97,6 +97,16 @@ std::size_t decode_memory_for(std::size_t decode_bytes, std::size_t device_memor
 // The row of `name`; UsageError naming the settings there are for any other name.
 const SettingInfo& setting_info(std::string_view name);
 
+// A byte count as people write it ("256MiB", "1GB", "1.5GiB", "1048576"): the number times the
+// unit (decimal kB..TB, binary KiB..TiB; a fraction or an exponent truncated), blanks around
+// either. The one parser of sizes: the environment's, the settings' and, through the Python
+// module (zarr_device's parse_size), the command line's.
+struct ByteCount {
+  enum Kind { kNotASize, kTooLarge, kBytes } kind = kNotASize;
+  std::uint64_t bytes = 0;  // kBytes
+};
+ByteCount parse_byte_count(std::string_view text);
+
 // `text` as `setting` takes it from the environment: the number (a count; a size with an optional
 // unit, in the grammar of python/zarr_device/sizes.py) or the index of the choice. UsageError
 // beginning with `what` (the variable, or the setting) when it is not a valid value.

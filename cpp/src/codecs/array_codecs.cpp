@@ -83,6 +83,10 @@ class TransposeCodec final : public ArrayToArrayCodec {
     }
   }
 
+  std::optional<std::vector<std::size_t>> permutation() const override {
+    return std::vector<std::size_t>(order_.begin(), order_.end());
+  }
+
   void encode(const ChunkSpec& decoded, std::span<const std::byte> in,
               std::span<std::byte> out) const override {
     const auto enc = encoded_spec(decoded);

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 
+#include "codecs/shard_layout.hpp"
 #include "place/strided_copy.hpp"
 
 namespace zarr_device::codecs {
@@ -97,6 +99,52 @@ const ChunkSpec& CodecChain::map_to_encoded(std::vector<DimSlice>& selection,
 const ShardLayout* CodecChain::shard_layout() const {
   if (!array_to_array_.empty() || !bytes_to_bytes_.empty()) return nullptr;
   return dynamic_cast<const ShardLayout*>(array_to_bytes_.get());
+}
+
+bool CodecChain::is_sharded() const {
+  return dynamic_cast<const ShardLayout*>(array_to_bytes_.get()) != nullptr;
+}
+
+namespace {
+
+// The chunk's dimensions as the array->bytes codec sees them, through the codecs that reorder
+// them (the others keep them where they are).
+std::vector<std::size_t> composed_order(
+    std::span<const std::shared_ptr<const ArrayToArrayCodec>> codecs, std::size_t rank,
+    bool* all_permutations) {
+  std::vector<std::size_t> order(rank);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  *all_permutations = true;
+  for (const auto& codec : codecs) {
+    const auto permutation = codec->permutation();
+    if (!permutation) {
+      *all_permutations = false;
+      continue;
+    }
+    const auto before = order;
+    for (std::size_t i = 0; i < rank; ++i) order[i] = before[(*permutation)[i]];
+  }
+  return order;
+}
+
+}  // namespace
+
+std::optional<std::vector<std::size_t>> CodecChain::stored_order() const {
+  bool all_permutations = false;
+  auto order = composed_order(array_to_array_, spec_.shape.size(), &all_permutations);
+  if (!all_permutations) return std::nullopt;
+  return order;
+}
+
+std::vector<std::int64_t> CodecChain::decoded_chunk_shape() const {
+  const auto* shards = dynamic_cast<const ShardLayout*>(array_to_bytes_.get());
+  if (shards == nullptr) return spec_.shape;
+  bool all_permutations = false;
+  const auto order = composed_order(array_to_array_, spec_.shape.size(), &all_permutations);
+  const auto& inner = shards->inner().spec().shape;
+  std::vector<std::int64_t> shape(inner.size());
+  for (std::size_t i = 0; i < inner.size(); ++i) shape[order[i]] = inner[i];
+  return shape;
 }
 
 bool CodecChain::supports_partial_decode() const {

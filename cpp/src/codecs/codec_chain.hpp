@@ -117,6 +117,16 @@ class CodecChain {
   const ChunkSpec& map_to_encoded(std::vector<DimSlice>& selection, StridedView& destination) const;
   // The shard structure when the chain is one sharding codec with nothing around it.
   [[nodiscard]] const ShardLayout* shard_layout() const;
+  // Whether the array->bytes codec is a sharding codec (whatever is around it).
+  [[nodiscard]] bool is_sharded() const;
+  // The order in which the array->bytes codec sees the chunk's dimensions: its dimension i is the
+  // chunk's dimension order[i] (the transposes composed). nullopt when an array->array codec
+  // does more than reorder dimensions.
+  [[nodiscard]] std::optional<std::vector<std::size_t>> stored_order() const;
+  // The shape of the chunks a read decodes, in the array's own dimensions: a sharding codec's
+  // inner chunks (its chunk_shape is in the dimensions it sees, after transposes), or the
+  // chunk's shape.
+  [[nodiscard]] std::vector<std::int64_t> decoded_chunk_shape() const;
 
  private:
   // Whether the array->bytes codec's output is its input as it is (a little-endian "bytes").
@@ -134,70 +144,6 @@ class CodecChain {
   // level_bounds_[0]: the most the array->bytes codec's output can be; [i + 1]: the most the
   // output of bytes->bytes codec i can be. Decoding codec i may produce at most level_bounds_[i].
   std::vector<std::size_t> level_bounds_;
-};
-
-// What a shard is made of, for readers that fetch and decode its inner chunks themselves.
-class ShardLayout {
- public:
-  struct Entry {
-    std::uint64_t offset;
-    std::uint64_t nbytes;
-  };
-  virtual ~ShardLayout() = default;
-  [[nodiscard]] virtual const CodecChain& inner() const = 0;
-  [[nodiscard]] virtual std::span<const std::int64_t> chunks_per_shard() const = 0;
-  // Reads and validates the index of a stored shard of `total_size` bytes: one entry per inner
-  // chunk in C order, nullopt for chunks not stored.
-  [[nodiscard]] virtual std::vector<std::optional<Entry>> read_index(
-      const RangeReader& read, std::uint64_t total_size) const = 0;
-  // Where that index is (CodecError when the shard is too small to hold one).
-  [[nodiscard]] virtual ByteRange index_range(std::uint64_t total_size) const = 0;
-  // The stored inner chunks that `selection` (of the shard) touches, in the order a decode of it
-  // reads them, as byte ranges of the shard.
-  [[nodiscard]] std::vector<ByteRange> wanted_ranges(std::span<const std::optional<Entry>> index,
-                                                     std::span<const DimSlice> selection) const;
-  // A stored shard made of inner chunks encoded elsewhere: sizes[i] is the encoded size of inner
-  // chunk i (C order; nullopt when not stored), and write_chunk(i, place) writes that chunk
-  // into its place in the shard, so a chunk is copied once. nullopt when no chunk is stored:
-  // there is nothing to write.
-  using ChunkWriter = std::function<void(std::size_t, std::span<std::byte>)>;
-  [[nodiscard]] virtual std::optional<Buffer> assemble(
-      std::span<const std::optional<std::size_t>> sizes, const ChunkWriter& write_chunk) const = 0;
-  // A stored shard as the pieces it is made of, in the order the shard holds them (its index
-  // and its stored inner chunks), so that a store can write it without first copying it whole
-  // into one buffer (Store::set_pieces). `chunks` holds the buffers the parts point into.
-  struct Pieces {
-    std::vector<Buffer> chunks;
-    Buffer index;
-    std::vector<std::span<const std::byte>> parts;
-    [[nodiscard]] std::size_t size() const;
-    [[nodiscard]] Buffer joined() const;
-  };
-  // The pieces of a shard of encoded chunks (C order, nullopt where not stored); nullopt when
-  // none is stored: there is nothing to write.
-  [[nodiscard]] std::optional<Pieces> pieces(std::vector<std::optional<Buffer>> chunks) const;
-  // The same for chunks encoded as pieces (CodecChain::encode_pieces; empty where not stored).
-  [[nodiscard]] std::optional<Pieces> pieces(std::vector<std::vector<Buffer>> chunks) const;
-  // The encoded index of a shard whose inner chunks take these stored sizes, laid out in C order
-  // (after the index when it comes first); nullopt when none is stored. And where it goes.
-  [[nodiscard]] virtual std::optional<Buffer> encode_index(
-      std::span<const std::optional<std::size_t>> sizes) const = 0;
-  [[nodiscard]] virtual bool index_at_start() const = 0;
-  // Runs body(i) for every i in [0, n), in any order and on any threads, returning when all have.
-  using ForEach = std::function<void(std::size_t n, const std::function<void(std::size_t)>& body)>;
-  // Encodes a shard (of the chain's shape, its elements at `shard` with byte `strides`: the
-  // caller's values, or a C-contiguous copy), as the chain's encode() does, with its inner chunks
-  // encoded through `for_each`: an engine hands its thread pool, so that a shard's chunks are not
-  // one thread's work (encode() runs them one after another). Inner chunks all fill value are
-  // left out; nullopt when all are: nothing to store. The shard comes as its pieces. Inner
-  // chunks that are each one run at `shard` (runs_of(strides)), of a chain that reads its chunk
-  // where it is (inner().encodes_from_input()), are encoded from there, and pieces may view
-  // `shard` (CodecChain::encode_pieces): they are valid while `shard` is.
-  [[nodiscard]] virtual std::optional<Pieces> encode_shard(const std::byte* shard,
-                                                           std::span<const std::int64_t> strides,
-                                                           const ForEach& for_each) const = 0;
-  // Whether each inner chunk of a shard whose elements have byte `strides` is one run of them.
-  [[nodiscard]] bool runs_of(std::span<const std::int64_t> strides) const;
 };
 
 }  // namespace zarr_device::codecs

@@ -137,6 +137,12 @@ class ZstdCodec final : public BytesToBytesCodec {
     return DeviceDecoding{DeviceDecoding::Kind::kZstd, 0, 0, &one_frame_of,
                           &first_compressed_block};
   }
+  // The device's frames carry no content checksum: a codec configured to store one encodes on
+  // the CPU.
+  [[nodiscard]] std::optional<DeviceCodec> device_encoding() const override {
+    if (checksum_) return std::nullopt;
+    return DeviceCodec::kZstd;
+  }
 
   ZstdCodec(std::string name, MetadataStyle style, const nlohmann::json& configuration)
       : name_(std::move(name)), style_(style) {

@@ -79,6 +79,9 @@ class DeviceRegistry {
   // "cpu", "cuda" (device 0), "cuda:N". UsageError for an unknown kind or a malformed name;
   // DeviceError when the device does not exist or the build lacks its support.
   [[nodiscard]] std::shared_ptr<Device> get(std::string_view name);
+  // Device `index` of `kind` ("cuda", 0): how the engine asks, with an index it holds as one.
+  // UsageError for an unknown kind or a negative index; DeviceError as above.
+  [[nodiscard]] std::shared_ptr<Device> get(std::string_view kind, int index);
 
  private:
   DeviceRegistry();
@@ -88,6 +91,9 @@ class DeviceRegistry {
 
 inline std::shared_ptr<Device> get_device(std::string_view name) {
   return DeviceRegistry::instance().get(name);
+}
+inline std::shared_ptr<Device> get_device(std::string_view kind, int index) {
+  return DeviceRegistry::instance().get(kind, index);
 }
 
 // Device memory owned by one object (results handed over through DLPack, scratch space).

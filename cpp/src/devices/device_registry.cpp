@@ -1,6 +1,7 @@
 #include <charconv>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "devices/device.hpp"
 #include "zarr_device/errors.hpp"
@@ -40,6 +41,15 @@ std::shared_ptr<Device> DeviceRegistry::get(std::string_view name) {
       throw UsageError("device '" + std::string(name) + "' is not of the form 'kind' or 'kind:N'");
     }
   }
+  return get(kind, index);
+}
+
+std::shared_ptr<Device> DeviceRegistry::get(std::string_view kind_name, int index) {
+  if (index < 0) {
+    throw UsageError("device index " + std::to_string(index) + " of '" + std::string(kind_name) +
+                     "' is negative");
+  }
+  const std::string kind(kind_name);
   std::lock_guard lock(impl_->mutex);
   auto& device = impl_->devices[{kind, index}];
   if (device) return device;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "codecs/codec_chain.hpp"
+#include "codecs/shard_layout.hpp"
 #include "engine/thread_pool.hpp"
 #include "place/chunk_grid.hpp"
 #include "place/strided_copy.hpp"
@@ -128,26 +129,7 @@ std::shared_ptr<const Array> Array::create(std::shared_ptr<Store> store, const s
 
 json Array::codecs_json() const { return chain_->to_json(); }
 
-std::vector<std::int64_t> Array::inner_chunk_shape() const {
-  // The shard's chunk_shape is in the dimensions the sharding codec sees; transposes before it
-  // permute them, so map it back to the array's own order.
-  std::vector<std::size_t> dims(metadata_.shape.size());
-  for (std::size_t i = 0; i < dims.size(); ++i) dims[i] = i;
-  for (const auto& c : codecs_json()) {
-    const std::string name = c.value("name", "");
-    if (name == "transpose") {
-      const auto order = c["configuration"]["order"].get<std::vector<std::size_t>>();
-      const auto before = dims;
-      for (std::size_t i = 0; i < order.size(); ++i) dims[i] = before[order[i]];
-    } else if (name == "sharding_indexed") {
-      const auto inner = c["configuration"]["chunk_shape"].get<std::vector<std::int64_t>>();
-      std::vector<std::int64_t> shape(inner.size());
-      for (std::size_t i = 0; i < inner.size(); ++i) shape[dims[i]] = inner[i];
-      return shape;
-    }
-  }
-  return metadata_.chunk_shape;
-}
+std::vector<std::int64_t> Array::inner_chunk_shape() const { return chain_->decoded_chunk_shape(); }
 
 void Array::write(std::span<const DimSlice> selection, std::span<const std::byte> values,
                   const IoOptions& options) const {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codecs/codec_chain.hpp"
+#include "codecs/shard_layout.hpp"
 #include "engine/elements_read.hpp"
 #include "engine/host_read.hpp"
 #include "engine/piece_decode.hpp"

@@ -11,6 +11,7 @@
 #include <span>
 
 #include "codecs/codec_chain.hpp"
+#include "codecs/shard_layout.hpp"
 #include "engine/thread_pool.hpp"
 #include "place/chunk_grid.hpp"
 #include "zarr_device/array.hpp"

@@ -151,8 +151,8 @@ std::string quoted(std::string_view text) {
   return out;
 }
 
-// Python's str.isspace for ASCII without the separators \x1c-\x1f: what sizes.py's pattern, which
-// is compiled with re.ASCII, calls \s.
+// Python's str.isspace for ASCII without the separators \x1c-\x1f: what \s matches in a regular
+// expression compiled with re.ASCII.
 bool is_blank(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
@@ -242,16 +242,12 @@ void check_value(const SettingInfo& setting, bool fits, std::uint64_t value, std
   }
 }
 
-// What a text says as a size.
-struct SizeText {
-  enum Kind { kNotASize, kTooLarge, kBytes } kind = kNotASize;
-  std::uint64_t bytes = 0;
-};
+}  // namespace
 
-// sizes.py's parse_size for text: `\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*`, the
-// number times the unit, truncated. A whole number is multiplied exactly; one with a fraction or
-// an exponent in double precision, as Python's float does.
-SizeText size_of(std::string_view text) {
+// `\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*` (ASCII blanks), the number times the
+// unit, truncated. A whole number is multiplied exactly; one with a fraction or an exponent in
+// double precision, as Python's float does.
+ByteCount parse_byte_count(std::string_view text) {
   std::size_t i = 0;
   while (i < text.size() && is_blank(text[i])) ++i;
   const std::size_t number = i;
@@ -281,30 +277,32 @@ SizeText size_of(std::string_view text) {
     std::uint64_t value = 0;
     for (const char c : mantissa) {
       const auto digit = static_cast<std::uint64_t>(c - '0');
-      if (value > (kMax - digit) / 10) return {SizeText::kTooLarge};
+      if (value > (kMax - digit) / 10) return {ByteCount::kTooLarge};
       value = value * 10 + digit;
     }
-    if (value != 0 && *unit > kMax / value) return {SizeText::kTooLarge};
-    return {SizeText::kBytes, value * *unit};
+    if (value != 0 && *unit > kMax / value) return {ByteCount::kTooLarge};
+    return {ByteCount::kBytes, value * *unit};
   }
   double value = 0;
   const auto [end, error] = std::from_chars(mantissa.data(), mantissa.data() + mantissa.size(),
                                             value, std::chars_format::general);
   if (error != std::errc() || end != mantissa.data() + mantissa.size()) {
-    return {SizeText::kTooLarge};  // beyond a double's range ("1e400")
+    return {ByteCount::kTooLarge};  // beyond a double's range ("1e400")
   }
   const double bytes = value * static_cast<double>(*unit);
-  if (!(bytes < 18446744073709551616.0)) return {SizeText::kTooLarge};  // 2^64
-  return {SizeText::kBytes, static_cast<std::uint64_t>(bytes)};
+  if (!(bytes < 18446744073709551616.0)) return {ByteCount::kTooLarge};  // 2^64
+  return {ByteCount::kBytes, static_cast<std::uint64_t>(bytes)};
 }
 
+namespace {
+
 std::uint64_t parse_size(const SettingInfo& setting, std::string_view text, std::string_view what) {
-  const auto size = size_of(text);
-  if (size.kind == SizeText::kNotASize) {
+  const auto size = parse_byte_count(text);
+  if (size.kind == ByteCount::kNotASize) {
     throw UsageError(std::string(what) + ": " + quoted(text) + " is not a size (" +
                      std::string(kSizeExamples) + ")");
   }
-  check_value(setting, size.kind == SizeText::kBytes, size.bytes, quoted(text), what);
+  check_value(setting, size.kind == ByteCount::kBytes, size.bytes, quoted(text), what);
   return size.bytes;
 }
 

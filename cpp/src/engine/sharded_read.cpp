@@ -45,11 +45,11 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
     });
     // One index space over the inner chunks wanted of the window's shards (a shard not stored:
     // one fill of its region).
-    std::vector<place::GridIntersection> grids;
+    std::vector<codecs::InnerChunks> grids;
     grids.reserve(shards.size());
     std::vector<std::size_t> inner_first{0};
     for (const auto& shard : shards) {
-      grids.emplace_back(shard.item.within, shard.layout->inner().spec().shape);
+      grids.emplace_back(*shard.layout, shard.item.within);
       inner_first.push_back(inner_first.back() + (shard.value ? grids.back().size() : 1));
     }
     // The shard whose inner chunks (or fill) item i of the window is.
@@ -66,12 +66,10 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
           const auto k = shard_of(i);
           const auto& shard = shards[k];
           if (!shard.value) return;
-          place::GridIntersection::Item item;
-          grids[k].at(i - inner_first[k], item);
-          const std::size_t linear =
-              place::c_order_index(item.chunk, shard.layout->chunks_per_shard());
-          if (linear >= shard.index.size() || !shard.index[linear]) return;
-          const auto& entry = *shard.index[linear];
+          codecs::InnerChunks::Chunk chunk;
+          grids[k].at(i - inner_first[k], chunk);
+          if (chunk.index >= shard.index.size() || !shard.index[chunk.index]) return;
+          const auto& entry = *shard.index[chunk.index];
           try {
             reads[shard.target].store->will_need(shard.key, entry.offset, entry.nbytes);
           } catch (const Error&) {  // NOLINT(bugprone-empty-catch): a hint
@@ -86,10 +84,10 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
         place::fill_strided(region, read.array->metadata().fill_value);
         return;
       }
-      place::GridIntersection::Item item;
+      codecs::InnerChunks::Chunk item;
       grids[k].at(i - inner_first[k], item);
-      const std::size_t linear = place::c_order_index(item.chunk, shard.layout->chunks_per_shard());
-      const StridedView part = place::subview(region, item.out_offset, item.count);
+      const std::size_t linear = item.index;
+      const StridedView part = codecs::InnerChunks::region(region, item);
       try {
         try {
           const auto& entry = shard.index.at(linear);
@@ -99,19 +97,15 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
           }
           const auto& inner = shard.layout->inner();
           refuse_oversized(entry->nbytes, inner);
-          const auto truncated = [&] {
-            return CodecError("shard is truncated: inner chunk at byte " +
-                              std::to_string(entry->offset) + " of length " +
-                              std::to_string(entry->nbytes) + " is past its end");
-          };
           const auto pieces = engine::decode_from_pieces(inner, *shard.value, entry->offset,
                                                          entry->nbytes, item.within, part, &budget);
-          if (pieces == engine::PieceDecode::kValueEnded) throw truncated();
+          if (pieces == engine::PieceDecode::kValueEnded)
+            throw codecs::ShardLayout::truncated(*entry);
           if (pieces == engine::PieceDecode::kDecoded) return;
           const engine::BudgetLease lease(budget, static_cast<std::size_t>(entry->nbytes) +
                                                       inner.decode_scratch(item.within, part));
           const Buffer bytes = shard.value->read(entry->offset, entry->nbytes);
-          if (bytes.size() != entry->nbytes) throw truncated();
+          if (bytes.size() != entry->nbytes) throw codecs::ShardLayout::truncated(*entry);
           inner.decode_into(bytes, item.within, part);
         } catch (Error& e) {
           e.add_context("inner chunk " + std::to_string(linear));

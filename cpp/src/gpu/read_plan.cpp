@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "codecs/shard_layout.hpp"
 #include "place/chunk_grid.hpp"
 #include "place/strided_copy.hpp"
 
@@ -102,18 +103,16 @@ void plan_shard(const ReadTarget& target, const place::GridIntersection::Item& i
     return value->read(static_cast<std::uint64_t>(offset), static_cast<std::uint64_t>(length));
   };
   const auto index = shard->read_index(reader, value->size());
-  const auto& inner = shard->inner();
-  const place::GridIntersection inner_grid(item.within, inner.spec().shape);
-  place::GridIntersection::Item sub;
-  for (std::size_t j = 0; j < inner_grid.size(); ++j) {
-    inner_grid.at(j, sub);
-    const std::size_t linear = place::c_order_index(sub.chunk, shard->chunks_per_shard());
-    Leaf leaf = make_leaf(array, store, key, inner, sub.within,
-                          place::subview(region, sub.out_offset, sub.count));
-    if (index[linear]) {
+  const codecs::InnerChunks chunks(*shard, item.within);
+  codecs::InnerChunks::Chunk chunk;
+  for (std::size_t j = 0; j < chunks.size(); ++j) {
+    chunks.at(j, chunk);
+    Leaf leaf = make_leaf(array, store, key, shard->inner(), chunk.within,
+                          codecs::InnerChunks::region(region, chunk));
+    if (const auto& entry = index[chunk.index]) {
       leaf.value = value;
-      leaf.offset = index[linear]->offset;
-      leaf.length = index[linear]->nbytes;
+      leaf.offset = entry->offset;
+      leaf.length = entry->nbytes;
       choose_route(leaf, decoders, policy);
     }
     leaves.push_back(std::move(leaf));
