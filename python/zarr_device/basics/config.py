@@ -13,7 +13,7 @@ from typing import Any, Callable, Literal
 
 from zarr_device import _core
 from zarr_device.errors import UsageError
-from zarr_device.sizes import format_bytes, parse_size
+from zarr_device.basics.sizes import format_bytes, parse_size
 
 __all__ = ["IoConfig", "get_config", "set_config"]
 

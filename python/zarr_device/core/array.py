@@ -1,4 +1,4 @@
-"""Zarr arrays: description, reads (to any device and framework, :mod:`zarr_device.transfers`)
+"""Zarr arrays: description, reads (to any device and framework, :mod:`zarr_device.io.transfers`)
 and writes."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ import numpy as np
 import numpy.typing as npt
 
 from zarr_device import _core
-from zarr_device.adapters.base import Like
-from zarr_device.attributes import Attributes
-from zarr_device.casting import check_cast, is_python_values, native_byte_order
-from zarr_device.devices import DeviceLike
-from zarr_device.dtypes import to_numpy_dtype
+from zarr_device.io.adapters.base import Like
+from zarr_device.core.attributes import Attributes
+from zarr_device.basics.casting import check_cast, is_python_values, native_byte_order
+from zarr_device.io.devices import DeviceLike
+from zarr_device.basics.numpy_dtypes import to_numpy_dtype
 from zarr_device.errors import UsageError
-from zarr_device.nodes import EngineStore
-from zarr_device.selection import normalize_selection
-from zarr_device.transfers import host_values, read, write_from_device
+from zarr_device.core.nodes import EngineStore
+from zarr_device.core.selection import normalize_selection
+from zarr_device.io.transfers import host_values, read, write_from_device
 
 __all__ = ["Array"]
 
@@ -93,7 +93,7 @@ class Array:
     @property
     def attrs(self) -> Attributes:
         """The array's attributes, a mapping that writes every change through to the store
-        (``arr.attrs["units"] = "m"``); see :class:`~zarr_device.attributes.Attributes`."""
+        (``arr.attrs["units"] = "m"``); see :class:`~zarr_device.core.attributes.Attributes`."""
         if self._attrs is None:
             self._attrs = Attributes(
                 self._store.handle,

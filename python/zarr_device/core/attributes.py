@@ -10,7 +10,7 @@ from typing import Any
 
 from zarr_device import _core
 from zarr_device.errors import FormatError, UsageError
-from zarr_device.nodes import check_attributes
+from zarr_device.core.nodes import check_attributes
 
 __all__ = ["Attributes"]
 

@@ -9,8 +9,8 @@ from typing import Any, Literal, Protocol, Union
 import numpy as np
 
 from zarr_device import _core
-from zarr_device.array import Array
-from zarr_device.dtypes import (
+from zarr_device.core.array import Array
+from zarr_device.basics.numpy_dtypes import (
     ML_DTYPES_NAMES,
     data_type_json,
     float_fill_from_json,
@@ -19,8 +19,8 @@ from zarr_device.dtypes import (
     to_zarr_name,
 )
 from zarr_device.errors import FormatError, UsageError
-from zarr_device.nodes import CreateMode, EngineStore, join_path, json_text, node_path
-from zarr_device.stores import StoreLike, as_store
+from zarr_device.core.nodes import CreateMode, EngineStore, join_path, json_text, node_path
+from zarr_device.io.stores import StoreLike, as_store
 
 __all__ = ["create", "Compressors", "ChunkKeyEncodingLike", "chunks_for_bytes"]
 
@@ -145,7 +145,7 @@ def _fill_value_json(value: Any, dtype: np.dtype[Any]) -> Any:
         return bool(value)
     if dtype.kind in "iu":
         return int(value)
-    # A NaN keeps its payload (as hex), as tensorstore and zarr-python (zarr_dtypes) write it.
+    # A NaN keeps its payload (as hex), as tensorstore and zarr-python (zarr_plugin.data_types) write it.
     return float_fill_to_json(float_fill_from_json(value, dtype) if isinstance(value, str) else value, dtype)
 
 

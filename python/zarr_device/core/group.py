@@ -6,14 +6,14 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Union
 
 from zarr_device import _core
-from zarr_device.adapters.base import Like
-from zarr_device.array import Array
-from zarr_device.attributes import Attributes
-from zarr_device.create import create, erase_nodes_below
-from zarr_device.devices import DeviceLike
+from zarr_device.io.adapters.base import Like
+from zarr_device.core.array import Array
+from zarr_device.core.attributes import Attributes
+from zarr_device.core.create import create, erase_nodes_below
+from zarr_device.io.devices import DeviceLike
 from zarr_device.errors import FormatError, NodeNotFoundError, UsageError
-from zarr_device.nodes import CreateMode, EngineStore, OpenMode, join_path, json_text, node_path, read_json, write_json
-from zarr_device.stores import StoreLike, as_store
+from zarr_device.core.nodes import CreateMode, EngineStore, OpenMode, join_path, json_text, node_path, read_json, write_json
+from zarr_device.io.stores import StoreLike, as_store
 
 __all__ = ["Group", "MAX_GROUP_DEPTH", "create_group", "group_too_deep", "open", "open_array", "open_group"]
 
@@ -101,7 +101,7 @@ class Group(Mapping[str, Union["Array", "Group"]]):
         """Reads every array of the group and of its subgroups in one call
         (:func:`zarr_device.read_many`); returns ``{"sub/name": result}``, paths relative to the
         group."""
-        from zarr_device.many import read_many
+        from zarr_device.core.many import read_many
 
         return read_many(self.all_arrays(), device=device, like=like, out=out)
 

@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 from zarr_device import _core
-from zarr_device.adapters import adapter, default_adapter
-from zarr_device.adapters.base import Destination, Like
-from zarr_device.devices import DeviceLike, DeviceSpec
+from zarr_device.io.adapters import adapter, default_adapter
+from zarr_device.io.adapters.base import Destination, Like
+from zarr_device.io.devices import DeviceLike, DeviceSpec
 from zarr_device.errors import UsageError
-from zarr_device.transfers import check_like, destination, resolve_target
-from zarr_device.selection import normalize_selection
-from zarr_device.staged_reads import StagedRead, iter_staged, read_staged
+from zarr_device.io.transfers import check_like, destination, resolve_target
+from zarr_device.core.selection import normalize_selection
+from zarr_device.io.staged_reads import StagedRead, iter_staged, read_staged
 
 if TYPE_CHECKING:
-    from zarr_device.array import Array
+    from zarr_device.core.array import Array
 
 __all__ = ["read_many", "iter_many"]
 
@@ -32,7 +32,7 @@ ArraysLike = Union[
 
 def _named(arrays: ArraysLike) -> list[tuple[str, Array, Any]]:
     """(name, array, selection) for each entry: mapping keys, or array paths for a list."""
-    from zarr_device.array import Array
+    from zarr_device.core.array import Array
 
     entries: Iterable[tuple[str | None, Any]]
     if isinstance(arrays, Mapping):
@@ -147,7 +147,7 @@ def read_many(
     On the host every chunk of every array is work for one pool of threads under one memory budget;
     on a CUDA device every chunk is one stream through the staging ring, decoded on the GPU where
     it can be; on another device torch drives (Apple MPS, Intel XPU, ROCm) the chunks pass through
-    one host staging of at most ``staging_bytes`` (:mod:`zarr_device.staged_reads`). An error
+    one host staging of at most ``staging_bytes`` (:mod:`zarr_device.io.staged_reads`). An error
     names the array and the chunk; the results are then not handed out. :func:`iter_many` hands
     each result on as soon as it is complete. ``non_blocking``: as for
     :meth:`zarr_device.Array.read`.

@@ -9,7 +9,7 @@ from typing import Any, Literal, Union
 
 from zarr_device import _core
 from zarr_device.errors import FormatError, UsageError
-from zarr_device.stores import LocalStore, MemoryStore, ZarrStoreAdapter
+from zarr_device.io.stores import LocalStore, MemoryStore, ZarrStoreAdapter
 
 __all__ = [
     "OpenMode",

@@ -7,7 +7,7 @@ directory fsynced: after a crash the destination is the old tree or all of the n
 
 A name proves nothing (anyone can make ``data.zarr.partial-deadbeef``), so every tree this module
 makes beside a destination is proven by a record, :data:`RECORD`, naming the destination and the
-random token ``T`` of its name; :func:`zarr_device.leftover_trees.remove_leftovers` (and ``zarr-device fsck --fix``) removes
+random token ``T`` of its name; :func:`zarr_device.io.leftover_trees.remove_leftovers` (and ``zarr-device fsck --fix``) removes
 only trees that a record proves. Trees without one (a user's, or an earlier release's) are
 listed, never removed. A writer may be killed between any two system calls, so a record is
 never written into, nor deleted from, a tree under a leftover's name: it only moves, each time
@@ -25,8 +25,8 @@ by one atomic rename, and at every instant a record proves each tree under such 
 
 What a kill can leave that is not a proven tree is hidden and holds nothing of anyone's: a
 ``.<name>.zdstage-*`` folder holding nothing or only a record, and a record beside whose trees
-are gone. :func:`~zarr_device.leftover_trees.remnants` lists them and
-:func:`~zarr_device.leftover_trees.remove_leftovers` removes them too. The placed
+are gone. :func:`~zarr_device.io.leftover_trees.remnants` lists them and
+:func:`~zarr_device.io.leftover_trees.remove_leftovers` removes them too. The placed
 store never holds a record: no reader skips it (this package's listings skip only the engine's
 lock and ``.zdtmp-`` files; zarr-python lists it and warns of an object it does not know), and
 every other tool would copy and upload it.
@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from zarr_device.errors import StoreError, UsageError
-from zarr_device.stores import LocalStore
+from zarr_device.io.stores import LocalStore
 
 __all__ = [
     "MARKERS", "LOCK_FILE", "RECORD", "RECORD_LIMIT", "local_destination", "check_replaceable",

@@ -1,5 +1,5 @@
 """Parsing ``device=`` arguments into the device a read lands on (reading itself is
-:mod:`zarr_device.transfers`' and the adapters').
+:mod:`zarr_device.io.transfers`' and the adapters').
 
 Three kinds of target:
 
@@ -8,7 +8,7 @@ Three kinds of target:
 * ``framework``: any other device PyTorch knows (Apple ``mps``, Intel ``xpu``, ``cuda`` on ROCm
   builds of torch, ...). The engine decodes into a host staging of at most ``staging_bytes``
   (pinned, where torch can pin) and torch copies it to the device
-  (:mod:`zarr_device.staged_reads`).
+  (:mod:`zarr_device.io.staged_reads`).
 """
 
 from __future__ import annotations

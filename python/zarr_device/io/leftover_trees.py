@@ -1,5 +1,5 @@
 """The trees that atomic saves, converts and copies leave beside a destination when they are
-killed (:mod:`zarr_device.placement` makes and places them): which are there, which a record
+killed (:mod:`zarr_device.io.atomic_trees` makes and places them): which are there, which a record
 proves to be this package's, and removing those (``zarr_device.torch.remove_partials``,
 ``zarr-device fsck --fix``). A tree no record proves is listed, never removed."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from zarr_device.errors import StoreError
-from zarr_device.placement import (
+from zarr_device.io.atomic_trees import (
     RECORD,
     RECORD_LIMIT,
     beside_path,

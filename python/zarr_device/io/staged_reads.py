@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zarr_device import _core
-from zarr_device.config import get_config
+from zarr_device.basics.config import get_config
 
 __all__ = ["StagedRead", "Piece", "cut_pieces", "pack_pieces", "read_staged", "iter_staged"]
 
@@ -159,7 +159,7 @@ def iter_staged(reads: Sequence[StagedRead]) -> Iterator[int]:
     it). Waits for every copy before it ends, also when a read fails or the caller stops early."""
     import torch
 
-    from zarr_device.adapters.torch import pinned_empty
+    from zarr_device.io.adapters.torch import pinned_empty
 
     pieces: list[Piece] = []
     total = sum(r.tensor.numel() * r.tensor.element_size() for r in reads)

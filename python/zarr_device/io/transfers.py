@@ -12,12 +12,12 @@ import numpy as np
 import numpy.typing as npt
 
 from zarr_device import _core
-from zarr_device.adapters import adapter, adapter_of, default_adapter
-from zarr_device.adapters.base import Adapter, Destination, Target
-from zarr_device.devices import CPU, DeviceLike, DeviceSpec, cuda_device_count, parse_device
-from zarr_device.dtypes import is_time_name
+from zarr_device.io.adapters import adapter, adapter_of, default_adapter
+from zarr_device.io.adapters.base import Adapter, Destination, Target
+from zarr_device.io.devices import CPU, DeviceLike, DeviceSpec, cuda_device_count, parse_device
+from zarr_device.basics.numpy_dtypes import is_time_name
 from zarr_device.errors import UsageError
-from zarr_device.staged_reads import StagedRead, read_staged
+from zarr_device.io.staged_reads import StagedRead, read_staged
 
 __all__ = [
     "check_like",
@@ -148,7 +148,7 @@ def write_from_device(
     """Writes ``values`` held on a CUDA device (torch, CuPy or JAX) straight from device memory:
     the engine lays chunks out, and compresses zstd chunks, on the GPU. False (nothing written)
     for values elsewhere, which the caller writes through :func:`host_values`. Casts as host
-    writes do (:func:`zarr_device.casting.check_cast`; ``what`` names the array in errors)."""
+    writes do (:func:`zarr_device.basics.casting.check_cast`; ``what`` names the array in errors)."""
     owner = adapter_of(values)
     source = None if owner is None else owner.cuda_source(values, core.dtype, shape, what)
     if source is None or cuda_device_count() == 0:

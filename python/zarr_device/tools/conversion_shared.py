@@ -1,4 +1,4 @@
-"""What every conversion shares (``zarr-device convert``: Zarr to Zarr in :mod:`zarr_device.convert`,
+"""What every conversion shares (``zarr-device convert``: Zarr to Zarr in :mod:`zarr_device.tools.zarr_to_zarr`,
 PyTorch checkpoints in :mod:`zarr_device.torch.interop`): the summary it returns, the source it
 reads as one tree of nodes, which kind of source a path holds, and the destination it may write."""
 
@@ -12,14 +12,14 @@ from typing import Any
 
 import numpy.typing as npt
 
-from zarr_device import placement
-from zarr_device.array import Array
+from zarr_device.io import atomic_trees
+from zarr_device.core.array import Array
 from zarr_device.errors import UsageError
-from zarr_device.chunk_keys import ChunkKeys, v2_chunk_keys, v3_chunk_keys
-from zarr_device.group import Group
-from zarr_device.group import open as open_node
-from zarr_device.nodes import join_path
-from zarr_device.stores import LocalStore, MemoryStore, StoreLike, ZarrStoreAdapter, as_store
+from zarr_device.io.chunk_keys import ChunkKeys, v2_chunk_keys, v3_chunk_keys
+from zarr_device.core.group import Group
+from zarr_device.core.group import open as open_node
+from zarr_device.core.nodes import join_path
+from zarr_device.io.stores import LocalStore, MemoryStore, StoreLike, ZarrStoreAdapter, as_store
 
 __all__ = [
     "ConvertSummary",
@@ -250,10 +250,10 @@ def path_inside(path: str, folder: str) -> bool:
 def check_destination(destination: Any, source: SourceTree, overwrite: bool) -> Path:
     """The local folder a conversion of ``source`` writes: never inside the source, nor holding
     it; an existing node only with ``overwrite``."""
-    dest = placement.local_destination(destination)
+    dest = atomic_trees.local_destination(destination)
     if source.local_root is not None:
         real, root = os.path.realpath(dest), os.path.realpath(source.local_root)
         if path_inside(real, root) or path_inside(root, real):
             raise UsageError(f"{dest}: the destination must lie outside the source store {root}, and not hold it")
-    placement.check_replaceable(dest, overwrite)
+    atomic_trees.check_replaceable(dest, overwrite)
     return dest

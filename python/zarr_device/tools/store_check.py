@@ -10,7 +10,7 @@ What ``fix`` removes is only what can be shown to be zarr-device's, never by its
   (the folder of a zarr.json, .zarray or .zgroup, or an array's chunk folders), where ``<name>``
   is a file the engine writes there (the node's metadata, or a chunk key of that array), whose
   writer is gone;
-- beside the store, a partial tree whose record (:data:`zarr_device.placement.RECORD`, in the
+- beside the store, a partial tree whose record (:data:`zarr_device.io.atomic_trees.RECORD`, in the
   tree, or moved beside it while it was being placed) names the store and the token in the
   tree's name; and the hidden bookkeeping of such trees that a killed writer can leave (a
   ``.<name>.zdstage-*`` folder holding nothing but, at most, a record; a record beside whose
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from zarr_device import _core
-from zarr_device.leftover_trees import process_alive
-from zarr_device.chunk_keys import ChunkKeys, v2_chunk_keys, v3_chunk_keys
+from zarr_device.io.leftover_trees import process_alive
+from zarr_device.io.chunk_keys import ChunkKeys, v2_chunk_keys, v3_chunk_keys
 from zarr_device.errors import ZarrDeviceError
 
 __all__ = ["Problem", "FsckReport", "check_store", "MAX_DEPTH"]
@@ -450,7 +450,7 @@ def _check_siblings(path: Path, fix: bool, report: FsckReport) -> None:
     (the bookkeeping: that holds nothing but a record) and that are older than STALE_AFTER_S (a
     younger one, or one whose writer still runs, may be a running writer's). The trees go first:
     a record beside them goes only once they are gone."""
-    from zarr_device.leftover_trees import (
+    from zarr_device.io.leftover_trees import (
         examine_leftover, leftovers, remnants, remove_leftovers, remove_remnants,
     )
 
@@ -506,8 +506,8 @@ def check_store(
     every array (``progress`` is told of each; ``total``, when given, of how many there are
     once that is known) and checks that PyTorch checkpoints hold every chunk file they were
     written with (they list the all-zero ones they left out; needs torch)."""
-    from zarr_device.array import Array
-    from zarr_device.group import open
+    from zarr_device.core.array import Array
+    from zarr_device.core.group import open
 
     path = Path(root)
     report = FsckReport(str(path))

@@ -9,7 +9,7 @@ Only the regions that overlap a chunk (or shard) the source stores are copied, w
 can list them: a sparse array, or one declaring 2^40 elements and storing none, costs what it
 holds, not what its shape declares; the rest is the fill value, left unstored.
 Everything is written into ``<destination>.partial-<random>`` beside the destination, flushed to
-disk and renamed into place when complete (``placement``): the destination is the old store or
+disk and renamed into place when complete (:mod:`zarr_device.io.atomic_trees`): the destination is the old store or
 all of the new one, never a part.
 """
 
@@ -23,9 +23,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Union
 
-from zarr_device import _core, placement
-from zarr_device.array import Array
-from zarr_device.conversion import (
+from zarr_device import _core
+from zarr_device.io import atomic_trees
+from zarr_device.core.array import Array
+from zarr_device.tools.conversion_shared import (
     ConvertSummary,
     SourceArray,
     SourceGroup,
@@ -33,14 +34,14 @@ from zarr_device.conversion import (
     checkpoint_kind,
     read_source,
 )
-from zarr_device.create import chunks_for_bytes
-from zarr_device.dtypes import data_type_json
+from zarr_device.core.create import chunks_for_bytes
+from zarr_device.basics.numpy_dtypes import data_type_json
 from zarr_device.errors import UsageError, ZarrDeviceError
-from zarr_device.group import Group, create_group
-from zarr_device.nodes import check_attributes, json_text
-from zarr_device.progress import Progress, progress_bar, wanted
-from zarr_device.sizes import format_bytes, parse_size
-from zarr_device.stores import LocalStore, StoreLike
+from zarr_device.core.group import Group, create_group
+from zarr_device.core.nodes import check_attributes, json_text
+from zarr_device.basics.progress import Progress, progress_bar, wanted
+from zarr_device.basics.sizes import format_bytes, parse_size
+from zarr_device.io.stores import LocalStore, StoreLike
 
 __all__ = ["convert", "COMPRESSORS", "region_shape"]
 
@@ -314,7 +315,7 @@ def convert(
                 print(f"converting '{plan[0].path or '/'}': its store cannot list the chunks it holds, so all "
                       f"{format_bytes(nbytes)} its shape declares is read (fill values where nothing is stored)",
                       file=sys.stderr, flush=True)
-    partial = placement.make_partial(dest)
+    partial = atomic_trees.make_partial(dest)
     try:
         store = LocalStore(partial)
         with progress_bar(total, progress, "converting") as advance:
@@ -323,10 +324,10 @@ def convert(
                     create_group(store, path=plan.path, attributes=plan.attributes)
                 else:
                     _copy(plan[0], plan[1], work[number], store, advance)
-        written = placement.finish_files(partial)
-        placement.place(partial, dest, overwrite, "converted store")
+        written = atomic_trees.finish_files(partial)
+        atomic_trees.place(partial, dest, overwrite, "converted store")
     except BaseException:
-        placement.discard(partial, dest)  # the record last, so that a kill here leaves a proven tree
+        atomic_trees.discard(partial, dest)  # the record last, so that a kill here leaves a proven tree
         raise
     elapsed = time.perf_counter() - started
     return ConvertSummary(tree.description, str(dest), len(arrays), len(plans) - len(arrays), total, written, elapsed)

@@ -4,7 +4,7 @@
 
 Names and fill values are tensorstore's: the Zarr v3 ``data_type`` is the ml_dtypes name
 ("bfloat16", "float8_e4m3fn", ...), as is the Zarr v2 ``dtype``; fill values are numbers,
-"NaN", "Infinity", "-Infinity" or a hex bit pattern (:func:`zarr_device.dtypes.float_fill_to_json`).
+"NaN", "Infinity", "-Infinity" or a hex bit pattern (:func:`zarr_device.basics.numpy_dtypes.float_fill_to_json`).
 
 zarr-python 3.1 collects the ``zarr.data_type`` entry points that pyproject.toml declares but
 never loads them, so importing zarr_device registers these classes itself when zarr is already
@@ -22,7 +22,7 @@ from zarr.core.dtype import data_type_registry
 from zarr.core.dtype.common import HasEndianness, HasItemSize
 from zarr.core.dtype.wrapper import ZDType
 
-from zarr_device.dtypes import ML_DTYPES_NAMES, float_fill_from_json, float_fill_to_json, round_to_float, to_numpy_dtype
+from zarr_device.basics.numpy_dtypes import ML_DTYPES_NAMES, float_fill_from_json, float_fill_to_json, round_to_float, to_numpy_dtype
 from zarr_device.errors import FormatError
 
 # zarr.errors since zarr-python 3.2, which warns on an import from its old place (3.1's).

@@ -1,5 +1,5 @@
 """Adapters between the engine and array frameworks, one module per framework behind one protocol
-(:class:`~zarr_device.adapters.base.Adapter`: allocation, ``out=`` checks, wrapping engine memory,
+(:class:`~zarr_device.io.adapters.base.Adapter`: allocation, ``out=`` checks, wrapping engine memory,
 streams, values to write), and the one registry that finds them by ``like=`` name or by the type
 of an array. Each adapter imports its framework only when called, so that ``import
 zarr_device`` imports none of them."""
@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import get_args
 
-from zarr_device.adapters.base import Adapter, Like
-from zarr_device.devices import DeviceSpec
+from zarr_device.io.adapters.base import Adapter, Like
+from zarr_device.io.devices import DeviceSpec
 from zarr_device.errors import UsageError
 
 __all__ = ["Like", "LIKES", "Adapter", "adapter", "adapter_of", "default_adapter"]
@@ -39,7 +39,7 @@ def adapter(like: str | None) -> Adapter:
         raise UsageError(f"like={like!r} is not one of {', '.join(map(repr, LIKES))} or None")
     if like not in _LOADED:
         module, name = _MODULES[like]
-        _LOADED[like] = getattr(importlib.import_module(f"zarr_device.adapters.{module}"), name)()
+        _LOADED[like] = getattr(importlib.import_module(f"zarr_device.io.adapters.{module}"), name)()
     return _LOADED[like]
 
 

@@ -23,9 +23,9 @@ import numpy as np
 import numpy.typing as npt
 
 from zarr_device import _core
-from zarr_device.casting import check_cast
-from zarr_device.devices import CPU, DeviceSpec
-from zarr_device.dtypes import to_numpy_dtype
+from zarr_device.basics.casting import check_cast
+from zarr_device.io.devices import CPU, DeviceSpec
+from zarr_device.basics.numpy_dtypes import to_numpy_dtype
 from zarr_device.errors import FormatError, OutOfMemoryError, UsageError
 
 __all__ = [
@@ -67,7 +67,7 @@ class Target:
 class Destination:
     """Where a read lands (see the module's docstring). ``index`` is the CUDA device of device
     memory. ``staged``: a C-contiguous tensor on a device torch drives itself, filled through a
-    bounded host staging (:mod:`zarr_device.staged_reads`)."""
+    bounded host staging (:mod:`zarr_device.io.staged_reads`)."""
 
     result: Any
     host: npt.NDArray[np.uint8] | None = None
@@ -175,7 +175,7 @@ def gpu_only(like: str, device: DeviceSpec) -> None:
 
 
 def check_device_cast(values: Any, dtype_name: str, target_dtype: str, what: str) -> None:
-    """The casting rule of host writes (:func:`zarr_device.casting.check_cast`) for device
+    """The casting rule of host writes (:func:`zarr_device.basics.casting.check_cast`) for device
     values of Zarr type ``dtype_name`` (a type without a Zarr name: the framework's conversion
     reports it)."""
     try:

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from zarr_device.adapters.base import (
+from zarr_device.io.adapters.base import (
     Adapter,
     CudaSource,
     Destination,
@@ -19,8 +19,8 @@ from zarr_device.adapters.base import (
     gpu_only,
     import_framework,
 )
-from zarr_device.devices import CUDA_STREAM_LEGACY, DeviceSpec, parse_device
-from zarr_device.dtypes import to_numpy_dtype
+from zarr_device.io.devices import CUDA_STREAM_LEGACY, DeviceSpec, parse_device
+from zarr_device.basics.numpy_dtypes import to_numpy_dtype
 from zarr_device.errors import OutOfMemoryError, UsageError
 
 __all__ = ["CupyAdapter", "cupy_dtype"]

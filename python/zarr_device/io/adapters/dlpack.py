@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from zarr_device.adapters.base import Adapter, Destination, Target, engine_destination, gpu_only
-from zarr_device.devices import DeviceSpec
+from zarr_device.io.adapters.base import Adapter, Destination, Target, engine_destination, gpu_only
+from zarr_device.io.devices import DeviceSpec
 
 __all__ = ["DLPackAdapter"]
 

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from zarr_device import _core
-from zarr_device.adapters.base import (
+from zarr_device.io.adapters.base import (
     Adapter,
     CudaSource,
     Destination,
@@ -21,8 +21,8 @@ from zarr_device.adapters.base import (
     gpu_only,
     import_framework,
 )
-from zarr_device.devices import CPU, DeviceSpec, parse_device
-from zarr_device.dtypes import to_numpy_dtype
+from zarr_device.io.devices import CPU, DeviceSpec, parse_device
+from zarr_device.basics.numpy_dtypes import to_numpy_dtype
 from zarr_device.errors import DeviceError, UsageError
 
 __all__ = ["JaxAdapter", "jax_dtype", "device"]
@@ -110,6 +110,6 @@ class JaxAdapter(Adapter):
             tensor = from_dlpack(values)
         except (ImportError, RuntimeError, TypeError, BufferError):
             return None  # no torch, or one that cannot import this array: through the host
-        from zarr_device.adapters import adapter
+        from zarr_device.io.adapters import adapter
 
         return adapter("torch").cuda_source(tensor, dtype, shape, what)

@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from zarr_device.adapters.base import Adapter, Destination, Target, check_shape_and_dtype, import_framework
-from zarr_device.devices import DeviceSpec
-from zarr_device.dtypes import to_numpy_dtype
+from zarr_device.io.adapters.base import Adapter, Destination, Target, check_shape_and_dtype, import_framework
+from zarr_device.io.devices import DeviceSpec
+from zarr_device.basics.numpy_dtypes import to_numpy_dtype
 from zarr_device.errors import UsageError
 
 __all__ = ["MlxAdapter", "mlx_dtype"]

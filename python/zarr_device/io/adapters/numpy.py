@@ -7,8 +7,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from zarr_device.adapters.base import Adapter, Destination, Target, check_shape_and_dtype, host_array
-from zarr_device.dtypes import to_numpy_dtype
+from zarr_device.io.adapters.base import Adapter, Destination, Target, check_shape_and_dtype, host_array
+from zarr_device.basics.numpy_dtypes import to_numpy_dtype
 from zarr_device.errors import UsageError
 
 __all__ = ["NumpyAdapter"]

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from zarr_device import _core
-from zarr_device.adapters.base import (
+from zarr_device.io.adapters.base import (
     Adapter,
     Destination,
     Target,
@@ -23,8 +23,8 @@ from zarr_device.adapters.base import (
     host_array,
     import_framework,
 )
-from zarr_device.devices import CPU, DeviceSpec, parse_device
-from zarr_device.dtypes import is_time_name, to_numpy_dtype
+from zarr_device.io.devices import CPU, DeviceSpec, parse_device
+from zarr_device.basics.numpy_dtypes import is_time_name, to_numpy_dtype
 from zarr_device.errors import DeviceError, UsageError
 
 __all__ = ["TensorflowAdapter", "tf_dtype"]

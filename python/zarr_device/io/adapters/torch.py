@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import numpy.typing as npt
 
-from zarr_device.adapters.base import (
+from zarr_device.io.adapters.base import (
     Adapter,
     CudaSource,
     Destination,
@@ -18,8 +18,8 @@ from zarr_device.adapters.base import (
     check_shape_and_dtype,
     import_framework,
 )
-from zarr_device.devices import CUDA_STREAM_LEGACY, DeviceSpec, parse_device
-from zarr_device.dtypes import is_time_name
+from zarr_device.io.devices import CUDA_STREAM_LEGACY, DeviceSpec, parse_device
+from zarr_device.basics.numpy_dtypes import is_time_name
 from zarr_device.errors import DeviceError, OutOfMemoryError, UsageError
 
 __all__ = [
@@ -88,7 +88,7 @@ def byte_view(tensor: Any) -> Any:
 def to_numpy(tensor: Any) -> Any:
     """A tensor's values as a NumPy array on the host (one copy from a device; none on the CPU),
     bfloat16 and float8 included (as ml_dtypes arrays)."""
-    from zarr_device.dtypes import to_numpy_dtype
+    from zarr_device.basics.numpy_dtypes import to_numpy_dtype
 
     torch = _torch()
     host = tensor.detach()

@@ -15,18 +15,18 @@ import os
 import sys
 
 import zarr_device as zd
-from zarr_device.cli import bench, convert, fsck, info, load
-from zarr_device.cli.bench import (
+from zarr_device.tools.cli import bench, convert, fsck, info, load
+from zarr_device.tools.cli.bench import (
     ReadMismatchError,
     SampleLayout,
     iter_sample_blocks,
     sample_block,
     sample_layout,
 )
-from zarr_device.cli.common import PROG, parse_size
-from zarr_device.cli.info import codec_summary, describe_node
+from zarr_device.tools.cli.common import PROG, parse_size
+from zarr_device.tools.cli.info import codec_summary, describe_node
 from zarr_device.errors import ZarrDeviceError
-from zarr_device.sizes import format_bytes
+from zarr_device.basics.sizes import format_bytes
 
 __all__ = [
     "main",

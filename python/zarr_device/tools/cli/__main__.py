@@ -1,7 +1,7 @@
-"""``python -m zarr_device.cli``."""
+"""``python -m zarr_device.tools.cli``."""
 
 import sys
 
-from zarr_device.cli import main
+from zarr_device.tools.cli import main
 
 sys.exit(main())

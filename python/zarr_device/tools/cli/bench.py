@@ -18,9 +18,9 @@ import numpy as np
 import numpy.typing as npt
 
 import zarr_device as zd
-from zarr_device.cli.common import compression_ratio, int_at_least, parse_size, progress
-from zarr_device.cli.info import plural, shape_text, stored_bytes
-from zarr_device.sizes import format_bytes
+from zarr_device.tools.cli.common import compression_ratio, int_at_least, parse_size, progress
+from zarr_device.tools.cli.info import plural, shape_text, stored_bytes
+from zarr_device.basics.sizes import format_bytes
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,16 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from zarr_device import sizes
+from zarr_device.basics import sizes
 from zarr_device.errors import UsageError
-from zarr_device.progress import bar
+from zarr_device.basics.progress import bar
 
 PROG = "zarr-device"
 
 
 def parse_size(text: str) -> int:
     """An argparse type: a byte count such as ``1GiB``, ``256KiB``, ``1.5GB`` or ``1048576``
-    (the package's one size parser, :func:`zarr_device.sizes.parse_size`)."""
+    (the package's one size parser, :func:`zarr_device.basics.sizes.parse_size`)."""
     try:
         return sizes.parse_size(text)
     except UsageError as e:

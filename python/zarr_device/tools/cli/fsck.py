@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from zarr_device.cli.common import progress
+from zarr_device.tools.cli.common import progress
 
 
 def run_fsck(args: argparse.Namespace, out: TextIO) -> int:
     """``zarr-device fsck``: prints what is wrong with a store; 1 when something is left to fix."""
-    from zarr_device.fsck import check_store
+    from zarr_device.tools.store_check import check_store
 
     with progress(0, "chunks", quiet=args.quiet or not args.data, unit="chunk") as bar:
 

@@ -9,10 +9,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 import zarr_device as zd
-from zarr_device import group as groups
-from zarr_device.cli.common import compression_ratio
-from zarr_device.nodes import join_path
-from zarr_device.sizes import format_bytes
+from zarr_device.core import group as groups
+from zarr_device.tools.cli.common import compression_ratio
+from zarr_device.core.nodes import join_path
+from zarr_device.basics.sizes import format_bytes
 
 # Files that hold metadata rather than chunks.
 _METADATA_FILES = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})

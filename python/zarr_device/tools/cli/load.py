@@ -9,13 +9,13 @@ import math
 import time
 from typing import Any, TextIO
 
-from zarr_device.array import Array
-from zarr_device.group import Group
-from zarr_device.group import open as open_node
-from zarr_device.cli.info import plural
+from zarr_device.core.array import Array
+from zarr_device.core.group import Group
+from zarr_device.core.group import open as open_node
+from zarr_device.tools.cli.info import plural
 from zarr_device.errors import UsageError
-from zarr_device.many import read_many
-from zarr_device.sizes import format_bytes
+from zarr_device.core.many import read_many
+from zarr_device.basics.sizes import format_bytes
 
 
 def _nbytes(value: Any) -> int:
