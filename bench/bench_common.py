@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from zarr_device.cli import parse_size  # the package's size parser, as an argparse type
+from zarr_device.tools.cli import parse_size  # the package's size parser, as an argparse type
 
 __all__ = ["parse_size"]  # re-exported for the benchmarks; the rest are used by name
 

@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch.multiprocessing as mp
 
     from bench_layouts import concurrent_limits
-    from zarr_device.sizes import parse_size
+    from zarr_device.basics.sizes import parse_size
 
     args.world = args.world or torch.cuda.device_count()
     if args.world < 2:

@@ -351,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child is not None:  # imports only what its loader needs
         print(json.dumps(child(args)))
         return 0
-    from zarr_device.cli import parse_size  # the package's size parser, as bench_gpu.py uses
+    from zarr_device.tools.cli import parse_size  # the package's size parser, as bench_gpu.py uses
 
     try:
         args.size = parse_size(args.size)

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from zarr_device.cli import SampleLayout, format_bytes, iter_sample_blocks, parse_size, sample_layout
+from zarr_device.tools.cli import SampleLayout, format_bytes, iter_sample_blocks, parse_size, sample_layout
 
 READERS = ("zarr-device", "zarr-python", "zarrs", "tensorstore")
 CODECS = ("none", "zstd")

@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     import zarr_device.torch as zt
-    from zarr_device.sizes import parse_size
+    from zarr_device.basics.sizes import parse_size
 
     os.makedirs(args.out, exist_ok=True)
     g = torch.Generator(device="cuda").manual_seed(0)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 import zarr_device as zd
-from zarr_device.devices import DeviceSpec
+from zarr_device.io.devices import DeviceSpec
 
 root = "/tmp/staged_sd.zarr"
 g = zd.create_group(root, mode="w")

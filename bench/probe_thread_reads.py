@@ -63,11 +63,11 @@ def make_arrays(root: str, rows: int) -> dict[str, Any]:
 
 def layers(array: Any, rows: int) -> dict[str, Callable[[slice], Any]]:
     """The package's read onto cuda:0 as CuPy, a layer at a time."""
-    from zarr_device import transfers
-    from zarr_device.adapters import adapter
-    from zarr_device.adapters.base import Target
-    from zarr_device.devices import parse_device
-    from zarr_device.selection import normalize_selection
+    from zarr_device.io import transfers
+    from zarr_device.io.adapters import adapter
+    from zarr_device.io.adapters.base import Target
+    from zarr_device.io.devices import parse_device
+    from zarr_device.core.selection import normalize_selection
 
     core = array._core  # noqa: SLF001 - the layers beneath the package's read
     device = parse_device("cuda:0")

@@ -1,5 +1,5 @@
 // Stores implemented in Python: how zarr-python's stores (object stores, fsspec) feed bytes into
-// the engine (zarr_device/stores.py makes the Python side).
+// the engine (zarr_device/io/stores.py makes the Python side).
 #include "python_store.hpp"
 
 #include <nanobind/stl/optional.h>

@@ -38,8 +38,8 @@ void bind_settings(nb::module_& m) {
   m.def(
       "set_settings",
       [](const nb::dict& values) {
-        // Values as config.py checked them: counts and sizes as ints, choices by name (the
-        // engine checks them again, as set_settings does every value).
+        // Values as zarr_device.basics.config checked them: counts and sizes as ints, choices by
+        // name (the engine checks them again, as set_settings does every value).
         zd::Settings updated = zd::settings();
         for (const auto& [key, value] : values) {
           const auto& setting = zd::setting_info(nb::cast<std::string>(key));
@@ -80,8 +80,8 @@ void bind_settings(nb::module_& m) {
     }
     return table;
   });
-  // The one size parser (sizes.py): the byte count, None for text that is not a size, -1 for
-  // one beyond 64 bits.
+  // The one size parser (zarr_device.basics.sizes calls it): the byte count, None for text that is
+  // not a size, -1 for one beyond 64 bits.
   m.def("parse_byte_count", [](std::string_view text) -> nb::object {
     const auto count = zd::parse_byte_count(text);
     if (count.kind == zd::ByteCount::kNotASize) return nb::none();
@@ -89,7 +89,7 @@ void bind_settings(nb::module_& m) {
     return nb::cast(count.bytes);
   });
   m.def("decode_memory_for", &zd::decode_memory_for, "decode_bytes"_a, "device_memory"_a);
-  // The environment's grammar of a setting (the tests hold it against zarr_device.sizes).
+  // The environment's grammar of a setting (the tests hold it against zarr_device.basics.sizes).
   m.def(
       "parse_setting",
       [](const std::string& name, const std::string& text) {

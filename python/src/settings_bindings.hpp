@@ -1,4 +1,4 @@
-// The engine's settings in module zarr_device._core (used by zarr_device/config.py).
+// The engine's settings in module zarr_device._core (used by zarr_device/basics/config.py).
 #pragma once
 
 #include <nanobind/nanobind.h>

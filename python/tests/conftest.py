@@ -19,7 +19,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
-from zarr_device.dtypes import ZARR_DTYPE_NAMES, to_numpy_dtype  # noqa: E402
+from zarr_device.basics.numpy_dtypes import ZARR_DTYPE_NAMES, to_numpy_dtype  # noqa: E402
 
 # The S3 server fixtures (s3_server.py), for every test module.
 from s3_server import s3_prefix, s3_server  # noqa: E402,F401

@@ -443,7 +443,7 @@ def test_saving_starts_each_tensors_writeback(tmp_path: Path, monkeypatch: pytes
     """Each tensor's files are handed to the disk as soon as they are written (the disk works
     while the next tensors are written), every file once; without posix_fadvise the save is the
     same, flushed at the end."""
-    from zarr_device import placement
+    from zarr_device.io import atomic_trees
 
     advised: list[int] = []
     real = os.posix_fadvise
@@ -460,7 +460,7 @@ def test_saving_starts_each_tensors_writeback(tmp_path: Path, monkeypatch: pytes
     assert advised.count(3000 * 4) == 1 and advised.count(7 * 5 * 2) == 1, advised
     assert len(advised) == 6, advised
     monkeypatch.delattr(os, "posix_fadvise")
-    placement.start_writeback(tmp_path / "ck")  # a no-op without it
+    atomic_trees.start_writeback(tmp_path / "ck")  # a no-op without it
     zt.save(state, tmp_path / "ck2")
     back = zt.load(tmp_path / "ck2")
     assert torch.equal(back["a"], state["a"]) and torch.equal(back["b"], state["b"])

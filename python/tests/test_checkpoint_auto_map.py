@@ -278,7 +278,7 @@ def test_default_budgets_come_from_the_machine(monkeypatch: pytest.MonkeyPatch) 
     gib = 1 << 30
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: ((50 - 40 * i) * gib, 80 * gib))
     monkeypatch.setattr(auto_map, "host_available", lambda: 64 * gib)
-    from zarr_device.config import get_config
+    from zarr_device.basics.config import get_config
 
     staging = get_config().staging_bytes
     assert memory_budgets(None) == {"cuda:0": 42 * gib, "cuda:1": 2 * gib, "cpu": 64 * gib - staging}

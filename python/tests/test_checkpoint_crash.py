@@ -26,7 +26,7 @@ import torch
 import crash_helpers as ch
 import zarr_device as zd
 import zarr_device.torch as zt
-from zarr_device import placement
+from zarr_device.io import atomic_trees
 
 OVERWRITE_TRIALS = 80
 FIRST_SAVE_TRIALS = 20  # 100 kills in all
@@ -184,7 +184,7 @@ def test_killed_first_save_leaves_no_checkpoint(tmp_path: Path, forker: ch.Worke
 
 def _plant(path: Path, *, file: bool = False, record: str | None = None) -> Path:
     """A tree (or file) like a killed writer's; ``record``: the role of the record that proves it
-    zarr-device's (its token is the name's), as placement writes it."""
+    zarr-device's (its token is the name's), as atomic_trees writes it."""
     if file:
         path.write_bytes(b"x")
     else:
@@ -192,7 +192,7 @@ def _plant(path: Path, *, file: bool = False, record: str | None = None) -> Path
         (path / "sub" / "zarr.json").write_text("{")  # torn, as a killed writer leaves it
     if record is not None:
         destination, token = path.name.rsplit(".", 1)[0], path.name.rsplit("-", 1)[1]
-        (path / placement.RECORD).write_text(json.dumps(
+        (path / atomic_trees.RECORD).write_text(json.dumps(
             {"zarr_device": "placement", "destination": destination, "token": token, "role": record}))
     return path
 
@@ -207,7 +207,7 @@ def test_remove_partials_removes_only_leftovers(tmp_path: Path) -> None:
     file_partial = tmp_path / "ck.zarr.partial-89abcdef"  # a file's partial: the file in a folder
     file_partial.mkdir()
     (file_partial / "ck.zarr").write_bytes(b"x")
-    (file_partial / placement.RECORD).write_text(json.dumps(
+    (file_partial / atomic_trees.RECORD).write_text(json.dumps(
         {"zarr_device": "placement", "destination": "ck.zarr", "token": "89abcdef", "role": "file"}))
     leftovers.append(file_partial)
     # Named like leftovers but not provably zarr-device's: listed, never removed.
@@ -216,7 +216,7 @@ def test_remove_partials_removes_only_leftovers(tmp_path: Path) -> None:
         _plant(tmp_path / "ck.zarr.partial-0badcafe", file=True),  # a file: no record can be in it
         _plant(tmp_path / "ck.zarr.partial-feedf00d", record="new"),
     ]
-    (unproven[2] / placement.RECORD).write_text(json.dumps(  # another tree's record
+    (unproven[2] / atomic_trees.RECORD).write_text(json.dumps(  # another tree's record
         {"zarr_device": "placement", "destination": "ck.zarr", "token": "0123abcd", "role": "new"}))
     others = [
         _plant(tmp_path / "ck.zarr.partial-notes"),
@@ -229,7 +229,7 @@ def test_remove_partials_removes_only_leftovers(tmp_path: Path) -> None:
     assert held_generation(path, {1}) == 1  # leftovers never disturb a load
     old = time.time() - 120
     os.utime(leftovers[0], (old, old))
-    os.utime(leftovers[0] / placement.RECORD, (old, old))
+    os.utime(leftovers[0] / atomic_trees.RECORD, (old, old))
     assert zt.remove_partials(path, older_than_s=60) == [leftovers[0]]
     assert zt.remove_partials(str(path)) == sorted(leftovers[1:])
     assert zt.partials(path) == sorted(unproven) and zt.remove_partials(path) == []

@@ -26,7 +26,7 @@ torch = pytest.importorskip("torch")
 import zarr_device as zd  # noqa: E402
 import zarr_device.torch as zt  # noqa: E402
 from zarr_device.errors import MissingChunkError  # noqa: E402
-from zarr_device.nodes import json_text, parse_json  # noqa: E402
+from zarr_device.core.nodes import json_text, parse_json  # noqa: E402
 
 ROOT = "zarr_device_checkpoint"
 CODECS = {

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import zarr_device as zd
-from zarr_device import cli
+from zarr_device.tools import cli
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

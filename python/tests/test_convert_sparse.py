@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import zarr_device as zd
-from zarr_device import cli, conversion
-from zarr_device.convert import convert
+from zarr_device.tools import cli, conversion_shared
+from zarr_device.tools.zarr_to_zarr import convert
 
 zarr = pytest.importorskip("zarr")
 
@@ -64,7 +64,7 @@ def both_ways(tmp_path: Path, source: Any, monkeypatch: pytest.MonkeyPatch, **op
     summary = convert(source, sparse, progress=progressed.append, **options)
     assert sum(progressed) == summary.bytes_read
     with monkeypatch.context() as patch:
-        patch.setattr(conversion, "stored_chunks", lambda node: None)
+        patch.setattr(conversion_shared, "stored_chunks", lambda node: None)
         whole = convert(source, full, progress=False, **options)
     assert summary.bytes_read < whole.bytes_read
     assert stored_files(sparse) == stored_files(full)  # the same chunks, byte for byte
@@ -138,7 +138,7 @@ def test_memory_and_zarr_python_stores_list(tmp_path: Path, monkeypatch: pytest.
     store = zarr.storage.MemoryStore()
     source = zarr.create_array(store, name="a", shape=(1000, 1000), chunks=(10, 10), dtype="uint8", fill_value=0)
     source[500:505, 0:3] = 8
-    assert conversion.stored_chunks(zd.open(store, path="a", mode="r")) is not None
+    assert conversion_shared.stored_chunks(zd.open(store, path="a", mode="r")) is not None
     sparse, full = both_ways(tmp_path, store, monkeypatch, path="a")
     assert_same(sparse, full)
     assert convert(store, tmp_path / "again.zarr", path="a", progress=False, max_bytes=1).bytes_read == 10 * 10
@@ -147,9 +147,9 @@ def test_memory_and_zarr_python_stores_list(tmp_path: Path, monkeypatch: pytest.
 def test_unlistable_store_reads_everything_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    module = sys.modules["zarr_device.convert"]  # the module, not the function the package exports
+    module = sys.modules["zarr_device.tools.zarr_to_zarr"]  # the module, not the function the package exports
     zd.create(tmp_path / "in.zarr", shape=(1000,), chunks=(100,), dtype="u1", fill_value=0)[5] = 1
-    monkeypatch.setattr(conversion, "stored_chunks", lambda node: None)
+    monkeypatch.setattr(conversion_shared, "stored_chunks", lambda node: None)
     monkeypatch.setattr(module, "ANNOUNCE_BYTES", 100)
     summary = convert(tmp_path / "in.zarr", tmp_path / "out.zarr", progress=True)
     assert summary.bytes_read == 1000

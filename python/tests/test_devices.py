@@ -16,9 +16,9 @@ from conftest import assert_bits_equal, random_values
 
 import zarr_device as zd
 from zarr_device import _core
-from zarr_device import devices, transfers
-from zarr_device.adapters.base import Destination
-from zarr_device.devices import CPU, DeviceSpec, parse_device
+from zarr_device.io import devices, transfers
+from zarr_device.io.adapters.base import Destination
+from zarr_device.io.devices import CPU, DeviceSpec, parse_device
 
 torch = pytest.importorskip("torch")
 
@@ -287,7 +287,7 @@ def test_missing_torch_names_the_package(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_jax_refuses_64_bit_types_without_x64() -> None:
     jax = pytest.importorskip("jax")
-    from zarr_device.adapters import jax as jax_adapter
+    from zarr_device.io.adapters import jax as jax_adapter
 
     previous = bool(jax.config.jax_enable_x64)
     jax.config.update("jax_enable_x64", False)
@@ -306,7 +306,7 @@ def test_jax_refuses_64_bit_types_without_x64() -> None:
 
 
 def test_torch_lacking_a_type_is_named(tmp_path: Path) -> None:
-    from zarr_device.adapters import torch as torch_adapter
+    from zarr_device.io.adapters import torch as torch_adapter
 
     missing = [n for n in zd.ZARR_DTYPE_NAMES if not isinstance(getattr(torch, n, None), torch.dtype) and n != "bool"]
     if not missing:

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 import zarr_device as zd  # noqa: E402
 import zarr_device.torch as zt  # noqa: E402
-from zarr_device.fsck import check_store  # noqa: E402
+from zarr_device.tools.store_check import check_store  # noqa: E402
 
 
 def _checkpoint(tmp_path: Path) -> Path:

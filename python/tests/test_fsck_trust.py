@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 import zarr_device as zd
-from zarr_device import cli, leftover_trees, placement
-from zarr_device.fsck import MAX_DEPTH, check_store
+from zarr_device.io import atomic_trees, leftover_trees
+from zarr_device.tools import cli
+from zarr_device.tools.store_check import MAX_DEPTH, check_store
 
 DEAD = 999_999_999  # above any Linux pid_max: no process has it
 OLD = time.time() - 2 * 3600
@@ -49,7 +50,7 @@ def put(path: Path, data: bytes = b"the user's") -> Path:
 def record(tree: Path, destination: str, token: str, role: str = "new", **more: Any) -> None:
     tree.mkdir(parents=True, exist_ok=True)
     document = {"zarr_device": "placement", "destination": destination, "token": token, "role": role, **more}
-    (tree / placement.RECORD).write_text(json.dumps(document))
+    (tree / atomic_trees.RECORD).write_text(json.dumps(document))
 
 
 def age(*paths: Path) -> None:
@@ -58,10 +59,10 @@ def age(*paths: Path) -> None:
 
 
 def killed_writer_partial(dest: Path) -> Path:
-    """A partial tree as a writer killed part-way leaves it: made by placement in a process that
+    """A partial tree as a writer killed part-way leaves it: made by atomic_trees in a process that
     is gone (its record names a process that no longer runs)."""
-    code = ("import sys; from pathlib import Path; from zarr_device import placement; "
-            "p = placement.make_partial(Path(sys.argv[1])); (p / 'zarr.json').write_text('{'); print(p)")
+    code = ("import sys; from pathlib import Path; from zarr_device.io import atomic_trees; "
+            "p = atomic_trees.make_partial(Path(sys.argv[1])); (p / 'zarr.json').write_text('{'); print(p)")
     out = subprocess.run([sys.executable, "-c", code, str(dest)], capture_output=True, text=True, check=True)
     return Path(out.stdout.strip())
 
@@ -147,7 +148,7 @@ def test_look_alikes_are_kept_and_engine_temporaries_removed(store: Path, capsys
     put(fresh / "c" / "0")
     stale = killed_writer_partial(store)
     put(stale / "c" / "0")
-    age(stale / "c" / "0", stale / "c", stale / placement.RECORD, stale)
+    age(stale / "c" / "0", stale / "c", stale / atomic_trees.RECORD, stale)
     for path in ours:
         age(path)
     before = files(tmp)
@@ -164,13 +165,13 @@ def test_look_alikes_are_kept_and_engine_temporaries_removed(store: Path, capsys
     after = files(tmp)
     removed = set(before) - set(after)
     expected = {p.relative_to(tmp).as_posix() for p in ours}
-    expected |= {f"{stale.name}/c/0", f"{stale.name}/{placement.RECORD}", f"{stale.name}/zarr.json"}
+    expected |= {f"{stale.name}/c/0", f"{stale.name}/{atomic_trees.RECORD}", f"{stale.name}/zarr.json"}
     assert removed == expected, sorted(removed ^ expected)
     assert all(after[k] == v for k, v in before.items() if k in after)
     assert not stale.exists() and fresh.exists()
     for path in user + beside:
         assert path.exists(), path
-    assert (tmp / "data.zarr.partial-cafe0003").is_symlink() and (tmp / "elsewhere" / placement.RECORD).exists()
+    assert (tmp / "data.zarr.partial-cafe0003").is_symlink() and (tmp / "elsewhere" / atomic_trees.RECORD).exists()
     assert f"../{stale.name}: " in out and "(removed)" in out
     assert "no record of zarr-device's in it" in out and "not a directory" in out
     assert "a writer may be running" in out
@@ -188,7 +189,7 @@ def test_plain_folder_with_no_node_has_nothing_removed(tmp_path: Path, capsys: A
     put(home / "sub" / f".0.zdtmp-{DEAD}-1")
     put(tmp_path / "home.partial-01234567" / "mine.txt")
     recorded = killed_writer_partial(home)  # even one a record proves: home is no Zarr store
-    age(recorded / "zarr.json", recorded / placement.RECORD, recorded)
+    age(recorded / "zarr.json", recorded / atomic_trees.RECORD, recorded)
     before = files(tmp_path)
     status, out = run(capsys, "fsck", str(home), "--fix", "--quiet")
     assert status == 1
@@ -198,7 +199,7 @@ def test_plain_folder_with_no_node_has_nothing_removed(tmp_path: Path, capsys: A
     # A missing path, though, is where a killed first save left only its partial tree beside it.
     gone = tmp_path / "gone.zarr"
     partial = killed_writer_partial(gone)
-    age(partial / "zarr.json", partial / placement.RECORD, partial)
+    age(partial / "zarr.json", partial / atomic_trees.RECORD, partial)
     status, out = run(capsys, "fsck", str(gone), "--fix", "--quiet")
     assert status == 1 and not partial.exists()
     assert f"{gone} does not exist" in out and "1 fixed" in out
@@ -218,13 +219,13 @@ def test_the_command_line_in_a_process_of_its_own(tmp_path: Path) -> None:
     zd.create(store, shape=(4,), dtype="uint8", chunks=(2,))[...] = 3
     mine = put(store / "c" / ".notes.tmp2024.1")
     theirs = put(store / "c" / f".0.zdtmp-{DEAD}-1")
-    command = [sys.executable, "-m", "zarr_device.cli", "fsck", "--fix", str(store)]
+    command = [sys.executable, "-m", "zarr_device.tools.cli", "fsck", "--fix", str(store)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert mine.exists() and not theirs.exists()
     assert done.stdout.strip().splitlines()[-1] == f"{store}: 1 node; 1 problem, 1 fixed"
-    missing = subprocess.run([sys.executable, "-m", "zarr_device.cli", "fsck", str(tmp_path / "nosuch.zarr")],
+    missing = subprocess.run([sys.executable, "-m", "zarr_device.tools.cli", "fsck", str(tmp_path / "nosuch.zarr")],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1 and "does not exist" in missing.stdout
 
@@ -235,22 +236,22 @@ def test_the_command_line_in_a_process_of_its_own(tmp_path: Path) -> None:
 
 def test_partials_carry_a_record_that_never_reaches_the_store(tmp_path: Path) -> None:
     dest = tmp_path / "out.zarr"
-    with placement.atomic_directory(dest, overwrite=False) as partial:
+    with atomic_trees.atomic_directory(dest, overwrite=False) as partial:
         found = leftover_trees.examine_leftover(dest, partial)
         assert found.proven and found.writer == os.getpid()
         zd.create(partial, shape=(2,), dtype="uint8", chunks=(2,))[...] = 1
-    assert not (dest / placement.RECORD).exists() and leftover_trees.leftovers(dest) == leftover_trees.remnants(dest) == []
-    with placement.atomic_directory(dest, overwrite=True) as partial:  # replacing: an exchange
+    assert not (dest / atomic_trees.RECORD).exists() and leftover_trees.leftovers(dest) == leftover_trees.remnants(dest) == []
+    with atomic_trees.atomic_directory(dest, overwrite=True) as partial:  # replacing: an exchange
         zd.create(partial, shape=(2,), dtype="uint8", chunks=(2,))[...] = 2
-    assert not (dest / placement.RECORD).exists() and leftover_trees.leftovers(dest) == leftover_trees.remnants(dest) == []
+    assert not (dest / atomic_trees.RECORD).exists() and leftover_trees.leftovers(dest) == leftover_trees.remnants(dest) == []
     np.testing.assert_array_equal(zd.open_array(dest)[...], 2)
     file_dest = tmp_path / "model.safetensors"
-    with placement.atomic_file(file_dest, overwrite=False) as partial:
+    with atomic_trees.atomic_file(file_dest, overwrite=False) as partial:
         assert leftover_trees.examine_leftover(file_dest, partial.parent).proven
         partial.write_bytes(b"weights")
     assert file_dest.read_bytes() == b"weights"
     assert leftover_trees.leftovers(file_dest) == leftover_trees.remnants(file_dest) == []
-    with pytest.raises(RuntimeError), placement.atomic_directory(dest, overwrite=True):
+    with pytest.raises(RuntimeError), atomic_trees.atomic_directory(dest, overwrite=True):
         raise RuntimeError("the writer fails")
     assert leftover_trees.leftovers(dest) == leftover_trees.remnants(dest) == []
     assert sorted(os.listdir(tmp_path)) == ["model.safetensors", "out.zarr"]
@@ -274,10 +275,10 @@ def test_a_record_is_only_a_small_regular_file(tmp_path: Path) -> None:
     linked = tmp_path / "m.zarr.partial-0000000b"
     linked.mkdir()
     record(tmp_path / "decoy", "m.zarr", "0000000b")
-    (linked / placement.RECORD).symlink_to(tmp_path / "decoy" / placement.RECORD)
+    (linked / atomic_trees.RECORD).symlink_to(tmp_path / "decoy" / atomic_trees.RECORD)
     broken = tmp_path / "m.zarr.partial-0000000c"
     broken.mkdir()
-    (broken / placement.RECORD).write_text("[" * 100000)
+    (broken / atomic_trees.RECORD).write_text("[" * 100000)
     for tree in (big, linked, broken):
         assert not leftover_trees.examine_leftover(dest, tree).proven
     assert leftover_trees.remove_leftovers(dest) == []
@@ -295,7 +296,7 @@ def test_a_record_is_only_a_small_regular_file(tmp_path: Path) -> None:
 _KILL_AT_EVERY_STEP = r"""
 import json, os, shutil, sys
 from pathlib import Path
-from zarr_device import leftover_trees, placement
+from zarr_device.io import atomic_trees, leftover_trees
 
 base = Path(sys.argv[1])
 problems, trials = [], 0
@@ -314,16 +315,16 @@ def child(dest, kind, overwrite, exchange, step):
         return call
     for name in ("mkdir", "rmdir", "unlink", "rename", "replace", "write", "open"):
         setattr(os, name, hook(getattr(os, name), name))
-    placement._renameat2 = hook(placement._renameat2, "renameat2")
+    atomic_trees._renameat2 = hook(atomic_trees._renameat2, "renameat2")
     if not exchange:
-        placement.exchange = lambda *_: False
+        atomic_trees.exchange = lambda *_: False
     try:
         if kind == "file":
-            with placement.atomic_file(dest, overwrite) as partial:
+            with atomic_trees.atomic_file(dest, overwrite) as partial:
                 with open(partial, "wb") as out:
                     out.write(b"new")
         else:
-            with placement.atomic_directory(dest, overwrite) as partial:
+            with atomic_trees.atomic_directory(dest, overwrite) as partial:
                 (partial / "sub").mkdir()
                 for name in ("zarr.json", "sub/x"):
                     fd = os.open(partial / name, os.O_WRONLY | os.O_CREAT, 0o644)
@@ -378,7 +379,7 @@ for kind, overwrite, exchange in [("dir", False, True), ("dir", True, True), ("d
                 now = "old"
         if now not in expected:
             problems.append(f"{where}: {dest.name} holds {now!r}, expected one of {sorted(map(str, expected))}")
-        if dest.is_dir() and os.path.lexists(dest / placement.RECORD):
+        if dest.is_dir() and os.path.lexists(dest / atomic_trees.RECORD):
             problems.append(f"{where}: the placed store holds the record")
         # The trees first: a record beside them is kept (and not removable) while they are there.
         for listing, remove in ((leftover_trees.leftovers, lambda d: leftover_trees.remove_leftovers(d, hidden=False)),
@@ -419,7 +420,7 @@ def test_hidden_bookkeeping_is_removed_only_when_it_holds_nothing_of_anyones(tmp
     empty.mkdir()
     torn = tmp_path / ".m.zarr.zdstage-0000000b"  # killed while writing the record
     torn.mkdir()
-    (torn / placement.RECORD).write_text('{"zarr_device": "plac')
+    (torn / atomic_trees.RECORD).write_text('{"zarr_device": "plac')
     users = put(tmp_path / ".m.zarr.zdstage-0000000c" / "mine.txt")
     others = tmp_path / ".m.zarr.zdstage-0000000d"  # another destination's record
     record(others, "other.zarr", "0000000d")
@@ -427,7 +428,7 @@ def test_hidden_bookkeeping_is_removed_only_when_it_holds_nothing_of_anyones(tmp
     put(placed / "zarr.json", b"{}")
     record(tmp_path / "stage", "m.zarr", "0000000e")
     beside = tmp_path / ".m.zarr.zdplace-0000000e.json"
-    (tmp_path / "stage" / placement.RECORD).rename(beside)
+    (tmp_path / "stage" / atomic_trees.RECORD).rename(beside)
     stale = tmp_path / ".m.zarr.zdplace-0000000f.json"  # its trees are gone
     stale.write_text(beside.read_text().replace("0000000e", "0000000f"))
     forged = tmp_path / ".m.zarr.zdplace-00000010.json"
@@ -437,7 +438,7 @@ def test_hidden_bookkeeping_is_removed_only_when_it_holds_nothing_of_anyones(tmp
     proven = {p for p in leftover_trees.remnants(dest) + [placed] if leftover_trees.examine_leftover(dest, p).proven}
     assert proven == {placed, stale, empty, torn}
     assert "kept while that is there" in leftover_trees.examine_leftover(dest, beside).detail
-    age(placed / "zarr.json", placed, beside, stale, empty, torn / placement.RECORD, torn)
+    age(placed / "zarr.json", placed, beside, stale, empty, torn / atomic_trees.RECORD, torn)
     before = files(tmp_path)
     status, out = run(capsys, "fsck", str(dest), "--quiet")
     assert status == 1 and files(tmp_path) == before
@@ -445,7 +446,7 @@ def test_hidden_bookkeeping_is_removed_only_when_it_holds_nothing_of_anyones(tmp
     status, out = run(capsys, "fsck", str(dest), "--fix", "--quiet")
     assert status == 1  # what is not provably zarr-device's is still there
     assert not any(p.exists() for p in (placed, beside, stale, empty, torn))
-    assert users.exists() and forged.exists() and (others / placement.RECORD).exists()
+    assert users.exists() and forged.exists() and (others / atomic_trees.RECORD).exists()
     assert "(removed)" in out and f"../{users.parent.name}: holds files zarr-device did not put there" in out
 
 

@@ -47,8 +47,8 @@ from conftest import (
 
 import zarr_device as zd
 from zarr_device import _core
-from zarr_device.devices import DeviceSpec, cuda_build_info, cuda_device_count
-from zarr_device.selection import normalize_selection
+from zarr_device.io.devices import DeviceSpec, cuda_build_info, cuda_device_count
+from zarr_device.core.selection import normalize_selection
 
 N_GPUS = cuda_device_count()
 
@@ -353,8 +353,8 @@ def test_reads_order_their_work_on_the_frameworks_current_stream(tmp_path: Path)
     CuPy under a side stream gets its values, also from a thread whose current device is another
     one's (a read there enters the device)."""
     cupy = pytest.importorskip("cupy")
-    from zarr_device.adapters import adapter
-    from zarr_device.devices import CUDA_STREAM_LEGACY
+    from zarr_device.io.adapters import adapter
+    from zarr_device.io.devices import CUDA_STREAM_LEGACY
 
     arr, values = make_array(tmp_path / "a", "int32")
     cupy_adapter, torch_adapter = adapter("cupy"), adapter("torch")
@@ -382,7 +382,7 @@ def test_framework_path_on_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     against a CUDA device: the staging is pinned and the values arrive intact; with a staging far
     smaller than the array, each half is refilled only after the GPU's copies out of it (events),
     and the values still arrive intact."""
-    from zarr_device.adapters import torch as torch_adapter
+    from zarr_device.io.adapters import torch as torch_adapter
 
     staged: list[Any] = []
     real = torch_adapter.pinned_empty

@@ -25,7 +25,7 @@ from conftest import numpy_dtype, random_values, rss_bytes
 from test_gpu import DEV, N_GPUS, Setup, host_bytes, setups, tensor_bytes
 
 import zarr_device as zd
-from zarr_device.devices import cuda_build_info
+from zarr_device.io.devices import cuda_build_info
 
 pytestmark = [
     pytest.mark.gpu,

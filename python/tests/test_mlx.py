@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import zarr_device as zd
 from zarr_device import _core
-from zarr_device.devices import DeviceSpec
+from zarr_device.io.devices import DeviceSpec
 
 mx = pytest.importorskip("mlx.core", reason="MLX is not installed: pip install 'mlx[cpu]'")
 

@@ -23,7 +23,7 @@ import s3_server as s3_server_module
 from s3_server import S3Server, running_s3_server
 
 import zarr_device as zd
-from zarr_device.devices import cuda_device_count
+from zarr_device.io.devices import cuda_device_count
 from zarr_device.errors import StoreError, UsageError
 
 zarr = pytest.importorskip("zarr")

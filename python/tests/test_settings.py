@@ -1,5 +1,5 @@
 """The settings have one home, the engine's table: Python's defaults, ranges and documentation come
-from it, the environment is read by the engine with the grammar of zarr_device.sizes, and
+from it, the environment is read by the engine with the one size parser (zarr_device.basics.sizes calls it), and
 set_config changes what the engine's calls start from."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import zarr_device as zd
 from zarr_device import _core
-from zarr_device.config import IoConfig
-from zarr_device.sizes import parse_size
+from zarr_device.basics.config import IoConfig
+from zarr_device.basics.sizes import parse_size
 
 TABLE = {row["name"]: row for row in _core.settings_table()}
 SIZE_MAX = TABLE["max_inflight_bytes"]["maximum"]
@@ -121,8 +121,8 @@ def test_set_config_changes_what_the_engine_starts_from() -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# One size parser, the engine's: zarr_device.sizes reads Python values and the command line with
-# it, and the settings' environment variables are read with it. Both paths take the same texts to
+# One size parser, the engine's: zarr_device.basics.sizes reads Python values and the command line
+# with it, and the settings' environment variables are read with it. Both paths take the same texts to
 # the same byte counts and refuse the same ones.
 
 SIZES = ["0", "1", "1048576", "256MiB", "256 MiB", " 256mib ", "\t2GB\n", "1.5GiB", ".5KiB", "1e3kB",

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import zarr_device as zd
-from zarr_device import staged_reads
-from zarr_device.devices import DeviceSpec
-from zarr_device.selection import normalize_selection
+from zarr_device.io import staged_reads
+from zarr_device.io.devices import DeviceSpec
+from zarr_device.core.selection import normalize_selection
 
 torch = pytest.importorskip("torch")
 
@@ -105,7 +105,7 @@ def test_pieces_pack_into_halves_in_order() -> None:
 def small_staging(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """A 2 MiB staging (the least the setting takes), and the sizes of every host staging a read
     allocates."""
-    import zarr_device.adapters.torch as torch_adapter
+    import zarr_device.io.adapters.torch as torch_adapter
 
     sizes: list[int] = []
     real = torch_adapter.pinned_empty
@@ -197,7 +197,7 @@ def test_a_call_that_fits_takes_a_staging_of_its_size(tmp_path: Path, small_stag
 
 def test_a_strided_out_is_filled(tmp_path: Path, small_staging: list[int]) -> None:
     """An out= that is not contiguous is filled from a contiguous tensor on its device."""
-    from zarr_device import transfers
+    from zarr_device.io import transfers
 
     arr, values = _write(tmp_path / "a.zarr", (600, 700), (64, 64), "float32", 5)
     out = torch.zeros((700, 600), dtype=torch.float32).T

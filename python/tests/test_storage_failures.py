@@ -202,9 +202,10 @@ import importlib, json, os, pkgutil, sys
 import numpy as np
 import zarr_device as zd
 # Everything this process will import, imported while it can still read the installation.
-for module in pkgutil.iter_modules(zd.__path__):
-    if module.name != "cli":
-        importlib.import_module("zarr_device." + module.name)
+for package in (zd, zd.basics, zd.io, zd.core, zd.tools):
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.name != "cli":
+            importlib.import_module(package.__name__ + "." + module.name)
 warm = zd.create(zd.MemoryStore(), shape=(4, 4), dtype="int32", chunks=(2, 2))
 warm[0:3, 1:3] = 1
 warm.attrs["k"] = 1

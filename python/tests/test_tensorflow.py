@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import zarr_device as zd
-from zarr_device.devices import DeviceSpec, cuda_device_count
+from zarr_device.io.devices import DeviceSpec, cuda_device_count
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up notices
 # TensorFlow and Triton (torch's kernel compiler, which torch loads on demand) each carry LLVM:
@@ -37,7 +37,7 @@ except Exception as e:  # not installed, or an install that fails to load (no wh
 
 def _tf_type(name: str) -> Any:
     try:
-        return tf.dtypes.as_dtype(zd.dtypes.to_numpy_dtype(name))
+        return tf.dtypes.as_dtype(zd.basics.numpy_dtypes.to_numpy_dtype(name))
     except TypeError:
         return None
 
@@ -65,7 +65,7 @@ def test_reads_equal_numpy(tmp_path: Path, dtype: str) -> None:
 def test_results_share_the_memory_the_engine_filled(dtype: str) -> None:
     """No copy on the CPU: the tensor is TensorFlow's DLPack import of the host array the engine
     filled, so a change to that array shows in the tensor."""
-    from zarr_device.adapters import adapter
+    from zarr_device.io.adapters import adapter
 
     carrier = np.zeros(4, dtype=np.uint16 if dtype == "bfloat16" else dtype)
     tensor = adapter("tensorflow").wrap(carrier, dtype)

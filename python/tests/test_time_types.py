@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import zarr_device as zd
-from zarr_device.devices import cuda_device_count
+from zarr_device.io.devices import cuda_device_count
 from zarr_device.errors import FormatError, UsageError
 
 zarr = pytest.importorskip("zarr")

@@ -146,7 +146,7 @@ def test_convert_keeps_the_model_folders_subfolders(folder: Path, checkpoint: Pa
     assert "1_Pooling/config.json" in listed and list(listed)[0] != "1_Pooling/config.json"  # names first
     assert tokenizer_path(checkpoint) == files
     # The CLI does the same.
-    from zarr_device.cli import main
+    from zarr_device.tools.cli import main
 
     assert main(["convert", str(folder), str(tmp_path / "cli.zarr"), "--quiet"]) == 0
     assert (files_path(tmp_path / "cli.zarr") / "1_Pooling" / "config.json").is_file()

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import zarr_device as zd
-from zarr_device import cli, placement
+from zarr_device.io import atomic_trees
+from zarr_device.tools import cli
 
 # ----------------------------------------------------------------------------------------------
 # Paths
@@ -331,7 +332,7 @@ def test_leftover_temporaries_are_ignored_and_fsck_removes_them(tmp_path: Path, 
 
 def _record(tree: Path, destination: str, token: str) -> None:
     record = {"zarr_device": "placement", "destination": destination, "token": token, "role": "new"}
-    (tree / placement.RECORD).write_text(json.dumps(record))
+    (tree / atomic_trees.RECORD).write_text(json.dumps(record))
 
 
 def test_fsck_reports_partials_left_beside_the_store_and_removes_stale_ones(tmp_path: Path, capsys: Any) -> None:
@@ -342,7 +343,7 @@ def test_fsck_reports_partials_left_beside_the_store_and_removes_stale_ones(tmp_
     (stale / "c" / "0").write_bytes(b"half")
     _record(stale, "m.zarr", "0123abcd")  # what proves a tree zarr-device's (not its name)
     old = time.time() - 2 * 3600
-    os.utime(stale / placement.RECORD, (old, old))
+    os.utime(stale / atomic_trees.RECORD, (old, old))
     os.utime(stale, (old, old))
     fresh = tmp_path / "m.zarr.replaced-89abcdef"  # may be a running writer's: kept
     fresh.mkdir()

@@ -20,9 +20,9 @@ import pytest
 from conftest import assert_bits_equal, random_values, tensorstore_read, zarr_python_array
 
 import zarr_device as zd
-import zarr_device.group as zd_group
-from zarr_device.adapters.base import import_framework
-from zarr_device.cli import main as cli_main
+import zarr_device.core.group as zd_group
+from zarr_device.io.adapters.base import import_framework
+from zarr_device.tools.cli import main as cli_main
 
 # ----------------------------------------------------------------------------------------------
 # 1. chunk_key_encoding in every form zarr-python takes, stored in the form of v3 metadata
@@ -186,7 +186,7 @@ def test_walks_keep_no_python_stack(deep_tmp_path: Path, monkeypatch: pytest.Mon
     inner = _nested_groups(deep_tmp_path / "s", 600)
     monkeypatch.setattr(zd_group, "MAX_GROUP_DEPTH", 10_000)
     root = zd.open_group(str(deep_tmp_path / "s"))
-    from zarr_device.cli.info import describe_node, format_tree
+    from zarr_device.tools.cli.info import describe_node, format_tree
 
     frame, depth = sys._getframe(), 0
     while frame is not None:

@@ -1,4 +1,4 @@
-"""bfloat16 and float8 in plain zarr-python (zarr_device.zarr_dtypes): arrays zarr-python writes
+"""bfloat16 and float8 in plain zarr-python (zarr_device.zarr_plugin.data_types): arrays zarr-python writes
 are read bit for bit by zarr_device and tensorstore, and the reverse; fill values are written as
 tensorstore writes them (NaN payloads as hex) and read as it reads them."""
 
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import zarr_device as zd
-from zarr_device.dtypes import float_fill_from_json, float_fill_to_json
+from zarr_device.basics.numpy_dtypes import float_fill_from_json, float_fill_to_json
 
 zarr = pytest.importorskip("zarr")
 ts = pytest.importorskip("tensorstore")
@@ -214,10 +214,10 @@ def test_entry_points_name_every_type() -> None:
     tomllib = pytest.importorskip("tomllib")
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     points = tomllib.loads(pyproject.read_text())["project"]["entry-points"]["zarr.data_type"]
-    from zarr_device import zarr_dtypes
+    from zarr_device.zarr_plugin import data_types
 
     assert set(points) == set(NAMES)
     for name, target in points.items():
         module, attr = target.split(":")
-        assert module == "zarr_device.zarr_dtypes"
-        assert getattr(zarr_dtypes, attr)._zarr_v3_name == name
+        assert module == "zarr_device.zarr_plugin.data_types"
+        assert getattr(data_types, attr)._zarr_v3_name == name

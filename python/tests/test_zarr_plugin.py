@@ -271,7 +271,7 @@ def test_out_argument(tmp_path: Path) -> None:
 
 
 def test_bfloat16_written_by_zarr_device(tmp_path: Path) -> None:
-    # zarr-python opens bfloat16 arrays through zarr_device's data types (zarr_device.zarr_dtypes).
+    # zarr-python opens bfloat16 arrays through zarr_device's data types (zarr_device.zarr_plugin.data_types).
     arr = zarr_device.create(tmp_path / "b", shape=(6, 7), dtype="bfloat16", chunks=(4, 4))
     data = random_values("bfloat16", (6, 7), np.random.default_rng(0))
     arr[...] = data

@@ -30,7 +30,7 @@ from zarr.core.buffer import default_buffer_prototype  # noqa: E402
 from zarr.core.sync import sync  # noqa: E402
 
 import zarr_device  # noqa: E402
-from zarr_device.casting import native_byte_order  # noqa: E402
+from zarr_device.basics.casting import native_byte_order  # noqa: E402
 from zarr_device.zarr_plugin.locate import stand_in_reason  # noqa: E402
 from zarr_device.zarr_plugin.pipeline import DevicePipeline, FallbackWarning  # noqa: E402
 

@@ -26,8 +26,8 @@ from zarr.core.codec_pipeline import BatchedCodecPipeline
 from zarr_plugin_helpers import as_numpy, open_off, open_on, pipeline_of
 
 import zarr_device
-from zarr_device import many
-from zarr_device.array import Array
+from zarr_device.core import many
+from zarr_device.core.array import Array
 from zarr_device.errors import FormatError
 from zarr_device.zarr_plugin import DevicePipeline, FallbackWarning, is_enabled
 

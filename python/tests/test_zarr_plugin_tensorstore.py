@@ -185,7 +185,7 @@ def test_tensorstore_v3_writes_read_through_the_plugin(tmp_path: Path, chain: st
 
 
 def _fill_json(value: Any, dtype: str) -> Any:
-    from zarr_device.dtypes import float_fill_to_json
+    from zarr_device.basics.numpy_dtypes import float_fill_to_json
 
     dt = numpy_dtype(dtype)
     if dt.kind == "b":

@@ -27,7 +27,7 @@ from zarr.registry import register_buffer, register_codec
 from zarr_plugin_helpers import as_numpy, open_off, pipeline_of
 
 import zarr_device
-from zarr_device.dtypes import float_fill_from_json, float_fill_to_json
+from zarr_device.basics.numpy_dtypes import float_fill_from_json, float_fill_to_json
 from zarr_device.zarr_plugin import DevicePipeline, FallbackWarning
 
 

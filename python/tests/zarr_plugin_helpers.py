@@ -14,7 +14,7 @@ import zarr.storage
 from zarr.core.sync import sync
 
 import zarr_device
-from zarr_device.transfers import host_values
+from zarr_device.io.transfers import host_values
 from zarr_device.zarr_plugin.pipeline import DevicePipeline
 from zarr_device.zarr_plugin.zarr_versions import internals
 

@@ -48,16 +48,21 @@ def _locate_cufile() -> None:
 
 _locate_cufile()
 
-from zarr_device.array import Array
-from zarr_device.create import create
-from zarr_device.group import Group, create_group, open, open_array, open_group
-from zarr_device.nodes import CreateMode, OpenMode
-from zarr_device.config import IoConfig, get_config, set_config
-from zarr_device.conversion import ConvertSummary
-from zarr_device.convert import convert
-from zarr_device.many import iter_many, read_many
-from zarr_device.devices import DeviceSpec, cuda_build_info, cuda_device_count, parse_device
-from zarr_device.dtypes import ZARR_DTYPE_NAMES
+# The public API, gathered from the package's layers, each importing only those below it:
+# basics/ (data types, casting, sizes, settings, progress bars) < io/ (stores, devices,
+# transfers, adapters, atomic directory writes) < core/ (arrays, groups, create, read_many) < the
+# integrations (zarr_plugin/, torch/, transformers.py, vllm.py, dask.py) and tools/ (the CLI,
+# convert, fsck). errors.py is for all of them (docs/architecture.md, "Python package").
+from zarr_device.core.array import Array
+from zarr_device.core.create import create
+from zarr_device.core.group import Group, create_group, open, open_array, open_group
+from zarr_device.core.nodes import CreateMode, OpenMode
+from zarr_device.basics.config import IoConfig, get_config, set_config
+from zarr_device.tools.conversion_shared import ConvertSummary
+from zarr_device.tools.zarr_to_zarr import convert
+from zarr_device.core.many import iter_many, read_many
+from zarr_device.io.devices import DeviceSpec, cuda_build_info, cuda_device_count, parse_device
+from zarr_device.basics.numpy_dtypes import ZARR_DTYPE_NAMES
 from zarr_device.errors import (
     ChecksumError,
     CodecError,
@@ -71,8 +76,8 @@ from zarr_device.errors import (
     UsageError,
     ZarrDeviceError,
 )
-from zarr_device.stores import LocalStore, MemoryStore, ZarrStoreAdapter
-from zarr_device.transfers import empty_cache, synchronize
+from zarr_device.io.stores import LocalStore, MemoryStore, ZarrStoreAdapter
+from zarr_device.io.transfers import empty_cache, synchronize
 from zarr_device.zarr_plugin import disable, enable
 from zarr_device.zarr_plugin.enable import register_with_zarr
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from distributed import WorkerPlugin
 
-from zarr_device.devices import DeviceLike
+from zarr_device.io.devices import DeviceLike
 from zarr_device.zarr_plugin import disable, enable
 
 __all__ = ["EnableOnWorkers"]

@@ -125,7 +125,7 @@ def from_pretrained(
     try:
         import transformers
     except ImportError as e:
-        from zarr_device.adapters.base import import_failure
+        from zarr_device.io.adapters.base import import_failure
 
         raise import_failure(
             "transformers", "zarr_device.transformers needs transformers: pip install transformers", e

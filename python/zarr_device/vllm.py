@@ -69,7 +69,7 @@ def loader_options(extra_config: Any) -> dict[str, Any]:
 def _is_checkpoint(path: Path) -> bool:
     """Whether ``path`` holds a zarr-device checkpoint (its root attribute); reads one file."""
     from zarr_device.errors import ZarrDeviceError
-    from zarr_device.group import open_group
+    from zarr_device.core.group import open_group
     from zarr_device.torch.format import ROOT_ATTRIBUTE
 
     if not (path / "zarr.json").is_file():
@@ -136,7 +136,7 @@ def _load_weights(self: Any, model: Any, model_config: Any) -> None:
         # vLLM sizes its KV cache from the GPU memory free after loading: the staging and decode
         # memory the reads kept must not count against it.
         if device.startswith("cuda"):
-            from zarr_device.transfers import empty_cache
+            from zarr_device.io.transfers import empty_cache
 
             empty_cache(device)
     # As vLLM's default loader does for an unquantized model that reports what it loaded:

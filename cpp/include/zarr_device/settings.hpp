@@ -108,7 +108,7 @@ struct ByteCount {
 ByteCount parse_byte_count(std::string_view text);
 
 // `text` as `setting` takes it from the environment: the number (a count; a size with an optional
-// unit, in the grammar of python/zarr_device/sizes.py) or the index of the choice. UsageError
+// unit, as parse_byte_count reads it) or the index of the choice. UsageError
 // beginning with `what` (the variable, or the setting) when it is not a valid value.
 std::uint64_t parse_setting(const SettingInfo& setting, std::string_view text,
                             std::string_view what);

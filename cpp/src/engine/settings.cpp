@@ -179,7 +179,7 @@ std::string describe_bytes(std::uint64_t bytes) {
 
 constexpr std::string_view kSizeExamples = "examples: 1GiB, 512MiB, 256KiB, 2GB, 1048576";
 
-// sizes.py's units, by their lower-case spelling.
+// The units of a size, by their lower-case spelling.
 std::optional<std::uint64_t> unit_bytes(std::string_view unit) {
   struct Unit {
     std::string_view name;

@@ -77,7 +77,7 @@ class CliCase:
             "import json, pathlib, shutil",
             "import numcodecs, numpy as np, zarr",
             _CODEC_IMPORTS,
-            "from zarr_device import cli",
+            "from zarr_device.tools import cli",
             "",
             "path = '/tmp/zd-cli-repro.zarr'",
             "shutil.rmtree(path, ignore_errors=True); shutil.rmtree('/tmp/zd-cli-repro-out.zarr', ignore_errors=True)",
@@ -113,7 +113,7 @@ _CHILD = """
 import contextlib, io, json, sys, traceback
 import numpy as np
 import zarr_device as zd
-from zarr_device import cli
+from zarr_device.tools import cli
 
 def command(argv):
     out, err = io.StringIO(), io.StringIO()

@@ -31,7 +31,7 @@ from .cases import draw_case
 from .edits import Mutation
 from .mutations import Mutator
 
-#: The placement record's name (zarr_device.placement.RECORD), spelt out so that the planted
+#: The placement record's name (zarr_device.io.atomic_trees.RECORD), spelt out so that the planted
 #: files do not depend on the code under test.
 RECORD = ".zarr-device-placement.json"
 DEAD_PID = 999_999_999  # above any Linux pid_max: no process has it
@@ -159,7 +159,7 @@ def plant(rng: random.Random, case: FsckCase) -> None:
 # The child: runs the command line on each store named, one JSON line per store.
 _CHILD = """
 import contextlib, io, json, sys, traceback
-from zarr_device import cli
+from zarr_device.tools import cli
 for store in sys.argv[1:]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

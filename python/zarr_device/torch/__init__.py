@@ -17,7 +17,7 @@ from __future__ import annotations
 try:
     import torch as _torch  # noqa: F401 - a clear error when PyTorch is missing
 except ImportError as _error:
-    from zarr_device.adapters.base import import_failure
+    from zarr_device.io.adapters.base import import_failure
 
     # Not installed: what to install; installed but failing (a library that cannot be mapped, a
     # broken install): the cause.
@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Union
 
-from zarr_device import leftover_trees
+from zarr_device.io import leftover_trees
 from zarr_device.torch.device_map import plan_device_map
 from zarr_device.torch.distributed import load_distributed
 from zarr_device.torch.format import FORMAT_VERSION, decode_name, encode_name

@@ -24,7 +24,7 @@ import torch
 
 from zarr_device import _core
 from zarr_device.errors import UsageError
-from zarr_device.sizes import format_bytes, parse_size
+from zarr_device.basics.sizes import format_bytes, parse_size
 from zarr_device.torch.device_map import DeviceMapValue, device_name
 
 __all__ = [
@@ -81,7 +81,7 @@ def machine_memory() -> dict[str, int]:
     """The default budgets: each CUDA GPU's free memory (``torch.cuda.mem_get_info``, which
     creates a CUDA context on each) less :func:`gpu_reserve`, then the host's available memory
     less the pinned staging that reads onto a GPU allocate."""
-    from zarr_device.config import get_config
+    from zarr_device.basics.config import get_config
 
     config = get_config()
     staging = config.staging_bytes

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from zarr_device.errors import UsageError
-from zarr_device.many import iter_many
+from zarr_device.core.many import iter_many
 from zarr_device.torch.load import DeviceArg, Keys, PathLike, _caster, _select, open_checkpoint
 
 __all__ = ["assign_owners", "load_distributed"]

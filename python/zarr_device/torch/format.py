@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from zarr_device.create import chunks_for_bytes
+from zarr_device.core.create import chunks_for_bytes
 from zarr_device.errors import FormatError, UsageError
 
 __all__ = [

@@ -5,7 +5,7 @@ checkpoint; a checkpoint into one safetensors file.
 Tensors move a few at a time (memory holds those being written, within ``max_inflight_bytes``,
 not the model) and every value is copied
 bit for bit. Checkpoints are written by the writer behind :func:`zarr_device.torch.save`, and
-both kinds of output are placed atomically (zarr_device.placement).
+both kinds of output are placed atomically (zarr_device.io.atomic_trees).
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from typing import Any
 
 import torch
 
-from zarr_device import placement
-from zarr_device.conversion import ConvertSummary, SourceTree, check_destination, local_path, path_inside
+from zarr_device.io import atomic_trees
+from zarr_device.tools.conversion_shared import ConvertSummary, SourceTree, check_destination, local_path, path_inside
 from zarr_device.errors import FormatError, UsageError
-from zarr_device.nodes import parse_json
+from zarr_device.core.nodes import parse_json
 from zarr_device.torch.format import FILES_KEY, checkpoint_codecs, encode_name
 from zarr_device.torch.load import iter_load, open_checkpoint
-from zarr_device.progress import Progress, progress_bar
+from zarr_device.basics.progress import Progress, progress_bar
 from zarr_device.torch.save import TensorEntry, _plan, check_metadata, write_checkpoint
 
 __all__ = [
@@ -80,7 +80,7 @@ def checkpoint_files(path: str | os.PathLike[str]) -> dict[str, Path]:
     files, ...) by name: their paths inside the checkpoint; empty when it carries none. The
     folder's own files come first, then those of its subfolders, named by their path in it
     ("1_Pooling/config.json")."""
-    from zarr_device.group import open_group
+    from zarr_device.core.group import open_group
 
     root = open_group(path, mode="r").attrs.get("zarr_device_checkpoint")
     files = root.get(FILES_KEY) if isinstance(root, Mapping) else None
@@ -197,7 +197,7 @@ def _read_folder(stack: contextlib.ExitStack, folder: Path, source: _Source) -> 
     for path in sorted(folder.iterdir()):
         if path.name.startswith(".") or path.name == INDEX_NAME or path.name.endswith(_WEIGHT_SUFFIXES):
             continue
-        if path.is_file() and path.name not in placement.MARKERS:  # a model cache links files
+        if path.is_file() and path.name not in atomic_trees.MARKERS:  # a model cache links files
             source.other_files.append(path)
         elif path.is_dir() and not path.is_symlink():
             source.nested_files += _subfolder_files(path, path.name)
@@ -212,7 +212,7 @@ def _subfolder_files(folder: Path, name: str) -> list[tuple[str, Path]]:
     stems = {p.stem for p in entries if p.suffix == ".xml" and p.with_suffix(".bin").is_file()}
     found: list[tuple[str, Path]] = []
     for path in entries:
-        if path.name.startswith(".") or path.name in placement.MARKERS or path.name.endswith(_OTHER_FORMATS):
+        if path.name.startswith(".") or path.name in atomic_trees.MARKERS or path.name.endswith(_OTHER_FORMATS):
             continue
         if path.stem in stems and path.suffix in (".xml", ".bin"):
             continue
@@ -270,7 +270,7 @@ def convert_to_checkpoint(
 ) -> ConvertSummary:
     """Writes the safetensors file, model folder or torch.save file (``kind``: "safetensors",
     "huggingface", "torch") at ``source`` as a checkpoint at ``dest`` (checked replaceable by
-    the caller); returns a :class:`zarr_device.conversion.ConvertSummary`. ``checksum``: a crc32c
+    the caller); returns a :class:`zarr_device.tools.conversion_shared.ConvertSummary`. ``checksum``: a crc32c
     on every chunk (True), which zstd checkpoints always have; None: the checkpoint's default
     (as ``zarr_device.torch.save``: sizes only for uncompressed chunks)."""
     if compressors not in (None, "none", "zstd"):
@@ -352,7 +352,7 @@ def convert_to_safetensors(
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors writes it
     base = 8 + len(text)
-    with placement.atomic_file(dest, overwrite, "safetensors file") as partial:
+    with atomic_trees.atomic_file(dest, overwrite, "safetensors file") as partial:
         with open(partial, "r+b") as out, progress_bar(offset, progress, "converting") as advance:
             out.write(struct.pack("<Q", len(text)) + text)
             for name, tensor in iter_load(source, device="cpu"):
@@ -370,8 +370,8 @@ def convert_to_safetensors(
 
 def convert(kind: str, source: Any, destination: Any, options: Mapping[str, Any],
             compressors: Any, checksum: bool | None, overwrite: bool, progress: Progress) -> ConvertSummary:
-    """``zarr_device.convert.convert`` for a checkpoint conversion (``kind``, from
-    :func:`zarr_device.conversion.checkpoint_kind`): ``options`` are convert's options that do not
+    """``zarr_device.tools.zarr_to_zarr.convert`` for a checkpoint conversion (``kind``, from
+    :func:`zarr_device.tools.conversion_shared.checkpoint_kind`): ``options`` are convert's options that do not
     apply here, refused when given; ``checksum`` applies to conversions into a checkpoint."""
     if kind == "to-safetensors":
         options = {**options, "checksum": checksum}
@@ -383,10 +383,10 @@ def convert(kind: str, source: Any, destination: Any, options: Mapping[str, Any]
         raise UsageError(f"a checkpoint conversion reads a local file or directory, not {source!r}")
     path = Path(os.path.abspath(local))
     if kind == "to-safetensors":
-        dest = placement.local_destination(destination)
+        dest = atomic_trees.local_destination(destination)
         if path_inside(os.path.realpath(dest), os.path.realpath(path)):
             raise UsageError(f"{dest}: the destination must lie outside the checkpoint {path}")
-        placement.check_replaceable_file(dest, overwrite, ".safetensors")
+        atomic_trees.check_replaceable_file(dest, overwrite, ".safetensors")
         return convert_to_safetensors(path, dest, overwrite=overwrite, progress=progress)
     folder = str(path) if kind == "huggingface" else None
     dest = check_destination(destination, SourceTree(str(path), folder, []), overwrite)

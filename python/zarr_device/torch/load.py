@@ -13,17 +13,17 @@ from typing import Any, Union
 
 import torch
 
-from zarr_device.adapters import torch as torch_adapter
-from zarr_device.array import Array
-from zarr_device.group import Group, open_array, open_group
+from zarr_device.io.adapters import torch as torch_adapter
+from zarr_device.core.array import Array
+from zarr_device.core.group import Group, open_array, open_group
 from zarr_device.errors import FormatError, MissingChunkError, NodeNotFoundError, UsageError, ZarrDeviceError
-from zarr_device.progress import Progress, progress_bar, wanted
-from zarr_device.many import iter_many, read_many
-from zarr_device.sizes import parse_size
+from zarr_device.basics.progress import Progress, progress_bar, wanted
+from zarr_device.core.many import iter_many, read_many
+from zarr_device.basics.sizes import parse_size
 from zarr_device.torch.auto_map import AUTO_STRATEGIES, MaxMemory, memory_budgets, plan_auto_device_map
 from zarr_device.torch.device_map import DeviceMap, plan_device_map
 from zarr_device.torch.parts import Part, ShardPlan, part_selection, resolve_rank, tensor_parallel_parts
-from zarr_device.nodes import parse_json
+from zarr_device.core.nodes import parse_json
 from zarr_device.torch.format import TENSOR_ATTRIBUTE, Manifest, check_storage, chunk_keys, parse_manifest
 
 __all__ = ["Checkpoint", "open_checkpoint", "load", "iter_load", "auto_device_map", "metadata", "Keys", "DeviceArg"]

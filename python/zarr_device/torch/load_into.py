@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from zarr_device.progress import Progress
+from zarr_device.basics.progress import Progress
 from zarr_device.errors import UsageError
 from zarr_device.torch.auto_map import MaxMemory
 from zarr_device.torch.device_map import DeviceMap, device_name, plan_device_map

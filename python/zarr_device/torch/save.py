@@ -1,5 +1,5 @@
 """Saving a state dict as a checkpoint: one Zarr array per stored tensor, written whole into a
-partial directory and placed atomically (zarr_device.placement)."""
+partial directory and placed atomically (zarr_device.io.atomic_trees)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ from typing import Any, Literal, Union
 
 import torch
 
-from zarr_device import placement
-from zarr_device.config import get_config
-from zarr_device.progress import Progress, progress_bar
-from zarr_device.create import create
-from zarr_device.group import create_group
-from zarr_device.dtypes import ZARR_DTYPE_NAMES
+from zarr_device.io import atomic_trees
+from zarr_device.basics.config import get_config
+from zarr_device.basics.progress import Progress, progress_bar
+from zarr_device.core.create import create
+from zarr_device.core.group import create_group
+from zarr_device.basics.numpy_dtypes import ZARR_DTYPE_NAMES
 from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
-from zarr_device.nodes import check_attributes, json_text
-from zarr_device.stores import LocalStore
+from zarr_device.core.nodes import check_attributes, json_text
+from zarr_device.io.stores import LocalStore
 from zarr_device.torch.format import (
     ROOT_ATTRIBUTE,
     TENSOR_ATTRIBUTE,
@@ -168,7 +168,7 @@ def _write(store: LocalStore, item: _Stored, codecs: list[dict[str, Any]] | None
     if tensor.numel():
         array.write(Ellipsis, tensor)
         # The disk starts on this tensor's files while the next ones are written.
-        placement.start_writeback(store.root / item.path)
+        atomic_trees.start_writeback(store.root / item.path)
     return math.prod(shape) * tensor.element_size()
 
 
@@ -258,8 +258,8 @@ def save(
     codecs = checkpoint_codecs(compressors, checksum)
     metadata_json = check_metadata(metadata)
     state = _state_dict(state_dict_or_module)
-    dest = placement.local_destination(path)
-    placement.check_replaceable(dest, overwrite)
+    dest = atomic_trees.local_destination(path)
+    atomic_trees.check_replaceable(dest, overwrite)
     entries, tied = _plan(state)
     write_checkpoint(dest, entries, tied, metadata_json, codecs=codecs, overwrite=overwrite, progress=progress)
 
@@ -277,7 +277,7 @@ def write_checkpoint(
     extra: Mapping[str, Any] | None = None,
     add_files: Callable[[Path], None] | None = None,
 ) -> None:
-    """Writes a checkpoint at ``dest`` (checked by :func:`placement.check_replaceable`) from
+    """Writes a checkpoint at ``dest`` (checked by :func:`atomic_trees.check_replaceable`) from
     tensors handed over a few at a time: the writer behind :func:`save` and the converters
     (zarr_device.torch.interop). ``metadata``: JSON, already checked. ``extra``: more keys for
     the root attribute (``files``). ``add_files``: called with the partial directory once the
@@ -290,7 +290,7 @@ def write_checkpoint(
     check_attributes({ROOT_ATTRIBUTE: {**manifest.to_json(), **(extra or {})}},
                      "metadata, in the checkpoint's zarr.json,")
     total = sum(s.entry.nbytes for s in stored)
-    with placement.atomic_directory(dest, overwrite, "checkpoint") as partial:
+    with atomic_trees.atomic_directory(dest, overwrite, "checkpoint") as partial:
         store = LocalStore(partial)
         with progress_bar(total, progress, desc) as advance:
             _write_all(store, stored, codecs, advance)

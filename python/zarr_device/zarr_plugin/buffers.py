@@ -25,11 +25,11 @@ from zarr.core.buffer import core as buffer_core
 from zarr.core.buffer import cpu as cpu_buffer
 from zarr.registry import register_ndbuffer
 
-from zarr_device.casting import native_byte_order
-from zarr_device.adapters import adapter
-from zarr_device.adapters.torch import torch_dtype
-from zarr_device.dtypes import to_numpy_dtype, to_zarr_name
-from zarr_device.transfers import host_values
+from zarr_device.basics.casting import native_byte_order
+from zarr_device.io.adapters import adapter
+from zarr_device.io.adapters.torch import torch_dtype
+from zarr_device.basics.numpy_dtypes import to_numpy_dtype, to_zarr_name
+from zarr_device.io.transfers import host_values
 
 __all__ = [
     "TorchNDBuffer",
@@ -224,7 +224,7 @@ class JaxNDBuffer(cpu_buffer.NDBuffer):
 
         if _jax_device is None:
             return jax.numpy.asarray(self._data)
-        from zarr_device.adapters import jax as jax_adapter
+        from zarr_device.io.adapters import jax as jax_adapter
 
         return jax.device_put(self._data, jax_adapter.device(_jax_device))
 

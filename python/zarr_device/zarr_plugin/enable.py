@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from zarr_device.adapters.base import import_failure, import_framework
-from zarr_device.devices import DeviceLike, DeviceSpec, parse_device
+from zarr_device.io.adapters.base import import_failure, import_framework
+from zarr_device.io.devices import DeviceLike, DeviceSpec, parse_device
 from zarr_device.errors import UsageError
 
 __all__ = ["enable", "disable", "Enabled", "is_enabled", "register_with_zarr"]
@@ -95,7 +95,7 @@ def _buffer_classes(like: str) -> tuple[str, str]:
 
 
 def register_with_zarr(*, if_imported: bool = False) -> None:
-    """Makes zarr-python know bfloat16 and the float8 types (:mod:`zarr_device.zarr_dtypes`), so
+    """Makes zarr-python know bfloat16 and the float8 types (:mod:`zarr_device.zarr_plugin.data_types`), so
     that ``zarr.open_array`` reads arrays that have them and ``zarr.create_array`` writes them.
 
     ``import zarr_device`` calls this when zarr is already imported (``if_imported``: importing
@@ -104,10 +104,10 @@ def register_with_zarr(*, if_imported: bool = False) -> None:
     if if_imported and "zarr" not in sys.modules:
         return
     try:
-        zarr_dtypes = importlib.import_module("zarr_device.zarr_dtypes")
+        data_types = importlib.import_module("zarr_device.zarr_plugin.data_types")
     except ImportError as e:
         raise import_failure("zarr", "the zarr-python plug-in needs zarr-python: pip install zarr", e) from e
-    zarr_dtypes.register()
+    data_types.register()
 
 
 def enable(device: DeviceLike = "cpu", like: str | None = None, *, strict: bool = False) -> Enabled:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from zarr_device import _core
-from zarr_device.array import Array
-from zarr_device.nodes import node_path
-from zarr_device.stores import as_store
+from zarr_device.core.array import Array
+from zarr_device.core.nodes import node_path
+from zarr_device.io.stores import as_store
 
 if TYPE_CHECKING:
     from zarr.core.metadata import ArrayMetadata

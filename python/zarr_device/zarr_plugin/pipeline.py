@@ -32,12 +32,12 @@ from zarr.core.config import config
 from zarr.registry import register_pipeline
 from zarr.storage import StorePath
 
-from zarr_device import many
-from zarr_device.adapters import Like, adapter_of
-from zarr_device.array import Array
-from zarr_device.devices import DeviceSpec
+from zarr_device.core import many
+from zarr_device.io.adapters import Like, adapter_of
+from zarr_device.core.array import Array
+from zarr_device.io.devices import DeviceSpec
 from zarr_device.errors import FormatError, UsageError, ZarrDeviceError
-from zarr_device.casting import native_byte_order
+from zarr_device.basics.casting import native_byte_order
 from zarr_device.zarr_plugin.buffers import assign, copy_from_host, host_view, select, working_array
 from zarr_device.zarr_plugin.locate import EngineArrays, key_layout, split_chunk_key, split_chunk_keys, stand_in_reason
 from zarr_device.zarr_plugin import box_reads, box_writes, coordinate_reads

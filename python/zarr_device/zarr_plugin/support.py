@@ -13,9 +13,9 @@ import numpy as np
 from zarr.core.buffer import cpu as cpu_buffer
 from zarr.core.config import config
 
-from zarr_device.group import open_array
+from zarr_device.core.group import open_array
 from zarr_device.errors import ZarrDeviceError
-from zarr_device.stores import MemoryStore
+from zarr_device.io.stores import MemoryStore
 from zarr_device.zarr_plugin.locate import key_layout
 
 if TYPE_CHECKING:
