@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "codecs/codec_chain.hpp"
-#include "codecs/shard_layout.hpp"
 #include "codecs/crc32c.hpp"
+#include "codecs/shard_layout.hpp"
 #include "place/strided_copy.hpp"
 #include "test_util.hpp"
 
