@@ -1,4 +1,4 @@
-// The pipeline of a read onto a CUDA GPU. The host stages (cpp/src/gpu: plan, route, batch,
+// The pipeline of a read onto a CUDA GPU. The host stages (cpp/src/device_read: plan, route, batch,
 // fetch and check) fill batches of chunks into pinned staging slots on the thread pool, ahead of
 // the device stage (read_submit.cpp: each slot crosses to the GPU in one transfer, nvCOMP decodes
 // what it can in batched calls, small kernels place every chunk) and of the hand-on of complete
@@ -25,10 +25,10 @@
 #include "cuda_check.hpp"
 #include "cufile_api.hpp"
 #include "device_memory.hpp"
+#include "device_read/decode_share.hpp"
+#include "device_read/leaf_parts.hpp"
+#include "device_read/read_staging.hpp"
 #include "engine/read_ahead.hpp"
-#include "gpu/decode_share.hpp"
-#include "gpu/leaf_parts.hpp"
-#include "gpu/read_staging.hpp"
 #include "kernels.hpp"
 #include "place/strided_copy.hpp"
 #include "write_ring.hpp"
@@ -36,8 +36,8 @@
 namespace zarr_device {
 namespace cuda {
 
-gpu::DeviceDecoders present_decoders(const Nvcomp& nvcomp) {
-  gpu::DeviceDecoders decoders;
+device_read::DeviceDecoders present_decoders(const Nvcomp& nvcomp) {
+  device_read::DeviceDecoders decoders;
   for (std::size_t k = 0; k < DeviceDecoding::kKinds; ++k) {
     decoders.present[k] = nvcomp.decompressor(static_cast<GpuCodec>(k)) != nullptr;
   }
@@ -46,8 +46,8 @@ gpu::DeviceDecoders present_decoders(const Nvcomp& nvcomp) {
 
 std::size_t worker_count(const HostThreads& io) { return engine::worker_count(io.threads); }
 
-using gpu::kPlaced;
-using gpu::Route;
+using device_read::kPlaced;
+using device_read::Route;
 
 namespace {
 
@@ -95,7 +95,7 @@ class ReadsInFlight {
 }  // namespace
 
 void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
-  const auto decoded = gpu::fetch_batch(batch, slot.host, pool_, workers_);
+  const auto decoded = device_read::fetch_batch(batch, slot.host, pool_, workers_);
   // Rare (unusual framing): chunks decoded on the CPU go to their place by a synchronous detour
   // through a temporary device buffer.
   if (decoded.empty()) return;
@@ -108,7 +108,7 @@ void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
     // On the slot's stream, idle while its batch is fetched: no other read waits for this.
     ZD_CUDA_CHECK(
         cudaMemcpyAsync(dev, d.bytes.data(), nbytes, cudaMemcpyHostToDevice, slot.stream));
-    const auto [counts, strides] = gpu::staged_layout(leaf);
+    const auto [counts, strides] = device_read::staged_layout(leaf);
     if (defer_consumers_) wait_for_consumers(ctx, slot.stream);
     launch_strided_copy(plan_strided_copy(dev, strides, leaf.decoded_destination(),
                                           leaf.spec->dtype->size, false, 1),
@@ -121,14 +121,15 @@ void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
   }
 }
 
-void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std::uintptr_t> streams,
+void Reader::read(std::span<const device_read::ReadTarget> targets,
+                  std::span<const std::uintptr_t> streams,
                   const std::function<void(std::size_t)>& completed, bool complete_on_host) {
   const auto t0 = std::chrono::steady_clock::now();
   const ReadsInFlight in_flight(device_);
   check_device(device_);
   ZD_CUDA_CHECK(cudaSetDevice(device_));
-  auto leaves =
-      gpu::plan_reads(targets, present_decoders(nvcomp_), options_.gpu_decode, pool_, workers_);
+  auto leaves = device_read::plan_reads(targets, present_decoders(nvcomp_), options_.gpu_decode,
+                                        pool_, workers_);
   const auto t_chunks = std::chrono::steady_clock::now();
   const auto gds_files = [](const Array& array) {
     const auto* files = dynamic_cast<const FileBacked*>(array.store().get());
@@ -137,7 +138,7 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   // Opening cuFile's driver takes about a second (1.3 s on an H200): only reads of stores opened
   // for GPUDirect Storage pay it.
   if (std::any_of(targets.begin(), targets.end(),
-                  [&](const gpu::ReadTarget& t) { return gds_files(*t.array); }) &&
+                  [&](const device_read::ReadTarget& t) { return gds_files(*t.array); }) &&
       CuFile::instance().available()) {
     std::vector<Leaf> direct;
     std::vector<Leaf> staged;
@@ -165,31 +166,32 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   // Reads of few or large zstd chunks end sooner with a share of them decoded on the CPU. A read
   // that does not wait for its decodes is not held up by their latency, and the next read overlaps
   // them: the GPU is then the faster way however few the chunks. Not in a process whose streams
-  // share one hardware queue (gpu::hardware_queues): the next read's copies queue behind the
-  // consumer's wait for these decodes, so such a read is shared as one that waits.
+  // share one hardware queue (device_read::hardware_queues): the next read's copies queue behind
+  // the consumer's wait for these decodes, so such a read is shared as one that waits.
   static const std::size_t queues =
-      gpu::hardware_queues(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"));
+      device_read::hardware_queues(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"));
   std::size_t shared = 0;
   if (options_.decode_sharing == DecodeSharing::kAuto &&
       !(options_.non_blocking && may_stream_order && queues > 1)) {
-    gpu::DecodeRates rates;
+    device_read::DecodeRates rates;
     int sms = 0;
     ZD_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
     rates.device_lanes = in_flight.share_of_device(static_cast<std::size_t>(sms));
     rates.cpu_threads = in_flight.share_of_all(workers_);
     rates.staging_bytes = options_.staging_bytes;
     rates.slots = static_cast<std::size_t>(std::max(options_.slots, 1));
-    rates.device_chunk = gpu::device_chunk_rate(leaves, gpu::DecodeKind::kZstd, rates);
-    shared = gpu::share_decodes(leaves, gpu::DecodeKind::kZstd, rates);
+    rates.device_chunk =
+        device_read::device_chunk_rate(leaves, device_read::DecodeKind::kZstd, rates);
+    shared = device_read::share_decodes(leaves, device_read::DecodeKind::kZstd, rates);
   }
   // Chunks larger than a slot of the ring as configured, or decoded on the CPU and so large that
   // its slots would bound how many decode at once, are staged a part at a time.
   const auto slots_configured = static_cast<std::size_t>(std::max(options_.slots, 1));
-  const std::size_t parted = gpu::cut_into_parts(
+  const std::size_t parted = device_read::cut_into_parts(
       leaves, {slot_capacity(options_.staging_bytes, slots_configured), slots_configured,
                options_.staging_bytes, in_flight.share_of_all(workers_)});
   // The ring's slots hold the largest chunk: fewer, larger slots in the same staging.
-  const auto need = gpu::staging_need(leaves);
+  const auto need = device_read::staging_need(leaves);
   auto context = context_for(device_, options_, need);
   auto& ctx = *context;
   const std::size_t base = ctx.start_batch();  // batch b takes slot (base + b) % slots
@@ -207,14 +209,15 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   // that waits for its decodes).
   const bool waits = !(options_.non_blocking && may_stream_order);
   const std::size_t capacity = ctx.slots_.front().capacity;
-  const std::size_t decode_target = gpu::decode_batch_target(need, capacity, waits);
+  const std::size_t decode_target = device_read::decode_batch_target(need, capacity, waits);
   prepare_decodes(ctx, leaves, !defer_consumers_, waits, decode_target);
-  const std::size_t target = gpu::batch_target(need, capacity, ctx.slots_.size());
+  const std::size_t target = device_read::batch_target(need, capacity, ctx.slots_.size());
   const std::size_t decode_budget =
-      off_slot_ ? gpu::off_slot_decode_budget(capacity, ctx.arena_memory()) : ctx.decode_budget;
-  const auto batches =
-      gpu::pack_batches(leaves, capacity, target, costs_, decode_budget,
-                        off_slot_ ? capacity : decode_target);  // (few chunks a slot: no cut)
+      off_slot_ ? device_read::off_slot_decode_budget(capacity, ctx.arena_memory())
+                : ctx.decode_budget;
+  const auto batches = device_read::pack_batches(
+      leaves, capacity, target, costs_, decode_budget,
+      off_slot_ ? capacity : decode_target);  // (few chunks a slot: no cut)
   // The device waits for the consumers' work, not the host, which goes on planning and reading.
   consumers_ = ctx.record_consumers(streams);
   if (!defer_consumers_) {
@@ -284,9 +287,9 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
       });
 
   // Batch b uses slot b % slots; the CPU stages of the batches after it run on the pool while it
-  // is copied and decoded (gpu::fetch_ahead says how far), queued behind each other's helpers, so
-  // the threads that finish their share of one batch go on to the next instead of waiting for its
-  // slowest read.
+  // is copied and decoded (device_read::fetch_ahead says how far), queued behind each other's
+  // helpers, so the threads that finish their share of one batch go on to the next instead of
+  // waiting for its slowest read.
   const std::size_t slots = ctx.slots_.size();
   auto batch_of = [&](std::size_t b) {
     return std::span<Leaf>{leaves.data() + batches[b].begin, batches[b].end - batches[b].begin};
@@ -298,7 +301,8 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
   };
   // How far ahead of each batch the read fetches (the rule scans the batch: once each).
   std::vector<std::size_t> ahead(batches.size());
-  for (std::size_t b = 0; b < batches.size(); ++b) ahead[b] = gpu::fetch_ahead(batch_of(b), slots);
+  for (std::size_t b = 0; b < batches.size(); ++b)
+    ahead[b] = device_read::fetch_ahead(batch_of(b), slots);
   // Batches [0, finished) are off their slots, checked and handed on.
   std::size_t finished = 0;
   auto finish_through = [&](std::size_t end, bool wait) {
@@ -341,7 +345,8 @@ void Reader::read(std::span<const gpu::ReadTarget> targets, std::span<const std:
           finish(ctx.slot(base + started));  // an earlier read's last batch, left on the device
         }
         Slot& slot = ctx.slot(base + started);
-        gpu::lend_part_staging(batch_of(started), slot.host);  // before later batches' fetches
+        device_read::lend_part_staging(batch_of(started),
+                                       slot.host);  // before later batches' fetches
         auto stage = [this, &ctx, &slot, &announce, &read_ahead, end = batches[started].end,
                       b = started, batch = batch_of(started)] {
           announce(b);
@@ -555,7 +560,7 @@ void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
                        const std::function<void(std::size_t)>& completed) {
   // A read that did not wait may have failed since: the caller hears of it before reading on.
   cuda::raise_deferred_failures(device);
-  std::vector<gpu::ReadTarget> planned;
+  std::vector<device_read::ReadTarget> planned;
   planned.reserve(requests.size());
   std::vector<std::uintptr_t> streams;
   if (options.consumer_stream != 0) streams.push_back(options.consumer_stream);
@@ -578,7 +583,7 @@ void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
   std::vector<std::size_t> pending(planned.size());
   std::iota(pending.begin(), pending.end(), std::size_t{0});
   for (int attempt = 1;; ++attempt) {
-    std::vector<gpu::ReadTarget> now;
+    std::vector<device_read::ReadTarget> now;
     now.reserve(pending.size());
     for (const std::size_t t : pending) now.push_back(planned[t]);
     // Each attempt finds its chunks from a view of the stores taken as it starts (a local
@@ -596,7 +601,7 @@ void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
     try {
       cuda::Reader(device, options).read(now, streams, report, complete_on_host);
       return;
-    } catch (const gpu::ValueChanged& e) {
+    } catch (const device_read::ValueChanged& e) {
       if (attempt == cuda::kReadAttempts) {
         throw StoreError(std::string(e.what()) + " (" + std::to_string(attempt) +
                          " times: the data are being rewritten faster than they can be read)");

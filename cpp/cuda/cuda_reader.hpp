@@ -1,7 +1,7 @@
 // The device stages of a read onto a CUDA GPU, as one object per read: the pipeline
 // (cuda_reader.cpp: fetch on the pool, submit, finish, hand on), the device decode and placement
 // of a batch (read_submit.cpp) and GPUDirect Storage reads (read_direct.cpp). The host stages
-// they drive (plan, route, batch, fetch, check) are in cpp/src/gpu. Internal to cpp/cuda.
+// they drive (plan, route, batch, fetch, check) are in cpp/src/device_read. Internal to cpp/cuda.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,9 +13,9 @@
 #include <span>
 #include <vector>
 
+#include "device_read/read_batches.hpp"
+#include "device_read/read_plan.hpp"
 #include "engine/thread_pool.hpp"
-#include "gpu/read_batches.hpp"
-#include "gpu/read_plan.hpp"
 #include "nvcomp_api.hpp"
 #include "read_ring.hpp"
 #include "zarr_device/cuda.hpp"
@@ -23,7 +23,7 @@
 namespace zarr_device::cuda {
 
 // Which device decoders nvCOMP offers here.
-gpu::DeviceDecoders present_decoders(const Nvcomp& nvcomp);
+device_read::DeviceDecoders present_decoders(const Nvcomp& nvcomp);
 // The pool threads a read uses.
 std::size_t worker_count(const HostThreads& io);
 
@@ -50,7 +50,8 @@ class Reader {
   // `completed(t)` is called (on this thread) as each target's output becomes complete.
   // `complete_on_host`: return only once the outputs are complete for every stream and the host
   // (some output has no consumer stream to order later work on).
-  void read(std::span<const gpu::ReadTarget> targets, std::span<const std::uintptr_t> streams,
+  void read(std::span<const device_read::ReadTarget> targets,
+            std::span<const std::uintptr_t> streams,
             const std::function<void(std::size_t)>& completed, bool complete_on_host);
 
  private:
@@ -58,15 +59,15 @@ class Reader {
   // contiguous straight from their files into place; returns those it could not (for the ring).
   std::vector<Leaf> read_from_files(std::vector<Leaf> leaves);
   // Sizes what device decodes cost and splits the decode memory into regions for them, or, for
-  // chunks a slot holds fewer than gpu::kFewPerSlot of, when `may_leave_slots`, makes it an arena
-  // (off_slot_). `batch_bytes`: the most a batch of device decodes stages (a slot, or less for a
-  // read that waits: gpu::decode_batch_target), which the regions are planned for.
+  // chunks a slot holds fewer than device_read::kFewPerSlot of, when `may_leave_slots`, makes it an
+  // arena (off_slot_). `batch_bytes`: the most a batch of device decodes stages (a slot, or less
+  // for a read that waits: device_read::decode_batch_target), which the regions are planned for.
   void prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in_place,
                        bool may_leave_slots, std::size_t batch_bytes);
   // Orders `stream`'s later work after the consumers' work recorded at the read's start: at once
   // for every slot, or, where a read defers it, before a batch's first write (see read()).
   void wait_for_consumers(DeviceContext& ctx, cudaStream_t stream) const;
-  // A batch's CPU stage (gpu::fetch_batch), then the chunks it decoded on the CPU placed.
+  // A batch's CPU stage (device_read::fetch_batch), then the chunks it decoded on the CPU placed.
   void fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch);
   // Its device stage: one transfer, decoding, placing. The next batch's CPU stage runs meanwhile.
   void submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch, std::size_t region);
@@ -80,7 +81,7 @@ class Reader {
   int device_;
   CudaReadOptions options_;
   const Nvcomp& nvcomp_;
-  gpu::DecodeCosts costs_{};
+  device_read::DecodeCosts costs_{};
   std::size_t decode_calls_ = 0;  // for ZARR_DEVICE_TRACE
   std::size_t decoded_chunks_ = 0;
   std::size_t sized_calls_ = 0;       // whose temporary memory was sized from the frames
@@ -88,8 +89,8 @@ class Reader {
   int host_pointers_on_device_ = -1;  // registered host memory at its own address: unknown (-1)
   // The read's batches decode in the decode arena, off their slots (submit_off_slot).
   bool off_slot_ = false;
-  std::size_t off_slot_streams_ = 1;                           // the decode streams it uses in turn
-  std::array<bool, gpu::kMaxDecodeRegions> waited_streams_{};  // decode streams (consumers)
+  std::size_t off_slot_streams_ = 1;  // the decode streams it uses in turn
+  std::array<bool, device_read::kMaxDecodeRegions> waited_streams_{};  // decode streams (consumers)
   std::size_t workers_;
   engine::ThreadPool& pool_;
   std::uint64_t id_;  // tells this read's batches on the ring from earlier reads' (Slot::owner)

@@ -15,10 +15,10 @@
 #include "codecs/shard_layout.hpp"
 #include "cuda_check.hpp"
 #include "device_memory.hpp"
+#include "device_read/staging_alignment.hpp"
+#include "device_read/write_slots.hpp"
 #include "devices/device.hpp"
 #include "engine/thread_pool.hpp"
-#include "gpu/staging_alignment.hpp"
-#include "gpu/write_slots.hpp"
 #include "kernels.hpp"
 #include "nvcomp_api.hpp"
 #include "place/chunk_grid.hpp"
@@ -241,20 +241,20 @@ void Writer::launch(WriteSlot& slot, std::span<WriteItem> items) {
         leaf.staging = SIZE_MAX;
       } else {
         leaf.staging = staged;
-        staged += gpu::align_up(leaf_bytes_, gpu::kStagingAlignment);
+        staged += device_read::align_up(leaf_bytes_, device_read::kStagingAlignment);
       }
       if (compress) {
         leaf.output = outputs;
-        outputs += gpu::align_up(max_output_, gpu::kStagingAlignment);
+        outputs += device_read::align_up(max_output_, device_read::kStagingAlignment);
       } else {
         leaf.host = host_bytes;
-        host_bytes += gpu::align_up(leaf_bytes_, gpu::kStagingAlignment);
+        host_bytes += device_read::align_up(leaf_bytes_, device_read::kStagingAlignment);
       }
     }
   }
   slot.leaves = n;
-  std::byte* staging =
-      slot.staging.reserve(std::max(staged, compress ? outputs : 0) + gpu::kStagingAlignment);
+  std::byte* staging = slot.staging.reserve(std::max(staged, compress ? outputs : 0) +
+                                            device_read::kStagingAlignment);
   std::byte* compressed = compress ? slot.compressed.reserve(outputs) : nullptr;
   ZD_CUDA_CHECK(cudaSetDevice(device_));
   // Lay out what is not stored as it lies: fill value around edge regions, transposes, byte order.
@@ -520,7 +520,7 @@ void Writer::write(std::span<const DimSlice> selection, const void* values, std:
     }
     WriteItem item;
     item.cell = i;
-    item.key = join_key(array_.path(), meta.chunk_key_encoding.key(cell.chunk));
+    item.key = array_.chunk_key(cell.chunk);
     plan_item(item, cell.chunk, cell.out_offset);
     items.push_back(std::move(item));
   }
@@ -540,8 +540,9 @@ void Writer::write(std::span<const DimSlice> selection, const void* values, std:
   ctx_ = &ctx;
   // Each of a slot's buffers (laid-out chunks, compressed outputs, pinned host) holds at most
   // slot_bytes.
-  const std::size_t per_leaf = gpu::align_up(
-      plan_.compressor ? std::max(max_output_, leaf_bytes_) : leaf_bytes_, gpu::kStagingAlignment);
+  const std::size_t per_leaf =
+      device_read::align_up(plan_.compressor ? std::max(max_output_, leaf_bytes_) : leaf_bytes_,
+                            device_read::kStagingAlignment);
   std::vector<std::pair<std::size_t, std::size_t>> batches;
   std::vector<std::size_t> too_large;
   for (std::size_t begin = 0; begin < items.size();) {
@@ -575,17 +576,17 @@ void Writer::write(std::span<const DimSlice> selection, const void* values, std:
   };
   try {
     for (std::size_t b = 0; b < batches.size(); ++b) {
-      WriteSlot& slot = ctx.slots[b % gpu::kWriteSlots];
+      WriteSlot& slot = ctx.slots[b % device_read::kWriteSlots];
       launch(slot, span_of(b));
       if (b > 0) {
-        WriteSlot& previous = ctx.slots[(b - 1) % gpu::kWriteSlots];
+        WriteSlot& previous = ctx.slots[(b - 1) % device_read::kWriteSlots];
         copy_back(previous, span_of(b - 1));
         store(previous, span_of(b - 1));
       }
     }
     const std::size_t last = batches.size() - 1;
-    copy_back(ctx.slots[last % gpu::kWriteSlots], span_of(last));
-    store(ctx.slots[last % gpu::kWriteSlots], span_of(last));
+    copy_back(ctx.slots[last % device_read::kWriteSlots], span_of(last));
+    store(ctx.slots[last % device_read::kWriteSlots], span_of(last));
   } catch (...) {
     for (auto& slot : ctx.slots) {
       cudaStreamSynchronize(slot.stream);

@@ -1,7 +1,7 @@
 // The decode memory of reads whose chunks are so large that a staging slot holds only a few of
-// them (gpu/fifo_ring.hpp says why): one block of device memory, taken in ranges batch after batch
-// and freed in stream order, each range's later user waiting on the device for its last one.
-// Internal to cpp/cuda.
+// them (device_read/fifo_ring.hpp says why): one block of device memory, taken in ranges batch
+// after batch and freed in stream order, each range's later user waiting on the device for its last
+// one. Internal to cpp/cuda.
 #pragma once
 
 #include <algorithm>
@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "device_memory.hpp"
+#include "device_read/fifo_ring.hpp"
+#include "device_read/staging_alignment.hpp"
 #include "devices/device.hpp"
-#include "gpu/fifo_ring.hpp"
-#include "gpu/staging_alignment.hpp"
 
 namespace zarr_device::cuda {
 
@@ -25,7 +25,7 @@ class DecodeArena {
   DecodeArena(std::shared_ptr<Device> device, std::size_t capacity)
       : device_(device),
         memory_(device),
-        ring_(capacity / gpu::kStagingAlignment * gpu::kStagingAlignment) {}
+        ring_(capacity / device_read::kStagingAlignment * device_read::kStagingAlignment) {}
   ~DecodeArena() {
     for (auto& [id, event] : events_) device_->destroy_event(event);
     for (auto* event : spare_) device_->destroy_event(event);
@@ -39,7 +39,7 @@ class DecodeArena {
   std::byte* take(std::size_t bytes, StreamHandle stream, const std::string& where) {
     if (memory_.size() < ring_.capacity()) memory_.reserve(ring_.capacity());
     const auto taken = ring_.take(
-        gpu::align_up(std::max<std::size_t>(bytes, 1), gpu::kStagingAlignment),
+        device_read::align_up(std::max<std::size_t>(bytes, 1), device_read::kStagingAlignment),
         [&](std::uint64_t id, bool gone) {
           const auto it = events_.find(id);
           if (it == events_.end()) return;
@@ -90,7 +90,7 @@ class DecodeArena {
  private:
   std::shared_ptr<Device> device_;
   DeviceScratch memory_;
-  gpu::FifoRing ring_;
+  device_read::FifoRing ring_;
   std::map<std::uint64_t, EventHandle> events_;  // of the closed ranges still live
   std::vector<EventHandle> spare_;
   std::vector<std::uint64_t> open_;  // taken since the last release

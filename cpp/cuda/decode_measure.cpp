@@ -6,11 +6,11 @@
 #include "cuda_check.hpp"
 #include "cuda_reader.hpp"
 #include "device_memory.hpp"
+#include "device_read/bench_hooks.hpp"
+#include "device_read/read_batches.hpp"
+#include "device_read/read_plan.hpp"
 #include "devices/device.hpp"
 #include "engine/thread_pool.hpp"
-#include "gpu/bench_hooks.hpp"
-#include "gpu/read_batches.hpp"
-#include "gpu/read_plan.hpp"
 #include "nvcomp_api.hpp"
 #include "place/strided_copy.hpp"
 
@@ -18,11 +18,11 @@ namespace zarr_device {
 namespace cuda {
 namespace {
 
-using gpu::align_up;
-using gpu::kMaxBatch;
-using gpu::kStagingAlignment;
-using gpu::Leaf;
-using gpu::Route;
+using device_read::align_up;
+using device_read::kMaxBatch;
+using device_read::kStagingAlignment;
+using device_read::Leaf;
+using device_read::Route;
 
 // Times the GPU decode stage alone: every chunk of the selection that nvCOMP would decode is put
 // in device memory first, then decoded in batches of kMaxBatch (as a read does, without the
@@ -38,10 +38,10 @@ nlohmann::json measure_decode(const Array& array, std::span<const DimSlice> sele
   std::vector<std::int64_t> shape;
   for (const auto& s : selection) shape.push_back(s.count);
   const StridedView nowhere{nullptr, shape, place::c_strides(shape, array.metadata().dtype->size)};
-  const gpu::ReadTarget target{&array, {selection.begin(), selection.end()}, nowhere};
-  auto leaves =
-      gpu::plan_reads({&target, 1}, present_decoders(nvcomp_), options.gpu_decode, pool_, workers_,
-                      gpu::PlanSizes::kNow);  // stages the stored bytes itself, by their sizes
+  const device_read::ReadTarget target{&array, {selection.begin(), selection.end()}, nowhere};
+  auto leaves = device_read::plan_reads(
+      {&target, 1}, present_decoders(nvcomp_), options.gpu_decode, pool_, workers_,
+      device_read::PlanSizes::kNow);  // stages the stored bytes itself, by their sizes
   std::erase_if(leaves, [](const Leaf& l) { return l.route != Route::kDeviceDecode; });
   if (leaves.empty()) throw UsageError("no chunk of the selection is decoded on the GPU");
   const GpuCodec codec = leaves.front().codec;

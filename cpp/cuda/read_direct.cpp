@@ -12,7 +12,7 @@
 #include "cuda_check.hpp"
 #include "cuda_reader.hpp"
 #include "cufile_api.hpp"
-#include "gpu/read_staging.hpp"
+#include "device_read/read_staging.hpp"
 
 namespace zarr_device::cuda {
 
@@ -41,7 +41,7 @@ std::vector<Leaf> Reader::read_from_files(std::vector<Leaf> leaves) {
     if (!leaf.value &&
         (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != leaf.length)) {
       ::close(fd);
-      throw gpu::ValueChanged(leaf.where() + ": the chunk was replaced while it was read");
+      throw device_read::ValueChanged(leaf.where() + ": the chunk was replaced while it was read");
     }
     try {
       slots[i]->second = cufile.open(fd, leaf.key);

@@ -185,7 +185,7 @@ auto* const small_rings = new ReadContexts(kSmallRingsPerDevice);
 std::array<ReadContexts*, 2> read_rings() { return {full_rings, small_rings}; }
 
 ReadContexts::Lease context_for(int device, const CudaReadOptions& options,
-                                const gpu::StagingNeed& need) {
+                                const device_read::StagingNeed& need) {
   const int configured = std::max(options.slots, 1);
   const RingShape full{options.staging_bytes, configured, options.decode_bytes};
   auto make = [device](const RingShape& shape) {

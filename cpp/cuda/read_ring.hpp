@@ -17,19 +17,19 @@
 
 #include "decode_arena.hpp"
 #include "device_memory.hpp"
+#include "device_read/read_batches.hpp"
+#include "device_read/read_leaf.hpp"
 #include "devices/device.hpp"
-#include "gpu/read_batches.hpp"
-#include "gpu/read_leaf.hpp"
 #include "zarr_device/cuda.hpp"
 #include "zarr_device/errors.hpp"
 #include "zarr_device/settings.hpp"
 
 namespace zarr_device::cuda {
 
-using gpu::align_up;
-using gpu::kMaxBatch;
-using gpu::kStagingAlignment;
-using gpu::Leaf;
+using device_read::align_up;
+using device_read::kMaxBatch;
+using device_read::kStagingAlignment;
+using device_read::Leaf;
 
 // A device decode whose status and size are checked when its batch is off the slot. It names its
 // chunk itself: a read that does not wait (CudaReadOptions::non_blocking) leaves its checks to a
@@ -367,11 +367,11 @@ class DeviceContext {
     return decode_memory_ + slots_.size() * slots_.front().capacity;
   }
   // The streams batches that decode in the arena run on, the first `count` of them in turn
-  // (gpu::off_slot_streams; at most kMaxDecodeRegions), made as first used. The index comes with
-  // it (a read's consumers are waited for once per stream).
+  // (device_read::off_slot_streams; at most kMaxDecodeRegions), made as first used. The index comes
+  // with it (a read's consumers are waited for once per stream).
   std::pair<std::size_t, StreamHandle> next_decode_stream(std::size_t count) {
     const std::size_t index =
-        next_decode_stream_++ % std::clamp<std::size_t>(count, 1, gpu::kMaxDecodeRegions);
+        next_decode_stream_++ % std::clamp<std::size_t>(count, 1, device_read::kMaxDecodeRegions);
     while (decode_streams_.size() <= index) decode_streams_.push_back(gpu_->create_stream());
     return {index, decode_streams_[index]};
   }
@@ -439,7 +439,7 @@ using ReadContexts = ContextPool<DeviceContext, RingShape>;
 // configured staging per device; a read that stages little takes one of a few small rings when
 // those are all lent. Rings made with other settings are freed once no read holds them.
 ReadContexts::Lease context_for(int device, const CudaReadOptions& options,
-                                const gpu::StagingNeed& need);
+                                const device_read::StagingNeed& need);
 
 // Every device's rings: those of the configured staging, and the small ones.
 std::array<ReadContexts*, 2> read_rings();

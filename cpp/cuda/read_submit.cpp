@@ -18,9 +18,9 @@
 
 namespace zarr_device::cuda {
 
-using gpu::kInPlace;  // (align_up, kStagingAlignment and Leaf come with read_ring.hpp)
-using gpu::kPlaced;
-using gpu::Route;
+using device_read::kInPlace;  // (align_up, kStagingAlignment and Leaf come with read_ring.hpp)
+using device_read::kPlaced;
+using device_read::Route;
 
 void place_on_device(const std::byte* src, const ChunkSpec& spec,
                      std::span<const DimSlice> selection, const StridedView& dst, bool swap,
@@ -170,7 +170,7 @@ void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in
   }
   off_slot_ = false;
   if (max_chunk == 0) return;
-  gpu::PerKind alignment{};
+  device_read::PerKind alignment{};
   for (std::size_t c = 0; c < present.size(); ++c) {
     if (!present[c]) continue;
     const auto* d = nvcomp_.decompressor(static_cast<GpuCodec>(c));
@@ -180,14 +180,14 @@ void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in
     alignment[c] = d->output_alignment;
   }
   const std::size_t capacity = ctx.slots_.front().capacity;
-  const std::size_t regions =
-      gpu::plan_decode_regions(leaves, costs_, alignment, ctx.slots_.size(), batch_bytes,
-                               ctx.decode_memory(), in_place);  // (and each chunk's scratch)
-  off_slot_ =
-      may_leave_slots && gpu::decodes_off_slots(leaves, capacity, ctx.arena_memory(), costs_);
+  const std::size_t regions = device_read::plan_decode_regions(
+      leaves, costs_, alignment, ctx.slots_.size(), batch_bytes, ctx.decode_memory(),
+      in_place);  // (and each chunk's scratch)
+  off_slot_ = may_leave_slots &&
+              device_read::decodes_off_slots(leaves, capacity, ctx.arena_memory(), costs_);
   if (off_slot_) {
     ctx.use_arena();
-    off_slot_streams_ = gpu::off_slot_streams(leaves, ctx.arena_memory());
+    off_slot_streams_ = device_read::off_slot_streams(leaves, ctx.arena_memory());
   } else {
     ctx.use_decode_regions(regions);
   }

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "device_memory.hpp"
+#include "device_read/write_slots.hpp"
 #include "devices/device.hpp"
-#include "gpu/write_slots.hpp"
 
 namespace zarr_device::cuda {
 
@@ -61,7 +61,7 @@ class WriteContext {
  public:
   WriteContext(int device, std::size_t staging_bytes)
       : gpu(get_device("cuda", device)),
-        slot_bytes(gpu::write_slot_bytes(staging_bytes)),
+        slot_bytes(device_read::write_slot_bytes(staging_bytes)),
         temp(gpu) {
     try {
       for (auto& s : slots) {
@@ -87,7 +87,7 @@ class WriteContext {
   // Each slot's buffers (laid-out chunks and compressed outputs on the device, encoded chunks in
   // pinned memory) hold this much: enough for several shards, whose stores then run in parallel.
   std::size_t slot_bytes;
-  WriteSlot slots[gpu::kWriteSlots];
+  WriteSlot slots[device_read::kWriteSlots];
   std::vector<StreamHandle> streams;
   SharedTemp temp;
 

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "gpu/read_plan.hpp"
+#include "device_read/read_plan.hpp"
 #include "test_util.hpp"
 #include "zarr_device/array.hpp"
 
-namespace zarr_device::gpu::test_support {
+namespace zarr_device::device_read::test_support {
 
 using test::json;
 
@@ -69,4 +69,4 @@ inline Leaf sized_leaf(Route route, std::size_t length, const ChunkSpec& spec) {
   return leaf;
 }
 
-}  // namespace zarr_device::gpu::test_support
+}  // namespace zarr_device::device_read::test_support

@@ -9,10 +9,10 @@
 #include <mutex>
 #include <numeric>
 
-#include "gpu/leaf_parts.hpp"
-#include "gpu/read_batches.hpp"
-#include "gpu/read_plan.hpp"
-#include "gpu/read_staging.hpp"
+#include "device_read/leaf_parts.hpp"
+#include "device_read/read_batches.hpp"
+#include "device_read/read_plan.hpp"
+#include "device_read/read_staging.hpp"
 #include "test_util.hpp"
 #include "zarr_device/array.hpp"
 #include "zarr_device/store.hpp"
@@ -261,20 +261,20 @@ TEST(BatchedGets, ShardsAReadWantsWholeAreFetchedWithOthers) {
 }
 
 // The GPU plan of a read of a whole 1-d int32 array, without device decoders, into `out`.
-std::vector<gpu::Leaf> plan_whole(const Array& array, std::vector<std::byte>& out) {
+std::vector<device_read::Leaf> plan_whole(const Array& array, std::vector<std::byte>& out) {
   const std::int64_t n = array.metadata().shape.at(0);
   out.assign(static_cast<std::size_t>(n) * 4, std::byte{0});
-  const gpu::ReadTarget target{&array, {{0, 1, n}}, StridedView{out.data(), {n}, {4}}};
-  return gpu::plan_reads({&target, 1}, gpu::DeviceDecoders{}, GpuDecode::kChecked,
-                         engine::ThreadPool::shared(2), 2);
+  const device_read::ReadTarget target{&array, {{0, 1, n}}, StridedView{out.data(), {n}, {4}}};
+  return device_read::plan_reads({&target, 1}, device_read::DeviceDecoders{}, GpuDecode::kChecked,
+                                 engine::ThreadPool::shared(2), 2);
 }
 
 // The CPU stage of `leaves` as one batch, into `host`: the chunks it decoded on the CPU.
-std::vector<gpu::CpuDecoded> stage_as_one_batch(std::vector<gpu::Leaf>& leaves,
-                                                std::vector<std::byte>& host) {
-  (void)gpu::pack_batches(leaves, 1 << 20, 1 << 20, gpu::DecodeCosts{}, 0);
+std::vector<device_read::CpuDecoded> stage_as_one_batch(std::vector<device_read::Leaf>& leaves,
+                                                        std::vector<std::byte>& host) {
+  (void)device_read::pack_batches(leaves, 1 << 20, 1 << 20, device_read::DecodeCosts{}, 0);
   host.assign(std::size_t{1} << 20, std::byte{0});
-  return gpu::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);
+  return device_read::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);
 }
 
 // Cutting a read's large chunks into parts asks a store of round trips for nothing (the history
@@ -290,21 +290,23 @@ TEST(BatchedGets, ChunksCutIntoPartsAreNotAskedForWhileCut) {
   const auto windows = store->windows;
   const auto ranges = store->range_calls;
   constexpr std::size_t kSlot = std::size_t{256} << 10;
-  EXPECT_EQ(gpu::cut_into_parts(leaves, {kSlot, 4, 4 * kSlot, 2}), 3U);
+  EXPECT_EQ(device_read::cut_into_parts(leaves, {kSlot, 4, 4 * kSlot, 2}), 3U);
   EXPECT_EQ(store->gets.load(), gets);
   EXPECT_EQ(store->windows, windows);
   EXPECT_EQ(store->range_calls, ranges);
-  const auto batches = gpu::pack_batches(leaves, kSlot, kSlot, gpu::DecodeCosts{}, 0);
+  const auto batches =
+      device_read::pack_batches(leaves, kSlot, kSlot, device_read::DecodeCosts{}, 0);
   std::vector<std::vector<std::byte>> slots(batches.size(), std::vector<std::byte>(kSlot));
   auto batch = [&](std::size_t b) {
-    return std::span<gpu::Leaf>{leaves.data() + batches[b].begin,
-                                batches[b].end - batches[b].begin};
+    return std::span<device_read::Leaf>{leaves.data() + batches[b].begin,
+                                        batches[b].end - batches[b].begin};
   };
   for (std::size_t b = 0; b < batches.size(); ++b)
-    gpu::lend_part_staging(batch(b), slots[b].data());
+    device_read::lend_part_staging(batch(b), slots[b].data());
   for (std::size_t b = 0; b < batches.size(); ++b) {
     EXPECT_TRUE(
-        gpu::fetch_batch(batch(b), slots[b].data(), engine::ThreadPool::shared(2), 2).empty());
+        device_read::fetch_batch(batch(b), slots[b].data(), engine::ThreadPool::shared(2), 2)
+            .empty());
     for (const auto& leaf : batch(b)) {
       std::memcpy(leaf.destination.data, slots[b].data() + leaf.staging, leaf.staged);
     }
@@ -385,8 +387,9 @@ TEST(BatchedGets, TheGpuStageFetchesABatchsChunksInOneCall) {
   EXPECT_EQ(ninth, 9);
   // A chunk gone since the plan: the read starts again, as with any store.
   store->erase("g/c/1");
-  EXPECT_THROW((void)gpu::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2),
-               gpu::ValueChanged);
+  EXPECT_THROW(
+      (void)device_read::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2),
+      device_read::ValueChanged);
 }
 
 }  // namespace

@@ -16,7 +16,7 @@
 namespace zarr_device::engine {
 namespace {
 
-using gpu::test_support::make_array;
+using device_read::test_support::make_array;
 using test::json;
 
 const std::vector<std::int64_t> kShape = {4096, 4096};  // int32: one 64 MiB chunk

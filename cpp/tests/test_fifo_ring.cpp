@@ -9,10 +9,10 @@
 #include <set>
 #include <vector>
 
-#include "gpu/fifo_ring.hpp"
+#include "device_read/fifo_ring.hpp"
 #include "zarr_device/errors.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 namespace {
 
 TEST(GpuDecodeArena, RangesFollowEachOtherAndRetireOldestFirst) {
@@ -151,4 +151,4 @@ TEST(GpuDecodeArena, EveryRangeWaitsForTheLastUsersOfItsBytes) {
 }
 
 }  // namespace
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "gpu/decode_share.hpp"
-#include "gpu/read_plan.hpp"
+#include "device_read/decode_share.hpp"
+#include "device_read/read_plan.hpp"
 #include "gpu_read_test_util.hpp"
 #include "test_util.hpp"
 #include "zarr_device/settings.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 namespace {
 
 using namespace test_support;  // the helpers these files share
@@ -193,4 +193,4 @@ TEST(GpuDecodeShare, FramesOfSmallBlocksDecodeSoonerOnTheDevice) {
 }
 
 }  // namespace
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

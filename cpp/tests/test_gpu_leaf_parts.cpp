@@ -1,5 +1,5 @@
-// Chunks staged a part at a time by a device read (gpu/leaf_parts.hpp), without a device: the
-// parts planned, packed into slots, fetched into (here, ordinary) staging memory in any order
+// Chunks staged a part at a time by a device read (device_read/leaf_parts.hpp), without a device:
+// the parts planned, packed into slots, fetched into (here, ordinary) staging memory in any order
 // and on several threads at once, and placed as the device stage would (one copy each), equal
 // the chunks; damage, truncation and replacement fail as for whole chunks, naming the chunk.
 #include <gtest/gtest.h>
@@ -9,14 +9,14 @@
 #include <future>
 #include <vector>
 
-#include "gpu/leaf_parts.hpp"
-#include "gpu/read_batches.hpp"
-#include "gpu/read_plan.hpp"
-#include "gpu/read_staging.hpp"
+#include "device_read/leaf_parts.hpp"
+#include "device_read/read_batches.hpp"
+#include "device_read/read_plan.hpp"
+#include "device_read/read_staging.hpp"
 #include "gpu_read_test_util.hpp"
 #include "test_util.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 namespace {
 
 using namespace test_support;  // the helpers these files share
@@ -358,4 +358,4 @@ TEST(GpuLeafParts, FailuresNameTheChunk) {
 }
 
 }  // namespace
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

@@ -5,12 +5,12 @@
 
 #include <cstring>
 
-#include "gpu/read_batches.hpp"
-#include "gpu/read_plan.hpp"
+#include "device_read/read_batches.hpp"
+#include "device_read/read_plan.hpp"
 #include "gpu_read_test_util.hpp"
 #include "test_util.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 namespace {
 
 using namespace test_support;  // the helpers these files share
@@ -401,4 +401,4 @@ TEST(GpuReadBatches, ChunksASlotHoldsFewOfDecodeOffTheirSlots) {
 }
 
 }  // namespace
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

@@ -8,13 +8,13 @@
 #include <random>
 
 #include "codecs/crc32c.hpp"
-#include "gpu/read_batches.hpp"
-#include "gpu/read_plan.hpp"
-#include "gpu/read_staging.hpp"
+#include "device_read/read_batches.hpp"
+#include "device_read/read_plan.hpp"
+#include "device_read/read_staging.hpp"
 #include "gpu_read_test_util.hpp"
 #include "test_util.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 namespace {
 
 using namespace test_support;  // the helpers these files share
@@ -258,4 +258,4 @@ TEST(GpuReadStaging, ManySmallChunkFilesKeepFewOpen) {
 }
 
 }  // namespace
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

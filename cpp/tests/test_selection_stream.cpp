@@ -137,7 +137,7 @@ TEST(SelectionStream, ContiguousStretchesAreRowsOrPartOfOne) {
 // whole output and into a box of a larger one: equal the elements written, for zstd, zstd +
 // crc32c and chunks stored as they are; damage in rows not selected is still found.
 TEST(SelectionStream, HostReadsOfLargeChunksCutBySelections) {
-  using gpu::test_support::make_array;
+  using device_read::test_support::make_array;
   using test::json;
   const std::vector<std::int64_t> shape = {4096, 4096};  // int32: one 64 MiB chunk
   const std::vector<std::vector<DimSlice>> selections = {
@@ -149,7 +149,7 @@ TEST(SelectionStream, HostReadsOfLargeChunksCutBySelections) {
   const json kPlain = json::array({{{"name", "bytes"}}});
   auto store = make_memory_store();
   std::size_t n = 0;
-  for (const auto& codecs : {gpu::test_support::kZstdCrc, kPlain,
+  for (const auto& codecs : {device_read::test_support::kZstdCrc, kPlain,
                              json::array({{{"name", "bytes"}}, {{"name", "zstd"}}})}) {
     const auto array = make_array(store, "h" + std::to_string(n++), shape, shape, codecs);
     for (const auto& sel : selections) {
@@ -166,7 +166,8 @@ TEST(SelectionStream, HostReadsOfLargeChunksCutBySelections) {
     }
   }
   // A flipped byte near the end, under a crc32c, in rows a read of the first rows passes over.
-  const auto array = make_array(store, "damaged", shape, shape, gpu::test_support::kZstdCrc);
+  const auto array =
+      make_array(store, "damaged", shape, shape, device_read::test_support::kZstdCrc);
   const std::string key = "damaged/c/0/0";
   const auto stored = store->get(key);
   std::vector<std::byte> bytes(stored->data(), stored->data() + stored->size());

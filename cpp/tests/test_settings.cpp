@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "gpu/write_slots.hpp"
+#include "device_read/write_slots.hpp"
 #include "zarr_device/cuda.hpp"
 #include "zarr_device/errors.hpp"
 #include "zarr_device/settings.hpp"
@@ -268,14 +268,14 @@ TEST_F(Settings, ReadersSeeWholeValuesWhileOthersSetThem) {
 // staging_bytes means the whole pinned staging for writes as for reads: the writer's two slots
 // share it.
 TEST(WriteStaging, EachOfTheTwoSlotsIsHalfTheStaging) {
-  EXPECT_EQ(zd::gpu::kWriteSlots, 2U);
-  EXPECT_EQ(zd::gpu::write_slot_bytes(768 * kMiB), 384 * kMiB);
-  EXPECT_EQ(zd::gpu::write_slot_bytes(2 * kMiB), kMiB);  // the smallest staging_bytes
-  EXPECT_EQ(zd::gpu::write_slot_bytes(3 * kMiB), kMiB);
+  EXPECT_EQ(zd::device_read::kWriteSlots, 2U);
+  EXPECT_EQ(zd::device_read::write_slot_bytes(768 * kMiB), 384 * kMiB);
+  EXPECT_EQ(zd::device_read::write_slot_bytes(2 * kMiB), kMiB);  // the smallest staging_bytes
+  EXPECT_EQ(zd::device_read::write_slot_bytes(3 * kMiB), kMiB);
   for (std::uint64_t staging = 2 * kMiB; staging < 64 * kMiB; staging += 333'333) {
-    const auto slot = zd::gpu::write_slot_bytes(staging);
-    EXPECT_LE(zd::gpu::kWriteSlots * slot, staging);
-    EXPECT_GT(zd::gpu::kWriteSlots * (slot + kMiB), staging);
+    const auto slot = zd::device_read::write_slot_bytes(staging);
+    EXPECT_LE(zd::device_read::kWriteSlots * slot, staging);
+    EXPECT_GT(zd::device_read::kWriteSlots * (slot + kMiB), staging);
   }
 }
 

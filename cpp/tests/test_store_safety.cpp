@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "gpu/read_batches.hpp"
-#include "gpu/read_plan.hpp"
-#include "gpu/read_staging.hpp"
+#include "device_read/read_batches.hpp"
+#include "device_read/read_plan.hpp"
+#include "device_read/read_staging.hpp"
 #include "stores/file_tree.hpp"
 #include "test_util.hpp"
 #include "zarr_device/array.hpp"
@@ -299,16 +299,16 @@ TEST(LocalStoreFiles, AGpuReadRefusesChunksBehindALinkOutOfTheTree) {
   fs::rename(root / "a" / "c", dir.path() / "elsewhere");
   fs::create_symlink(dir.path() / "elsewhere", root / "a" / "c");
   std::vector<std::byte> out(16);
-  gpu::ReadTarget target{array.get(), {{0, 1, 4}}, StridedView{out.data(), {4}, {4}}};
+  device_read::ReadTarget target{array.get(), {{0, 1, 4}}, StridedView{out.data(), {4}, {4}}};
   StoreViews views;
   target.store = &views.of(array->store());
-  auto leaves = gpu::plan_reads({&target, 1}, gpu::DeviceDecoders{}, GpuDecode::kChecked,
-                                engine::ThreadPool::shared(2), 2);
+  auto leaves = device_read::plan_reads({&target, 1}, device_read::DeviceDecoders{},
+                                        GpuDecode::kChecked, engine::ThreadPool::shared(2), 2);
   ASSERT_EQ(leaves.size(), 2U);
-  (void)gpu::pack_batches(leaves, 1 << 20, 1 << 20, gpu::DecodeCosts{}, 0);
+  (void)device_read::pack_batches(leaves, 1 << 20, 1 << 20, device_read::DecodeCosts{}, 0);
   std::vector<std::byte> host(std::size_t{1} << 20);
   try {
-    (void)gpu::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);
+    (void)device_read::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);
     ADD_FAILURE() << "the chunks behind the link were read";
   } catch (const StoreError& e) {
     EXPECT_NE(std::string(e.what()).find("leads out of the store"), std::string::npos) << e.what();

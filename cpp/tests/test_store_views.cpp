@@ -8,9 +8,9 @@
 #include <fstream>
 #include <numeric>
 
-#include "gpu/read_batches.hpp"
-#include "gpu/read_plan.hpp"
-#include "gpu/read_staging.hpp"
+#include "device_read/read_batches.hpp"
+#include "device_read/read_plan.hpp"
+#include "device_read/read_staging.hpp"
 #include "test_util.hpp"
 #include "zarr_device/array.hpp"
 #include "zarr_device/errors.hpp"
@@ -199,18 +199,18 @@ TEST(StoreViews, TheGpuPlanAndFetchReadThroughTheReadsView) {
   store->counts = std::make_shared<ViewCountingStore::Counts>();
 
   std::vector<std::byte> out(4000);
-  gpu::ReadTarget target{array.get(), {{0, 1, 1000}}, StridedView{out.data(), {1000}, {4}}};
+  device_read::ReadTarget target{array.get(), {{0, 1, 1000}}, StridedView{out.data(), {1000}, {4}}};
   StoreViews views;
   target.store = &views.of(array->store());
-  auto leaves = gpu::plan_reads({&target, 1}, gpu::DeviceDecoders{}, GpuDecode::kChecked,
-                                engine::ThreadPool::shared(2), 2);
+  auto leaves = device_read::plan_reads({&target, 1}, device_read::DeviceDecoders{},
+                                        GpuDecode::kChecked, engine::ThreadPool::shared(2), 2);
   ASSERT_EQ(leaves.size(), 10U);
   for (const auto& leaf : leaves) EXPECT_EQ(&leaf.source(), target.store);
   // Chunks this small are sized as their fetch opens them: the plan asks for no size.
   EXPECT_EQ(store->counts->sizes_through_views.load(), 0);
-  (void)gpu::pack_batches(leaves, 1 << 20, 1 << 20, gpu::DecodeCosts{}, 0);
+  (void)device_read::pack_batches(leaves, 1 << 20, 1 << 20, device_read::DecodeCosts{}, 0);
   std::vector<std::byte> host(std::size_t{1} << 20);
-  (void)gpu::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);
+  (void)device_read::fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2);
   EXPECT_EQ(store->counts->opens_through_views.load(), 10);
   EXPECT_EQ(store->counts->views.load(), 1);
   EXPECT_EQ(store->counts->direct_opens.load(), 0);

@@ -16,7 +16,7 @@
 #include "codecs/codec_chain.hpp"
 #include "devices/device.hpp"
 #include "dlpack.hpp"
-#include "gpu/bench_hooks.hpp"
+#include "device_read/bench_hooks.hpp"
 #include "python_store.hpp"
 #include "settings_bindings.hpp"
 #include "stores/file_tree.hpp"

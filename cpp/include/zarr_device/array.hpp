@@ -61,6 +61,8 @@ class Array {
 
   // "array 'path' in file:///root", for messages.
   [[nodiscard]] std::string describe() const;
+  // The store key of the chunk (the shard, when sharded) at grid position `chunk`.
+  [[nodiscard]] std::string chunk_key(std::span<const std::int64_t> chunk) const;
 
   Array(std::shared_ptr<Store> store, std::string path, ArrayMetadata metadata);
   ~Array();

@@ -179,7 +179,7 @@ struct DeviceDecoding {
   bool (*accepts)(std::span<const std::byte> stored, std::size_t decoded) = nullptr;
   // The stored bytes of the stream's first block, from its first bytes (`head`, 32 or fewer where
   // the stream is shorter); 0 where it is unknown or not a compressed block. How soon the device
-  // decodes a chunk follows its blocks' size for zstd (gpu/decode_share.hpp).
+  // decodes a chunk follows its blocks' size for zstd (device_read/decode_share.hpp).
   std::size_t (*first_block)(std::span<const std::byte> head) = nullptr;
 };
 

@@ -1,8 +1,8 @@
 // The device entry points of a build without the CUDA toolkit.
 #ifndef ZARR_DEVICE_WITH_CUDA
 
+#include "device_read/bench_hooks.hpp"
 #include "devices/device.hpp"
-#include "gpu/bench_hooks.hpp"
 #include "zarr_device/cuda.hpp"
 
 namespace zarr_device {

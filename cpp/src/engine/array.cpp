@@ -129,6 +129,10 @@ std::shared_ptr<const Array> Array::create(std::shared_ptr<Store> store, const s
 
 json Array::codecs_json() const { return chain_->to_json(); }
 
+std::string Array::chunk_key(std::span<const std::int64_t> chunk) const {
+  return join_key(path_, metadata_.chunk_key_encoding.key(chunk));
+}
+
 std::vector<std::int64_t> Array::inner_chunk_shape() const { return chain_->decoded_chunk_shape(); }
 
 void Array::write(std::span<const DimSlice> selection, std::span<const std::byte> values,
@@ -181,7 +185,7 @@ void Array::write(std::span<const DimSlice> selection, std::span<const std::byte
   pool.parallel_for(grid.size(), chunks_at_once, [&](std::size_t i) {
     place::GridIntersection::Item item;
     grid.at(i, item);
-    const std::string key = join_key(path_, metadata_.chunk_key_encoding.key(item.chunk));
+    const std::string key = chunk_key(item.chunk);
     try {
       // Does the selection cover every element of the chunk inside the array, and is the whole
       // chunk inside it?

@@ -105,17 +105,18 @@ RangeReader ranges_of(const ValueReader& value) {
   };
 }
 
-void read_chunk(const PreparedRead& read, const place::GridIntersection::Item& item,
-                engine::ByteBudget& budget, engine::ThreadPool& pool, std::size_t workers,
+void read_chunk(const read::ReadPlan& plan, std::size_t t,
+                const place::GridIntersection::Item& item, engine::ByteBudget& budget,
+                engine::ThreadPool& pool, std::size_t workers,
                 const std::optional<Buffer>* fetched) {
-  const Array& array = *read.array;
-  const StridedView& out = read.out;
+  const Array& array = plan.array(t);
+  const StridedView& out = plan.target(t).out;
   const auto& meta = array.metadata();
   const auto& chain = array.chain();
-  const Store& store = *read.store;
+  const Store& store = plan.store(t);
   const std::size_t es = meta.dtype->size;
   const std::size_t chunk_bytes = chain.spec().nbytes();
-  const std::string key = join_key(array.path(), meta.chunk_key_encoding.key(item.chunk));
+  const std::string key = array.chunk_key(item.chunk);
   const StridedView region = place::subview(out, item.out_offset, item.count);
   try {
     if (fetched) {
@@ -189,45 +190,29 @@ void read_chunk(const PreparedRead& read, const place::GridIntersection::Item& i
   }
 }
 
-std::size_t locate(std::span<const PreparedRead> reads, std::span<const std::size_t> first,
-                   std::size_t i, place::GridIntersection::Item& item) {
-  const auto t =
-      static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), i) - first.begin()) - 1;
-  reads[t].grid.at(i - first[t], item);
-  return t;
-}
-
-const BatchedGets* batched_gets(const PreparedRead& read) {
-  return dynamic_cast<const BatchedGets*>(read.array->store().get());
-}
-
-const codecs::ShardLayout* shards_by_range(const PreparedRead& read) {
-  return batched_gets(read) ? nullptr : read.array->chain().shard_layout();
+const codecs::ShardLayout* shards_by_range(const read::ReadPlan& plan, std::size_t t) {
+  return plan.batched_gets(t) ? nullptr : plan.shards(t);
 }
 
 }  // namespace engine
 
 namespace {
 
-using engine::PreparedRead;
-
 // Announces the chunk files of a read whose chunks are each read whole from a file of its own
 // ahead of its threads, once its data turn out to be cold (engine::ReadAhead): chunks the
 // selection takes whole (a partly selected one may be read only in part).
-engine::ReadAhead read_ahead(std::span<const PreparedRead> reads,
-                             std::span<const std::size_t> first) {
+engine::ReadAhead read_ahead(const read::ReadPlan& plan) {
   std::uint64_t bytes = 0;
-  for (const auto& read : reads) bytes += read.array->chain().spec().nbytes() * read.grid.size();
-  const std::uint64_t average = first.back() == 0 ? 1 : bytes / first.back();
-  return engine::ReadAhead(first.back(), average, [reads, first](std::size_t i) {
+  for (std::size_t t = 0; t < plan.targets(); ++t) {
+    bytes += plan.array(t).chain().spec().nbytes() * plan.grid(t).size();
+  }
+  const std::uint64_t average = plan.chunks() == 0 ? 1 : bytes / plan.chunks();
+  return engine::ReadAhead(plan.chunks(), average, [&plan](std::size_t i) {
     place::GridIntersection::Item item;
-    const std::size_t t = locate(reads, first, i, item);
-    const Array& array = *reads[t].array;
-    const auto& meta = array.metadata();
-    if (!place::is_full(item.within, meta.chunk_shape)) return;
+    const std::size_t t = plan.locate(i, item);
+    if (!place::is_full(item.within, plan.array(t).metadata().chunk_shape)) return;
     try {
-      reads[t].store->will_need(join_key(array.path(), meta.chunk_key_encoding.key(item.chunk)), 0,
-                                0);
+      plan.store(t).will_need(plan.chunk_key(t, item.chunk), 0, 0);
     } catch (const Error&) {  // NOLINT(bugprone-empty-catch): only a hint; its read will say
     }
   });
@@ -237,32 +222,32 @@ engine::ReadAhead read_ahead(std::span<const PreparedRead> reads,
 
 void read_many(std::span<const ReadRequest> requests, const IoOptions& options) {
   StoreViews stores;  // a local store's root opened once for the read, not once per chunk
-  std::vector<PreparedRead> reads;
-  reads.reserve(requests.size());
-  std::vector<std::size_t> first{0};  // one index space over every target's chunks
+  std::vector<read::ReadTarget> targets;
+  targets.reserve(requests.size());
   for (const auto& r : requests) {
     const auto& meta = r.array->metadata();
     const std::size_t es = meta.dtype->size;
     const auto shape = check_selection_and_buffer(r.selection, meta.shape, es, r.out.size(),
                                                   "output buffer holds");
-    reads.push_back({r.array, StridedView{r.out.data(), shape, place::c_strides(shape, es)},
-                     place::GridIntersection(r.selection, meta.chunk_shape),
-                     &stores.of(r.array->store())});
-    first.push_back(first.back() + reads.back().grid.size());
+    targets.push_back({r.array, r.selection,
+                       StridedView{r.out.data(), shape, place::c_strides(shape, es)},
+                       &stores.of(r.array->store())});
   }
+  const read::ReadPlan plan(targets);
   // One budget and one parallel loop for them all: no target waits for another's slowest chunk.
   engine::ByteBudget budget(options.max_inflight_bytes);
   const std::size_t workers = engine::worker_count(options.threads);
   auto& pool = engine::ThreadPool::shared(workers);
-  const bool all_single = std::all_of(reads.begin(), reads.end(), [](const PreparedRead& r) {
-    return batched_gets(r) == nullptr && shards_by_range(r) == nullptr;
-  });
+  bool all_single = true;
+  for (std::size_t t = 0; t < plan.targets(); ++t) {
+    all_single = all_single && !plan.batched_gets(t) && !engine::shards_by_range(plan, t);
+  }
   if (all_single) {
-    auto ahead = read_ahead(reads, first);
-    pool.parallel_for(first.back(), workers, [&](std::size_t i) {
+    auto ahead = read_ahead(plan);
+    pool.parallel_for(plan.chunks(), workers, [&](std::size_t i) {
       place::GridIntersection::Item item;
-      const std::size_t t = locate(reads, first, i, item);
-      read_chunk(reads[t], item, budget, pool, workers);
+      const std::size_t t = plan.locate(i, item);
+      engine::read_chunk(plan, t, item, budget, pool, workers);
       ahead.read(i);
     });
     return;
@@ -273,17 +258,19 @@ void read_many(std::span<const ReadRequest> requests, const IoOptions& options) 
   std::vector<std::size_t> batched;
   std::vector<std::size_t> sharded;
   std::vector<std::size_t> single;
-  for (std::size_t t = 0; t < reads.size(); ++t) {
-    auto& into = batched_gets(reads[t]) ? batched : shards_by_range(reads[t]) ? sharded : single;
-    for (std::size_t i = first[t]; i < first[t + 1]; ++i) into.push_back(i);
+  for (std::size_t t = 0; t < plan.targets(); ++t) {
+    auto& into = plan.batched_gets(t)               ? batched
+                 : engine::shards_by_range(plan, t) ? sharded
+                                                    : single;
+    for (std::size_t i = plan.first_chunk(t); i < plan.first_chunk(t + 1); ++i) into.push_back(i);
   }
   pool.parallel_for(single.size(), workers, [&](std::size_t k) {
     place::GridIntersection::Item item;
-    const std::size_t t = locate(reads, first, single[k], item);
-    read_chunk(reads[t], item, budget, pool, workers);
+    const std::size_t t = plan.locate(single[k], item);
+    engine::read_chunk(plan, t, item, budget, pool, workers);
   });  // (read ahead only where every chunk is a file of its own: one order for all of them)
-  read_sharded(reads, first, sharded, budget, pool, workers);
-  read_batched(reads, first, batched, budget, options.max_inflight_bytes, pool, workers);
+  engine::read_sharded(plan, sharded, budget, pool, workers);
+  engine::read_batched(plan, batched, budget, options.max_inflight_bytes, pool, workers);
 }
 
 void Array::read(std::span<const DimSlice> selection, std::span<std::byte> out,

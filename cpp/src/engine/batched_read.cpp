@@ -16,9 +16,9 @@ namespace {
 // Whether a chunk of such a store is fetched whole with others: a chunk always, a shard when the
 // read wants all of it (else its index and the inner chunks wanted are read by range, which
 // reads nothing unwanted).
-bool fetched_whole(const PreparedRead& read, const place::GridIntersection::Item& item) {
-  return !read.array->chain().supports_partial_decode() ||
-         place::is_full(item.within, read.array->metadata().chunk_shape);
+bool fetched_whole(const Array& array, const place::GridIntersection::Item& item) {
+  return !array.chain().supports_partial_decode() ||
+         place::is_full(item.within, array.metadata().chunk_shape);
 }
 
 // What was fetched of a shard a read wants in part: its size (nullopt: not stored) and the ranges
@@ -165,7 +165,7 @@ void read_shard_in_part(const Array& array, const place::GridIntersection::Item&
                         const StridedView& out, engine::ByteBudget& budget,
                         const FetchedShard& fetched) {
   const auto& meta = array.metadata();
-  const std::string key = join_key(array.path(), meta.chunk_key_encoding.key(item.chunk));
+  const std::string key = array.chunk_key(item.chunk);
   const StridedView region = place::subview(out, item.out_offset, item.count);
   try {
     if (!fetched.size) {
@@ -183,9 +183,9 @@ void read_shard_in_part(const Array& array, const place::GridIntersection::Item&
 
 }  // namespace
 
-void read_batched(std::span<const PreparedRead> reads, std::span<const std::size_t> first,
-                  std::span<const std::size_t> chunks, engine::ByteBudget& budget,
-                  std::size_t inflight_bytes, engine::ThreadPool& pool, std::size_t workers) {
+void read_batched(const read::ReadPlan& plan, std::span<const std::size_t> chunks,
+                  engine::ByteBudget& budget, std::size_t inflight_bytes, engine::ThreadPool& pool,
+                  std::size_t workers) {
   constexpr std::size_t kBatchKeys = 1024;
   constexpr std::size_t kWindowBytes = std::size_t{32} << 20;
   constexpr std::size_t kFewValues = 4;
@@ -197,17 +197,17 @@ void read_batched(std::span<const PreparedRead> reads, std::span<const std::size
     std::vector<bool> whole;
   };
   place::GridIntersection::Item item;
-  auto target_of = [&](std::size_t k) { return locate(reads, first, chunks[k], item); };
+  auto target_of = [&](std::size_t k) { return plan.locate(chunks[k], item); };
   auto window_from = [&](std::size_t begin) {
     Window w{begin, begin, {}, {}, {}};
     if (begin >= chunks.size()) return w;
-    const BatchedGets* store = batched_gets(reads[target_of(begin)]);
+    const BatchedGets* store = plan.batched_gets(target_of(begin));
     std::size_t bytes = 0;
     while (w.end < chunks.size() && w.end - begin < kBatchKeys) {
       const std::size_t t = target_of(w.end);
-      const std::size_t chunk_bytes = reads[t].array->chain().spec().nbytes();
+      const std::size_t chunk_bytes = plan.array(t).chain().spec().nbytes();
       const std::size_t after = bytes + chunk_bytes;
-      if (w.end > begin && (batched_gets(reads[t]) != store || after > inflight_bytes / 2 ||
+      if (w.end > begin && (plan.batched_gets(t) != store || after > inflight_bytes / 2 ||
                             (after > kWindowBytes && w.end - begin >= kFewValues))) {
         break;
       }
@@ -226,19 +226,18 @@ void read_batched(std::span<const PreparedRead> reads, std::span<const std::size
     place::GridIntersection::Item at;
     std::size_t t = 0;
     for (std::size_t k = 0; k < n; ++k) {
-      t = locate(reads, first, chunks[w.begin + k], at);
-      const auto& meta = reads[t].array->metadata();
-      std::string key = join_key(reads[t].array->path(), meta.chunk_key_encoding.key(at.chunk));
-      if (fetched_whole(reads[t], at)) {
+      t = plan.locate(chunks[w.begin + k], at);
+      std::string key = plan.chunk_key(t, at.chunk);
+      if (fetched_whole(plan.array(t), at)) {
         whole.push_back(k);
         keys.push_back(std::move(key));
       } else {
         w.whole[k] = false;
         in_part.push_back(k);
-        shards.push_back({reads[t].array, std::move(key), at.within});
+        shards.push_back({&plan.array(t), std::move(key), at.within});
       }
     }
-    const BatchedGets& gets = *batched_gets(reads[t]);
+    const BatchedGets& gets = *plan.batched_gets(t);
     w.values.assign(n, std::nullopt);
     w.shards.assign(n, {});
     if (!keys.empty()) {
@@ -246,12 +245,12 @@ void read_batched(std::span<const PreparedRead> reads, std::span<const std::size
       try {
         values = gets.get_many(keys);
       } catch (Error& e) {
-        e.add_context(reads[t].array->describe() + ", chunks '" + keys.front() + "' to '" +
+        e.add_context(plan.array(t).describe() + ", chunks '" + keys.front() + "' to '" +
                       keys.back() + "'");
         throw;
       }
       if (values.size() != keys.size()) {
-        throw StoreError(reads[t].array->describe() + ": the store returned " +
+        throw StoreError(plan.array(t).describe() + ": the store returned " +
                          std::to_string(values.size()) + " values for " +
                          std::to_string(keys.size()) + " keys");
       }
@@ -274,11 +273,11 @@ void read_batched(std::span<const PreparedRead> reads, std::span<const std::size
     try {
       pool.parallel_for(current.end - current.begin, workers, [&](std::size_t k) {
         place::GridIntersection::Item chunk;
-        const std::size_t t = locate(reads, first, chunks[current.begin + k], chunk);
+        const std::size_t t = plan.locate(chunks[current.begin + k], chunk);
         if (current.whole[k]) {
-          read_chunk(reads[t], chunk, budget, pool, workers, &current.values[k]);
+          read_chunk(plan, t, chunk, budget, pool, workers, &current.values[k]);
         } else {
-          read_shard_in_part(*reads[t].array, chunk, reads[t].out, budget, current.shards[k]);
+          read_shard_in_part(plan.array(t), chunk, plan.target(t).out, budget, current.shards[k]);
         }
       });
     } catch (...) {

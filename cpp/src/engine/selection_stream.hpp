@@ -1,9 +1,9 @@
 // The selected elements of a chunk, in C order, taken from its bytes as they are decoded (or
 // read) from first to last: for a selection that cuts a chunk too large to hold whole (a host
-// read, engine/array_read.cpp; a device read, staged a part at a time, gpu/leaf_parts.hpp). The
-// selection's elements lie in the chunk in the same order as in the selection (steps are positive),
-// so one pass over the chunk's bytes hands them out in order, a window of the chunk at a time. Pure
-// host logic.
+// read, engine/array_read.cpp; a device read, staged a part at a time, device_read/leaf_parts.hpp).
+// The selection's elements lie in the chunk in the same order as in the selection (steps are
+// positive), so one pass over the chunk's bytes hands them out in order, a window of the chunk at a
+// time. Pure host logic.
 #pragma once
 
 #include <cstddef>

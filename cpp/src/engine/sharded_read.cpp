@@ -13,9 +13,8 @@
 
 namespace zarr_device::engine {
 
-void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size_t> first,
-                  std::span<const std::size_t> chunks, engine::ByteBudget& budget,
-                  engine::ThreadPool& pool, std::size_t workers) {
+void read_sharded(const read::ReadPlan& plan, std::span<const std::size_t> chunks,
+                  engine::ByteBudget& budget, engine::ThreadPool& pool, std::size_t workers) {
   constexpr std::size_t kShardWindow = 64;  // shards open at once (a file each) with their indexes
   struct OpenShard {
     std::size_t target = 0;
@@ -29,17 +28,16 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
     std::vector<OpenShard> shards(std::min(kShardWindow, chunks.size() - begin));
     pool.parallel_for(shards.size(), workers, [&](std::size_t k) {
       auto& shard = shards[k];
-      shard.target = locate(reads, first, chunks[begin + k], shard.item);
-      shard.layout = shards_by_range(reads[shard.target]);
-      const Array& array = *reads[shard.target].array;
-      shard.key = join_key(array.path(), array.metadata().chunk_key_encoding.key(shard.item.chunk));
+      shard.target = plan.locate(chunks[begin + k], shard.item);
+      shard.layout = shards_by_range(plan, shard.target);
+      shard.key = plan.chunk_key(shard.target, shard.item.chunk);
       try {
-        shard.value = reads[shard.target].store->open(shard.key);
+        shard.value = plan.store(shard.target).open(shard.key);
         if (shard.value) {
           shard.index = shard.layout->read_index(ranges_of(*shard.value), shard.value->size());
         }
       } catch (Error& e) {
-        e.add_context(array.describe() + ", chunk '" + shard.key + "'");
+        e.add_context(plan.where(shard.target, shard.key));
         throw;
       }
     });
@@ -71,17 +69,18 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
           if (chunk.index >= shard.index.size() || !shard.index[chunk.index]) return;
           const auto& entry = *shard.index[chunk.index];
           try {
-            reads[shard.target].store->will_need(shard.key, entry.offset, entry.nbytes);
+            plan.store(shard.target).will_need(shard.key, entry.offset, entry.nbytes);
           } catch (const Error&) {  // NOLINT(bugprone-empty-catch): a hint
           }
         });
     const auto read_inner = [&](std::size_t i) {
       const auto k = shard_of(i);
       const auto& shard = shards[k];
-      const PreparedRead& read = reads[shard.target];
-      const StridedView region = place::subview(read.out, shard.item.out_offset, shard.item.count);
+      const Array& array = plan.array(shard.target);
+      const StridedView region =
+          place::subview(plan.target(shard.target).out, shard.item.out_offset, shard.item.count);
       if (!shard.value) {
-        place::fill_strided(region, read.array->metadata().fill_value);
+        place::fill_strided(region, array.metadata().fill_value);
         return;
       }
       codecs::InnerChunks::Chunk item;
@@ -92,7 +91,7 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
         try {
           const auto& entry = shard.index.at(linear);
           if (!entry) {
-            place::fill_strided(part, read.array->chain().spec().fill_value);
+            place::fill_strided(part, array.chain().spec().fill_value);
             return;
           }
           const auto& inner = shard.layout->inner();
@@ -112,7 +111,7 @@ void read_sharded(std::span<const PreparedRead> reads, std::span<const std::size
           throw;
         }
       } catch (Error& e) {
-        e.add_context(read.array->describe() + ", chunk '" + shard.key + "'");
+        e.add_context(plan.where(shard.target, shard.key));
         throw;
       }
     };

@@ -23,7 +23,6 @@ folder with no Zarr node in it has nothing removed at all.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import math
@@ -38,6 +37,7 @@ from typing import Any
 
 from zarr_device import _core
 from zarr_device.io.leftover_trees import process_alive
+from zarr_device.tools.store_walk import Folder, walk
 from zarr_device.io.chunk_keys import ChunkKeys, v2_chunk_keys, v3_chunk_keys
 from zarr_device.errors import ZarrDeviceError
 
@@ -91,108 +91,6 @@ class FsckReport:
 
 
 # ----------------------------------------------------------------------------------------------
-# The walk: iterative, one open directory per level, never through a link
-
-
-@dataclass
-class _Folder:
-    """One directory of the walk. ``dirs``: the real subdirectories to enter (the caller may
-    remove names, as with os.walk); ``files``: every other entry, with its lstat. ``context``
-    is the caller's, read by the children through ``parent``."""
-
-    parts: tuple[str, ...]
-    fd: int
-    files: dict[str, os.stat_result]
-    dirs: list[str]
-    parent: _Folder | None
-    error: str | None = None
-    context: Any = None
-
-    @property
-    def relative(self) -> str:
-        return "/".join(self.parts)
-
-
-def _list(fd: int) -> tuple[dict[str, os.stat_result], list[str]]:
-    files: dict[str, os.stat_result] = {}
-    dirs: list[str] = []
-    with os.scandir(fd) as entries:
-        names = sorted(entry.name for entry in entries)
-    for name in names:
-        try:
-            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except FileNotFoundError:  # removed meanwhile
-            continue
-        if stat.S_ISDIR(info.st_mode):
-            dirs.append(name)
-        else:
-            files[name] = info
-    return files, dirs
-
-
-def _walk(root: Path, max_depth: int, start: tuple[str, ...] = ()) -> Iterator[_Folder]:
-    """Every directory under ``root``, parents before children, without recursion: a tree of
-    any depth costs one open directory per level entered, and levels past ``max_depth`` are
-    yielded with ``error`` set and not entered. Directories are opened beneath their parent's
-    descriptor without following links, so a folder swapped for a link meanwhile is not
-    entered. The root itself (a path the caller named) may be a link."""
-    frames: list[tuple[_Folder, list[str]]] = []
-
-    def enter(parts: tuple[str, ...], parent: _Folder | None) -> _Folder | None:
-        # The folder at ``parts``: opened, listed and put on the frames (closed with its frame,
-        # also when the caller stops early); when it cannot be, one with ``error`` set; None
-        # when it was removed meanwhile.
-        try:
-            if parent is None:
-                fd = os.open(root.joinpath(*parts), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            else:
-                fd = os.open(parts[-1], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             dir_fd=parent.fd)
-        except FileNotFoundError:
-            if parent is None:
-                return _Folder(parts, -1, {}, [], parent, error="it does not exist")
-            return None
-        except OSError as e:
-            return _Folder(parts, -1, {}, [], parent, error=f"cannot open it: {e.strerror or e}")
-        try:
-            files, dirs = _list(fd)
-        except OSError as e:
-            os.close(fd)
-            return _Folder(parts, -1, {}, [], parent, error=f"cannot list it: {e.strerror or e}")
-        folder = _Folder(parts, fd, files, dirs, parent)
-        frames.append((folder, []))
-        return folder
-
-    try:
-        folder = enter(start, None)
-        assert folder is not None
-        yield folder
-        if frames:
-            frames[-1] = (folder, list(reversed(folder.dirs)))  # as the caller left them
-        while frames:
-            folder, pending = frames[-1]
-            if not pending:
-                os.close(folder.fd)
-                frames.pop()
-                continue
-            name = pending.pop()
-            parts = folder.parts + (name,)
-            if len(parts) - len(start) > max_depth:
-                yield _Folder(parts, -1, {}, [], folder, error="too-deep")
-                continue
-            child = enter(parts, folder)
-            if child is None:
-                continue
-            yield child
-            if child.error is None:
-                frames[-1] = (child, list(reversed(child.dirs)))
-    finally:
-        for folder, _ in frames:
-            with contextlib.suppress(OSError):
-                os.close(folder.fd)
-
-
-# ----------------------------------------------------------------------------------------------
 # Nodes, their chunk keys, and the engine's temporary files
 
 
@@ -222,7 +120,7 @@ class _Node:
     keys: ChunkKeys | None  # None for groups, and for arrays whose metadata does not parse here
 
 
-def _node_of(folder: _Folder) -> _Node | None:
+def _node_of(folder: Folder) -> _Node | None:
     """The node whose folder this is, from its metadata (read again later through the engine;
     this reading only tells the chunk keys, to know which temporary names are the engine's)."""
     present = [m for m in _METADATA if m in folder.files and stat.S_ISREG(folder.files[m].st_mode)]
@@ -250,7 +148,7 @@ class _Where:
     below: tuple[str, ...] = ()
 
 
-def _where(folder: _Folder) -> _Where | None:
+def _where(folder: Folder) -> _Where | None:
     node = _node_of(folder)
     if node is not None:
         return _Where(node)
@@ -303,7 +201,7 @@ def _escapes(root: Path, relative: str) -> Path | None:
 def _check_files(root: Path, fix: bool, report: FsckReport) -> _Found:
     """The file-level checks; returns the nodes found."""
     found = _Found()
-    for folder in _walk(root, MAX_DEPTH):
+    for folder in walk(root, MAX_DEPTH):
         if folder.error is not None:
             if folder.error == "too-deep":
                 report.problems.append(Problem("too-deep", folder.relative, f"more than {MAX_DEPTH} "
@@ -346,7 +244,7 @@ def _check_files(root: Path, fix: bool, report: FsckReport) -> _Found:
     return found
 
 
-def _check_temporary(folder: _Folder, where: _Where | None, name: str, info: os.stat_result,
+def _check_temporary(folder: Folder, where: _Where | None, name: str, info: os.stat_result,
                      relative: str, fix: bool, report: FsckReport) -> None:
     ours = _engine_temporary(where, name)
     if ours is None:
@@ -382,7 +280,7 @@ def _stored_chunks(root: Path, node: _Node) -> Iterator[tuple[str, int]]:
     if keys is None:
         return
     start = tuple(node.path.split("/")) if node.path else ()
-    for folder in _walk(root, keys.ndim + 1, start):
+    for folder in walk(root, keys.ndim + 1, start):
         if folder.error is not None:
             continue
         below = folder.parts[len(start):]

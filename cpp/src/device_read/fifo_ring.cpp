@@ -1,10 +1,10 @@
-#include "gpu/fifo_ring.hpp"
+#include "device_read/fifo_ring.hpp"
 
 #include <string>
 
 #include "zarr_device/errors.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 
 FifoRing::Taken FifoRing::take(std::size_t bytes,
                                const std::function<void(std::uint64_t, bool)>& retire,
@@ -63,4 +63,4 @@ void FifoRing::reset() {
   head_ = 0;
 }
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

@@ -6,22 +6,15 @@
 #include <span>
 #include <vector>
 
+#include "device_read/read_leaf.hpp"
 #include "engine/thread_pool.hpp"
-#include "gpu/read_leaf.hpp"
+#include "read/read_plan.hpp"
 #include "zarr_device/cuda.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 
-// One array's part of a read: a selection of `array`, landing in `out` (device memory, the
-// selection's shape).
-struct ReadTarget {
-  const Array* array = nullptr;
-  std::vector<DimSlice> selection;
-  StridedView out;
-  // Where its chunks are read from: a view of the array's store for this one read (StoreViews),
-  // or null for the array's store itself.
-  const Store* store = nullptr;
-};
+// The targets of a device read: their outputs are device memory.
+using read::ReadTarget;
 
 // The device decoders present (nvCOMP's, on this machine), by kind.
 struct DeviceDecoders {
@@ -49,8 +42,9 @@ inline constexpr std::size_t kSizedAtFetchBytes = std::size_t{1} << 20;
 // that read the stored bytes themselves, which need their exact sizes).
 enum class PlanSizes { kAtFetch, kNow };
 
-// Plans every target's chunks, in parallel on `pool` (reading shard indexes), leaves in target
-// order. Errors name the array and the chunk.
+// Lays out the chunks of a read plan (read/read_plan.hpp) of `targets` as leaves, in parallel on
+// `pool` (reading shard indexes and expanding shards into their inner chunks), in target order.
+// Errors name the array and the chunk.
 std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDecoders& decoders,
                              GpuDecode policy, engine::ThreadPool& pool, std::size_t workers,
                              PlanSizes sizes = PlanSizes::kAtFetch);
@@ -63,4 +57,4 @@ void choose_route(Leaf& leaf, const DeviceDecoders& decoders, GpuDecode policy);
 // device decoder takes; false sends it to the CPU decoder, which raises on corruption.
 bool device_can_take(const Leaf& leaf, std::span<const std::byte> stored);
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

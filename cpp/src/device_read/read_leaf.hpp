@@ -1,6 +1,7 @@
 // The unit of a device read: one stored chunk (or inner chunk of a shard) of one array, with where
 // its bytes are, how they travel to the device and where they land. Host-side: planned, batched,
-// fetched and checked on CPU threads (cpp/src/gpu), decoded and placed on the device (cpp/cuda).
+// fetched and checked on CPU threads (cpp/src/device_read), decoded and placed on the device
+// (cpp/cuda).
 #pragma once
 
 #include <cstddef>
@@ -11,12 +12,12 @@
 #include <vector>
 
 #include "codecs/codec_chain.hpp"
-#include "gpu/staging_alignment.hpp"
+#include "device_read/staging_alignment.hpp"
 #include "zarr_device/array.hpp"
 #include "zarr_device/codec.hpp"
 #include "zarr_device/store.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 
 // How one stored chunk reaches its place on the device.
 enum class Route {
@@ -28,7 +29,7 @@ enum class Route {
 
 using DecodeKind = DeviceDecoding::Kind;
 
-struct ChunkParts;  // gpu/leaf_parts.hpp
+struct ChunkParts;  // device_read/leaf_parts.hpp
 
 inline constexpr std::size_t kInPlace = SIZE_MAX;     // decoded straight into its destination
 inline constexpr std::size_t kPlaced = SIZE_MAX - 1;  // already in its destination
@@ -62,8 +63,8 @@ struct Leaf {
   std::size_t trailer = 0;  // checksum and framing bytes at the end
   int crc32c = 0;           // crc32c codecs to verify (on the CPU) and strip
   bool swap = false;        // big-endian elements
-  // A part of a chunk staged a part at a time (gpu/leaf_parts.hpp), and which; null for a whole
-  // chunk. A part's selection, destination and spec are those of its stretch of the chunk's
+  // A part of a chunk staged a part at a time (device_read/leaf_parts.hpp), and which; null for a
+  // whole chunk. A part's selection, destination and spec are those of its stretch of the chunk's
   // decoded bytes, as a one-dimensional array.
   std::shared_ptr<ChunkParts> parts;
   std::size_t part = 0;
@@ -100,4 +101,4 @@ std::size_t staged_bytes(const Leaf& leaf);
 // for the decoder's output).
 bool decodes_in_place(const Leaf& leaf, std::size_t alignment);
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

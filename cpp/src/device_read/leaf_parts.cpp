@@ -1,4 +1,4 @@
-#include "gpu/leaf_parts.hpp"
+#include "device_read/leaf_parts.hpp"
 
 #include <algorithm>
 #include <array>
@@ -9,13 +9,13 @@
 #include <utility>
 
 #include "codecs/crc32c.hpp"
+#include "device_read/read_plan.hpp"
+#include "device_read/read_staging.hpp"
 #include "engine/piece_decode.hpp"
 #include "engine/selection_stream.hpp"
-#include "gpu/read_plan.hpp"
-#include "gpu/read_staging.hpp"
 #include "place/strided_copy.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 
 // Stored bytes of a chunk that are checksummed but not staged.
 struct CheckedPiece {
@@ -457,4 +457,4 @@ bool fetch_part(const Leaf& part, std::byte* staged, bool wait) {
   }
 }
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

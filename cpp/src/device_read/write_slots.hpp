@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstddef>
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 
 // A write's batches alternate between two slots: one is encoded on the GPU while the other's
 // chunks are stored.
@@ -18,4 +18,4 @@ constexpr std::size_t write_slot_bytes(std::size_t staging_bytes) {
   return std::max(staging_bytes / kWriteSlots / kMiB * kMiB, kMiB);
 }
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

@@ -1,4 +1,4 @@
-#include "gpu/read_staging.hpp"
+#include "device_read/read_staging.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "codecs/crc32c.hpp"
+#include "device_read/leaf_parts.hpp"
+#include "device_read/read_plan.hpp"
 #include "engine/piece_decode.hpp"
-#include "gpu/leaf_parts.hpp"
-#include "gpu/read_plan.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 namespace {
 
 // (A chunk's part is fetched by fetch_part, whatever its route.)
@@ -344,4 +344,4 @@ std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
   return decoded;
 }
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

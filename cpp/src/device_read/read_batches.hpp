@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "gpu/read_leaf.hpp"
-#include "gpu/staging_alignment.hpp"
+#include "device_read/read_leaf.hpp"
+#include "device_read/staging_alignment.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 
 inline constexpr std::size_t kMaxBatch = 8192;  // leaves per slot
 // Decode regions (one stream each) a read may split its decode memory into: as many as CUDA's
@@ -51,11 +51,11 @@ using PerKind = std::array<std::size_t, DeviceDecoding::kKinds>;
 double device_decodes_per_slot(std::span<const Leaf> leaves, std::size_t capacity);
 
 // Whether a read of `leaves` through slots of `capacity` bytes decodes in a decode arena of
-// `decode_memory` bytes, off its slots (gpu/fifo_ring.hpp), rather than in regions: where a slot
-// holds fewer than kFewPerSlot of its device-decoded chunks, their slots, not the decode memory,
-// bound how many decode at once (a 64 MiB chunk fills a slot of the default ring: 12 at most,
-// at 0.7-0.8 GB/s each on an H200). Only where each chunk alone, at `costs` (which plan for the
-// worst case) and with its scratch (set by plan_decode_regions), fits a batch's budget
+// `decode_memory` bytes, off its slots (device_read/fifo_ring.hpp), rather than in regions: where a
+// slot holds fewer than kFewPerSlot of its device-decoded chunks, their slots, not the decode
+// memory, bound how many decode at once (a 64 MiB chunk fills a slot of the default ring: 12 at
+// most, at 0.7-0.8 GB/s each on an H200). Only where each chunk alone, at `costs` (which plan for
+// the worst case) and with its scratch (set by plan_decode_regions), fits a batch's budget
 // (off_slot_decode_budget): a batch's bytes and its decoder's memory are two ranges of the arena
 // at once, and its decoder's memory is known only once its bytes are across.
 bool decodes_off_slots(std::span<const Leaf> leaves, std::size_t capacity,
@@ -153,4 +153,4 @@ std::vector<Batch> pack_batches(std::span<Leaf> leaves, std::size_t capacity, st
                                 const DecodeCosts& costs, std::size_t decode_budget,
                                 std::size_t decode_target = SIZE_MAX);
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

@@ -12,7 +12,7 @@
 #include <functional>
 #include <string>
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 
 class FifoRing {
  public:
@@ -57,4 +57,4 @@ class FifoRing {
   std::deque<Range> ranges_;  // live, oldest first
 };
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "codecs/crc32c.hpp"
+#include "device_read/read_leaf.hpp"
 #include "engine/thread_pool.hpp"
-#include "gpu/read_leaf.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 
 inline constexpr std::size_t kPieceBytes =
     1 << 20;  // unit of parallel reads: small enough to balance
@@ -48,4 +48,4 @@ struct CpuDecoded {
 std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
                                     engine::ThreadPool& pool, std::size_t workers);
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

@@ -14,10 +14,10 @@
 #include <span>
 #include <vector>
 
-#include "gpu/read_batches.hpp"
-#include "gpu/read_leaf.hpp"
+#include "device_read/read_batches.hpp"
+#include "device_read/read_leaf.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 
 // The default PartSizes::window_budget: with the staging, within the host memory a GPU read may
 // hold beyond its ring (512 MiB).
@@ -71,7 +71,7 @@ void lend_part_staging(std::span<Leaf> batch, std::byte* host);
 
 // Whether fetching `leaf` also checksums a share of its chunk's bytes around a stretch (a rank's
 // rows of a chunk under a crc32c): such a fetch is the CPU's work more than the copy engine's,
-// like a CPU decode's (gpu::fetch_ahead).
+// like a CPU decode's (device_read::fetch_ahead).
 bool checks_around(const Leaf& leaf);
 
 // Fetches a part into `staged` (its place in its slot): a copied chunk's part is read, a decoded
@@ -83,4 +83,4 @@ bool checks_around(const Leaf& leaf);
 // fetches others meanwhile, and this one later, waiting.
 bool fetch_part(const Leaf& part, std::byte* staged, bool wait = true);
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

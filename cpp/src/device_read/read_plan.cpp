@@ -1,4 +1,4 @@
-#include "gpu/read_plan.hpp"
+#include "device_read/read_plan.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -10,7 +10,7 @@
 #include "place/chunk_grid.hpp"
 #include "place/strided_copy.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 namespace {
 
 // (By value and moved in: a read of 65536 small chunks makes as many leaves, and a copy of each
@@ -33,16 +33,6 @@ Leaf make_leaf(const Array& array, const Store& store, std::string key,
   return leaf;
 }
 
-// The key of `array`'s chunk at grid position `chunk`.
-std::string chunk_key(const Array& array, std::span<const std::int64_t> chunk) {
-  return join_key(array.path(), array.metadata().chunk_key_encoding.key(chunk));
-}
-
-// What a target's chunks are read from: the read's view of its array's store, or that store.
-const Store& source_of(const ReadTarget& target) {
-  return target.store ? *target.store : *target.array->store();
-}
-
 // What was asked for already of a chunk of a store that answers many requests in one call: its
 // stored size (nullopt: there is none) and, of a shard, its index's bytes.
 struct Prefetched {
@@ -52,14 +42,14 @@ struct Prefetched {
 
 // The leaf of a whole chunk of one target (of an array without shards). `prefetched`: what was
 // asked for already with other chunks; null: ask the store, or leave it to the fetch.
-Leaf plan_chunk(const ReadTarget& target, const place::GridIntersection::Item& item,
-                const DeviceDecoders& decoders, GpuDecode policy, const Prefetched* prefetched,
-                PlanSizes sizes) {
-  const Array& array = *target.array;
+Leaf plan_chunk(const read::ReadPlan& plan, std::size_t t,
+                const place::GridIntersection::Item& item, const DeviceDecoders& decoders,
+                GpuDecode policy, const Prefetched* prefetched, PlanSizes sizes) {
+  const Array& array = plan.array(t);
   const auto& chain = array.chain();
-  const Store& store = source_of(target);
-  Leaf leaf = make_leaf(array, store, chunk_key(array, item.chunk), chain, item.within,
-                        place::subview(target.out, item.out_offset, item.count));
+  const Store& store = plan.store(t);
+  Leaf leaf = make_leaf(array, store, plan.chunk_key(t, item.chunk), chain, item.within,
+                        place::subview(plan.target(t).out, item.out_offset, item.count));
   if (!prefetched && sizes == PlanSizes::kAtFetch &&
       chain.max_stored_size() <= kSizedAtFetchBytes) {
     leaf.length = chain.max_stored_size();
@@ -76,15 +66,15 @@ Leaf plan_chunk(const ReadTarget& target, const place::GridIntersection::Item& i
 }
 
 // The leaves of one shard of one target, likewise.
-void plan_shard(const ReadTarget& target, const place::GridIntersection::Item& item,
-                const DeviceDecoders& decoders, GpuDecode policy, std::vector<Leaf>& leaves,
-                const Prefetched* prefetched) {
-  const Array& array = *target.array;
+void plan_shard(const read::ReadPlan& plan, std::size_t t,
+                const place::GridIntersection::Item& item, const DeviceDecoders& decoders,
+                GpuDecode policy, std::vector<Leaf>& leaves, const Prefetched* prefetched) {
+  const Array& array = plan.array(t);
   const auto& chain = array.chain();
-  const Store& store = source_of(target);
-  const std::string key = chunk_key(array, item.chunk);
-  const StridedView region = place::subview(target.out, item.out_offset, item.count);
-  const auto* shard = chain.shard_layout();
+  const Store& store = plan.store(t);
+  const std::string key = plan.chunk_key(t, item.chunk);
+  const StridedView region = place::subview(plan.target(t).out, item.out_offset, item.count);
+  const auto* shard = plan.shards(t);
   // The shard's index and its chunks come from one open version of it (of a store that cannot
   // hold one, the key, read by range).
   const auto value = !prefetched        ? store.open(key)
@@ -198,33 +188,28 @@ bool device_can_take(const Leaf& leaf, std::span<const std::byte> stored) {
 std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDecoders& decoders,
                              GpuDecode policy, engine::ThreadPool& pool, std::size_t workers,
                              PlanSizes sizes) {
-  // One index space over every target's chunks, so one parallel loop plans them all.
-  std::vector<place::GridIntersection> grids;
-  std::vector<std::size_t> first{0};
-  for (const auto& t : targets) {
-    grids.emplace_back(t.selection, t.array->metadata().chunk_shape);
-    first.push_back(first.back() + grids.back().size());
-  }
+  // One index space over every target's chunks, so one parallel loop lays them all out.
+  const read::ReadPlan plan(targets);
   // Chunks of stores that answer many requests in one call: their sizes, and the indexes of
   // shards, asked for together (per store, a call for up to kKeysPerCall of them), not one
   // request per chunk from each worker thread.
   std::vector<Prefetched> prefetched;  // by chunk; empty when no target's store batches
   std::vector<bool> fetched;           // which entries of `prefetched` hold an answer
   constexpr std::size_t kKeysPerCall = 4096;
-  for (std::size_t t = 0; t < targets.size(); ++t) {
-    const auto* gets = dynamic_cast<const BatchedGets*>(targets[t].array->store().get());
+  for (std::size_t t = 0; t < plan.targets(); ++t) {
+    const auto* gets = plan.batched_gets(t);
     if (!gets) continue;
-    const auto* shard = targets[t].array->chain().shard_layout();
+    const auto* shard = plan.shards(t);
     std::vector<std::string> keys;
-    keys.reserve(grids[t].size());
+    keys.reserve(plan.grid(t).size());
     place::GridIntersection::Item item;
-    for (std::size_t j = 0; j < grids[t].size(); ++j) {
-      grids[t].at(j, item);
-      keys.push_back(chunk_key(*targets[t].array, item.chunk));
+    for (std::size_t j = 0; j < plan.grid(t).size(); ++j) {
+      plan.grid(t).at(j, item);
+      keys.push_back(plan.chunk_key(t, item.chunk));
     }
     if (prefetched.empty()) {
-      prefetched.resize(first.back());
-      fetched.resize(first.back(), false);
+      prefetched.resize(plan.chunks());
+      fetched.resize(plan.chunks(), false);
     }
     for (std::size_t begin = 0; begin < keys.size(); begin += kKeysPerCall) {
       const std::span<const std::string> asked(keys.data() + begin,
@@ -233,21 +218,21 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
         try {
           return call();
         } catch (Error& e) {
-          e.add_context(targets[t].array->describe() + ", chunks '" + asked.front() + "' to '" +
+          e.add_context(plan.array(t).describe() + ", chunks '" + asked.front() + "' to '" +
                         asked.back() + "'");
           throw;
         }
       };
       const auto got = in_context([&] { return gets->sizes_many(asked); });
       if (got.size() != asked.size()) {
-        throw StoreError(targets[t].array->describe() + ": the store returned " +
+        throw StoreError(plan.array(t).describe() + ": the store returned " +
                          std::to_string(got.size()) + " sizes for " + std::to_string(asked.size()) +
                          " keys");
       }
       std::vector<KeyRanges> indexes;  // of the shards stored
       std::vector<std::size_t> of;
       for (std::size_t j = 0; j < got.size(); ++j) {
-        const std::size_t i = first[t] + begin + j;
+        const std::size_t i = plan.first_chunk(t) + begin + j;
         prefetched[i].size = got[j];
         fetched[i] = true;
         if (!shard || !got[j]) continue;
@@ -261,7 +246,7 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
       if (indexes.empty()) continue;
       auto answers = in_context([&] { return gets->get_ranges(indexes); });
       if (answers.size() != indexes.size()) {
-        throw StoreError(targets[t].array->describe() + ": the store answered " +
+        throw StoreError(plan.array(t).describe() + ": the store answered " +
                          std::to_string(answers.size()) + " keys for " +
                          std::to_string(indexes.size()));
       }
@@ -275,23 +260,19 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
   }
   // Each chunk of an array without shards is one leaf, planned into its place; a shard's leaves
   // are gathered per shard, then joined in order.
-  const bool sharded = std::any_of(targets.begin(), targets.end(), [](const ReadTarget& t) {
-    return t.array->chain().shard_layout() != nullptr;
-  });
-  std::vector<Leaf> leaves(sharded ? 0 : first.back());
-  std::vector<std::vector<Leaf>> per_chunk(sharded ? first.back() : 0);
-  pool.parallel_for(first.back(), workers, [&](std::size_t i) {
-    const std::size_t t =
-        static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), i) - first.begin()) -
-        1;
+  bool sharded = false;
+  for (std::size_t t = 0; t < plan.targets(); ++t) sharded = sharded || plan.shards(t) != nullptr;
+  std::vector<Leaf> leaves(sharded ? 0 : plan.chunks());
+  std::vector<std::vector<Leaf>> per_chunk(sharded ? plan.chunks() : 0);
+  pool.parallel_for(plan.chunks(), workers, [&](std::size_t i) {
     // One item per thread, refilled for each chunk: four vectors allocated and freed per chunk
     // otherwise. (Nothing a chunk's plan calls plans another read on this thread.)
     thread_local place::GridIntersection::Item item;
-    grids[t].at(i - first[t], item);
+    const std::size_t t = plan.locate(i, item);
     const Prefetched* known = !fetched.empty() && fetched[i] ? &prefetched[i] : nullptr;
     try {
-      if (!targets[t].array->chain().shard_layout()) {
-        Leaf leaf = plan_chunk(targets[t], item, decoders, policy, known, sizes);
+      if (!plan.shards(t)) {
+        Leaf leaf = plan_chunk(plan, t, item, decoders, policy, known, sizes);
         leaf.target = t;
         if (sharded) {
           per_chunk[i].push_back(std::move(leaf));
@@ -300,11 +281,10 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
         }
         return;
       }
-      plan_shard(targets[t], item, decoders, policy, per_chunk[i], known);
+      plan_shard(plan, t, item, decoders, policy, per_chunk[i], known);
       for (auto& leaf : per_chunk[i]) leaf.target = t;
     } catch (Error& e) {
-      e.add_context(targets[t].array->describe() + ", chunk '" +
-                    chunk_key(*targets[t].array, item.chunk) + "'");
+      e.add_context(plan.where(t, plan.chunk_key(t, item.chunk)));
       throw;
     }
   });
@@ -318,4 +298,4 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
   return leaves;
 }
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

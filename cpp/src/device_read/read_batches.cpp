@@ -1,12 +1,12 @@
-#include "gpu/read_batches.hpp"
+#include "device_read/read_batches.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "gpu/leaf_parts.hpp"
+#include "device_read/leaf_parts.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 
 double device_decodes_per_slot(std::span<const Leaf> leaves, std::size_t capacity) {
   double staged = 0;
@@ -183,4 +183,4 @@ std::vector<Batch> pack_batches(std::span<Leaf> leaves, std::size_t capacity, st
   return batches;
 }
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

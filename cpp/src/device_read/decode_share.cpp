@@ -1,4 +1,4 @@
-#include "gpu/decode_share.hpp"
+#include "device_read/decode_share.hpp"
 
 #include <algorithm>
 #include <array>
@@ -10,7 +10,7 @@
 #include "codecs/codec_chain.hpp"
 #include "zarr_device/errors.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 
 double decode_seconds(double device_bytes, double cpu_bytes, double largest, double fetched,
                       const DecodeRates& rates) {
@@ -115,4 +115,4 @@ std::size_t share_decodes(std::span<Leaf> leaves, DecodeKind kind, const DecodeR
   return moved;
 }
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

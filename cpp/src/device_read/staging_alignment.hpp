@@ -4,10 +4,10 @@
 
 #include <cstddef>
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 
 inline constexpr std::size_t kStagingAlignment = 256;
 
 inline constexpr std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read

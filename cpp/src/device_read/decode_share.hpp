@@ -11,9 +11,9 @@
 #include <cstddef>
 #include <span>
 
-#include "gpu/read_leaf.hpp"
+#include "device_read/read_leaf.hpp"
 
-namespace zarr_device::gpu {
+namespace zarr_device::device_read {
 
 // What the machine decodes and moves, per second (decoded bytes for decoding, stored bytes for
 // fetching), and the resources a read has.
@@ -73,4 +73,4 @@ double device_chunk_rate(std::span<const Leaf> leaves, DecodeKind kind, const De
 // moved.
 std::size_t share_decodes(std::span<Leaf> leaves, DecodeKind kind, const DecodeRates& rates);
 
-}  // namespace zarr_device::gpu
+}  // namespace zarr_device::device_read
