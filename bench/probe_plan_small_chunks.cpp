@@ -1,5 +1,5 @@
-// What planning a GPU read of many small chunks costs on the host: gpu::plan_reads over a 1 GiB
-// int32 array of 16 KiB zstd + crc32c chunks (65536 files, written under DIR on the first run),
+// What planning a GPU read of many small chunks costs on the host: device_read::plan_reads over a 1
+// GiB int32 array of 16 KiB zstd + crc32c chunks (65536 files, written under DIR on the first run),
 // best of 10 with 1 worker and with 2, and the leaves' destruction after it. Measured to decide
 // how a plan builds its leaves; not part of the build.
 //
@@ -13,12 +13,12 @@
 #include <filesystem>
 #include <memory>
 
-#include "gpu/read_plan.hpp"
+#include "device_read/read_plan.hpp"
 #include "gpu_read_test_util.hpp"
 
 using namespace zarr_device;
-using namespace zarr_device::gpu;
-using namespace zarr_device::gpu::test_support;
+using namespace zarr_device::device_read;
+using namespace zarr_device::device_read::test_support;
 
 int main(int argc, char** argv) {
   const std::filesystem::path dir = argc > 1 ? argv[1] : "/tmp/plan16k";
