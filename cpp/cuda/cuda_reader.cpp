@@ -49,51 +49,6 @@ std::size_t worker_count(const HostThreads& io) { return engine::worker_count(io
 using device_read::kPlaced;
 using device_read::Route;
 
-namespace {
-
-// GPU reads in flight in this process: all of them, which share the thread pool, and those of one
-// device, which share its SMs. A read weighs the CPU against the GPU with its share of each: four
-// threads each reading tensors of a state dict one by one all found the CPU sooner and decoded on
-// it together, at half the rate of one call that decoded on the GPU (15.5 against 31.5 GB/s of
-// zstd on an H200).
-class ReadsInFlight {
- public:
-  explicit ReadsInFlight(int device)
-      : on_device_(counters().per_device[static_cast<std::size_t>(
-            std::clamp(device, 0, static_cast<int>(kCountedDevices) - 1))]) {
-    ++counters().all;
-    ++on_device_;
-  }
-  ~ReadsInFlight() {
-    --counters().all;
-    --on_device_;
-  }
-  ReadsInFlight(const ReadsInFlight&) = delete;
-  ReadsInFlight& operator=(const ReadsInFlight&) = delete;
-
-  // This read's share of `count` things that all reads in flight share (at least one).
-  [[nodiscard]] std::size_t share_of_all(std::size_t count) const {
-    return std::max<std::size_t>(count / std::max<std::size_t>(counters().all.load(), 1), 1);
-  }
-  [[nodiscard]] std::size_t share_of_device(std::size_t count) const {
-    return std::max<std::size_t>(count / std::max<std::size_t>(on_device_.load(), 1), 1);
-  }
-
- private:
-  static constexpr std::size_t kCountedDevices = 64;  // devices past it share the last count
-  struct Counters {
-    std::atomic<std::size_t> all{0};
-    std::array<std::atomic<std::size_t>, kCountedDevices> per_device{};
-  };
-  static Counters& counters() {
-    static Counters counters;
-    return counters;
-  }
-  std::atomic<std::size_t>& on_device_;
-};
-
-}  // namespace
-
 void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
   const auto decoded = device_read::fetch_batch(batch, slot.host, pool_, workers_);
   // Rare (unusual framing): chunks decoded on the CPU go to their place by a synchronous detour
@@ -124,109 +79,39 @@ void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
 void Reader::read(std::span<const device_read::ReadTarget> targets,
                   std::span<const std::uintptr_t> streams,
                   const std::function<void(std::size_t)>& completed, bool complete_on_host) {
-  const auto t0 = std::chrono::steady_clock::now();
+  ReadTrace trace;
+  trace.start = std::chrono::steady_clock::now();
+  trace.targets = targets.size();
   const ReadsInFlight in_flight(device_);
   check_device(device_);
   ZD_CUDA_CHECK(cudaSetDevice(device_));
+  // Plan: the read's chunks (read::ReadPlan) laid out as leaves, each with its route.
   auto leaves = device_read::plan_reads(targets, present_decoders(nvcomp_), options_.gpu_decode,
                                         pool_, workers_);
-  const auto t_chunks = std::chrono::steady_clock::now();
-  const auto gds_files = [](const Array& array) {
-    const auto* files = dynamic_cast<const FileBacked*>(array.store().get());
-    return files && files->io() == LocalIo::kGds;
-  };
-  // Opening cuFile's driver takes about a second (1.3 s on an H200): only reads of stores opened
-  // for GPUDirect Storage pay it.
-  if (std::any_of(targets.begin(), targets.end(),
-                  [&](const device_read::ReadTarget& t) { return gds_files(*t.array); }) &&
-      CuFile::instance().available()) {
-    std::vector<Leaf> direct;
-    std::vector<Leaf> staged;
-    for (auto& leaf : leaves) {
-      // (A chunk planned without its size may not be stored: its fetch finds out.)
-      const bool eligible = gds_files(*leaf.array) && leaf.sized && leaf.route == Route::kCopy &&
-                            leaf.crc32c == 0 && !leaf.swap && leaf.length == leaf.spec->nbytes() &&
-                            place::is_full(leaf.selection, leaf.spec->shape) &&
-                            place::is_c_contiguous(leaf.destination, leaf.spec->dtype->size);
-      (eligible ? direct : staged).push_back(std::move(leaf));
-    }
-    if (!direct.empty()) {
-      // The host writes these outputs: the consumers' earlier work on them must be done.
-      for (const std::uintptr_t stream : streams) {
-        ZD_CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)));
-      }
-      for (auto& leaf : read_from_files(std::move(direct))) staged.push_back(std::move(leaf));
-    }
-    leaves = std::move(staged);
-  }
-
+  trace.planned = std::chrono::steady_clock::now();
+  // Route: what GPUDirect Storage reads straight from files, the rest through the ring.
+  leaves = route(targets, std::move(leaves), streams);
+  trace.leaves = leaves.size();
   // A read that may complete in stream order: it returns once queued, even with device decodes
-  // when the caller does not wait for them (non_blocking); see the end of the pipeline below.
+  // when the caller does not wait for them (non_blocking); see the end of run().
   const bool may_stream_order = !completed && !complete_on_host && !streams.empty();
-  // Reads of few or large zstd chunks end sooner with a share of them decoded on the CPU. A read
-  // that does not wait for its decodes is not held up by their latency, and the next read overlaps
-  // them: the GPU is then the faster way however few the chunks. Not in a process whose streams
-  // share one hardware queue (device_read::hardware_queues): the next read's copies queue behind
-  // the consumer's wait for these decodes, so such a read is shared as one that waits.
-  static const std::size_t queues =
-      device_read::hardware_queues(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"));
-  std::size_t shared = 0;
-  if (options_.decode_sharing == DecodeSharing::kAuto &&
-      !(options_.non_blocking && may_stream_order && queues > 1)) {
-    device_read::DecodeRates rates;
-    int sms = 0;
-    ZD_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
-    rates.device_lanes = in_flight.share_of_device(static_cast<std::size_t>(sms));
-    rates.cpu_threads = in_flight.share_of_all(workers_);
-    rates.staging_bytes = options_.staging_bytes;
-    rates.slots = static_cast<std::size_t>(std::max(options_.slots, 1));
-    rates.device_chunk =
-        device_read::device_chunk_rate(leaves, device_read::DecodeKind::kZstd, rates);
-    shared = device_read::share_decodes(leaves, device_read::DecodeKind::kZstd, rates);
-  }
-  // Chunks larger than a slot of the ring as configured, or decoded on the CPU and so large that
-  // its slots would bound how many decode at once, are staged a part at a time.
-  const auto slots_configured = static_cast<std::size_t>(std::max(options_.slots, 1));
-  const std::size_t parted = device_read::cut_into_parts(
-      leaves, {slot_capacity(options_.staging_bytes, slots_configured), slots_configured,
-               options_.staging_bytes, in_flight.share_of_all(workers_)});
-  // The ring's slots hold the largest chunk: fewer, larger slots in the same staging.
-  const auto need = device_read::staging_need(leaves);
-  auto context = context_for(device_, options_, need);
-  auto& ctx = *context;
-  const std::size_t base = ctx.start_batch();  // batch b takes slot (base + b) % slots
-  const bool decodes = std::any_of(leaves.begin(), leaves.end(), [](const Leaf& leaf) {
-    return leaf.route == Route::kDeviceDecode;
-  });
-  // The outputs may have been freed and reallocated on the consumers' streams, so the read's
-  // writes wait for the work queued there. A read that does not wait for its decodes must not
-  // make them wait too: the consumers' streams then wait for the previous such read, and its
-  // decodes would queue behind that read's instead of overlapping them. Its chunks are decoded
-  // into scratch, and only the writes into the outputs wait.
-  defer_consumers_ = options_.non_blocking && may_stream_order && decodes;
-  // Pack the leaves into batches: as many as fit a slot, and whose GPU decodes fit a region (or
-  // a batch's share of the decode arena, for a read whose batches decode off their slots: one
-  // that waits for its decodes).
-  const bool waits = !(options_.non_blocking && may_stream_order);
-  const std::size_t capacity = ctx.slots_.front().capacity;
-  const std::size_t decode_target = device_read::decode_batch_target(need, capacity, waits);
-  prepare_decodes(ctx, leaves, !defer_consumers_, waits, decode_target);
-  const std::size_t target = device_read::batch_target(need, capacity, ctx.slots_.size());
-  const std::size_t decode_budget =
-      off_slot_ ? device_read::off_slot_decode_budget(capacity, ctx.arena_memory())
-                : ctx.decode_budget;
-  const auto batches = device_read::pack_batches(
-      leaves, capacity, target, costs_, decode_budget,
-      off_slot_ ? capacity : decode_target);  // (few chunks a slot: no cut)
-  // The device waits for the consumers' work, not the host, which goes on planning and reading.
-  consumers_ = ctx.record_consumers(streams);
-  if (!defer_consumers_) {
-    for (std::size_t i = 0; i < std::min(batches.size(), ctx.slots_.size()); ++i) {
-      wait_for_consumers(ctx, ctx.slot(base + i).stream);
-    }
-  }
-  const auto t1 = std::chrono::steady_clock::now();
+  // Layout: decode sharing, parts, the ring lent and the batches (the device plan).
+  DevicePlan plan = lay_out(leaves, streams, may_stream_order, in_flight);
+  trace.laid_out = std::chrono::steady_clock::now();
+  trace.batch_target = plan.batch_target;
+  trace.shared = plan.shared;
+  trace.parted = plan.parted;
+  // Run: fetch on the pool, submit, finish, hand on.
+  run(targets, leaves, plan, streams, may_stream_order, completed, trace);
+}
 
+void Reader::run(std::span<const device_read::ReadTarget> targets, std::vector<Leaf>& leaves,
+                 DevicePlan& plan, std::span<const std::uintptr_t> streams, bool may_stream_order,
+                 const std::function<void(std::size_t)>& completed, ReadTrace& trace) {
+  auto& ctx = **plan.context;
+  const auto& batches = plan.batches;
+  const std::size_t base = plan.base;
+  const bool decodes = plan.decodes;
   // A target is complete once the batch holding its last leaf is: targets are handed on in that
   // order while later batches are still on their way.
   std::vector<std::size_t> last_batch(targets.size(), 0);  // batch index + 1; 0: none staged
@@ -276,7 +161,7 @@ void Reader::read(std::span<const device_read::ReadTarget> targets,
   // Cold data: the leaves ahead of those fetched are announced to their stores by a thread of
   // the read's own (engine::ReadAhead), once a read has waited for the disk.
   engine::ReadAhead read_ahead(
-      leaves.size(), need.total / std::max<std::size_t>(leaves.size(), 1),
+      leaves.size(), plan.need.total / std::max<std::size_t>(leaves.size(), 1),
       [&leaves](std::size_t i) {
         const Leaf& leaf = leaves[i];
         if (leaf.route == Route::kFill) return;
@@ -327,7 +212,6 @@ void Reader::read(std::span<const device_read::ReadTarget> targets,
       off_slot.pop_front();
     }
   };
-  char trace[512] = "";
   try {
     hand_on(0);  // targets with nothing to stage (read straight from their files, or empty)
     for (std::size_t b = 0; b < batches.size(); ++b) {
@@ -419,27 +303,19 @@ void Reader::read(std::span<const device_read::ReadTarget> targets,
     // Slots left busy by a read that does not wait: the next read starts past them. Otherwise
     // from the first slot again (DeviceContext::start_batch).
     ctx.next_batch = stream_ordered ? base + batches.size() : 0;
-    if (std::getenv("ZARR_DEVICE_TRACE")) {
-      const std::string decode_memory =
+    trace.batches = batches.size();
+    trace.slots = slots;
+    trace.first_slot = base % slots;
+    trace.most_ahead = most_ahead;
+    if (read_observer()) {  // a string made only for an observer
+      trace.decode_memory =
           off_slot_
               ? "decoded off the slots in an arena of " + std::to_string(ctx.arena_memory()) + " B"
               : std::to_string(ctx.decode_regions()) + " decode regions of " +
                     std::to_string(ctx.decode_budget) + " B";
-      std::snprintf(
-          trace, sizeof(trace),
-          "zarr-device read: %zu targets %zu leaves %zu batches (copies %zu B), %zu slots from "
-          "%zu, fetched up to %zu ahead, %s, %zu decode calls of %zu chunks (%zu sized from "
-          "their frames, %zu in their slots), %zu shared with the CPU, %zu in parts; plan %.2f ms "
-          "(chunks %.2f), "
-          "fetch waits %.2f "
-          "ms, "
-          "batches %.2f ms",
-          targets.size(), leaves.size(), batches.size(), target, slots, base % slots, most_ahead,
-          decode_memory.c_str(), decode_calls_, decoded_chunks_, sized_calls_, sized_in_slots_,
-          shared, parted, std::chrono::duration<double, std::milli>(t1 - t0).count(),
-          std::chrono::duration<double, std::milli>(t_chunks - t0).count(), waited_fetch * 1e3,
-          std::chrono::duration<double, std::milli>(queued - t1).count());
     }
+    trace.fetch_waits = waited_fetch;
+    trace.queued = queued;
   } catch (...) {
     // Let queued reads end (they write into the slots and read `leaves`), then drain what was
     // enqueued on the GPU, so nothing writes into the outputs after we return.
@@ -464,8 +340,8 @@ void Reader::read(std::span<const device_read::ReadTarget> targets,
     off_slot.clear();
     throw;
   }
-  const auto w0 = std::chrono::steady_clock::now();
-  context.release();
+  trace.drain_from = std::chrono::steady_clock::now();
+  plan.context.reset();
   // Every awaited batch is waited for, so that nothing writes into the outputs after the read
   // returns; targets are handed on up to the first failure.
   std::string failure;
@@ -474,13 +350,12 @@ void Reader::read(std::span<const device_read::ReadTarget> targets,
     if (failure.empty() && found.empty()) hand_on(batch.batch() + 1);
     if (failure.empty()) failure = std::move(found);
   }
-  if (trace[0] != 0) {
-    const auto t2 = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "%s, drain %.2f ms, total %.2f ms, at %.3f ms\n", trace,
-                 std::chrono::duration<double, std::milli>(t2 - w0).count(),
-                 std::chrono::duration<double, std::milli>(t2 - t0).count(),
-                 std::chrono::duration<double, std::milli>(t0.time_since_epoch()).count());
-  }
+  trace.end = std::chrono::steady_clock::now();
+  trace.decode_calls = decode_calls_;
+  trace.decoded_chunks = decoded_chunks_;
+  trace.sized_calls = sized_calls_;
+  trace.sized_in_slots = sized_in_slots_;
+  if (const auto& observe = read_observer()) observe(trace);
   if (!failure.empty()) throw CodecError(failure);
 }
 

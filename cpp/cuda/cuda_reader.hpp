@@ -6,10 +6,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -18,6 +21,7 @@
 #include "engine/thread_pool.hpp"
 #include "nvcomp_api.hpp"
 #include "read_ring.hpp"
+#include "read_trace.hpp"
 #include "zarr_device/cuda.hpp"
 
 namespace zarr_device::cuda {
@@ -35,6 +39,60 @@ inline constexpr int kReadAttempts = 3;
 void place_on_device(const std::byte* src, const ChunkSpec& spec,
                      std::span<const DimSlice> selection, const StridedView& dst, bool swap,
                      cudaStream_t stream);
+
+// GPU reads in flight in this process: all of them, which share the thread pool, and those of one
+// device, which share its SMs. A read weighs the CPU against the GPU with its share of each: four
+// threads each reading tensors of a state dict one by one all found the CPU sooner and decoded on
+// it together, at half the rate of one call that decoded on the GPU (15.5 against 31.5 GB/s of
+// zstd on an H200).
+class ReadsInFlight {
+ public:
+  explicit ReadsInFlight(int device)
+      : on_device_(counters().per_device[static_cast<std::size_t>(
+            std::clamp(device, 0, static_cast<int>(kCountedDevices) - 1))]) {
+    ++counters().all;
+    ++on_device_;
+  }
+  ~ReadsInFlight() {
+    --counters().all;
+    --on_device_;
+  }
+  ReadsInFlight(const ReadsInFlight&) = delete;
+  ReadsInFlight& operator=(const ReadsInFlight&) = delete;
+
+  // This read's share of `count` things that all reads in flight share (at least one).
+  [[nodiscard]] std::size_t share_of_all(std::size_t count) const {
+    return std::max<std::size_t>(count / std::max<std::size_t>(counters().all.load(), 1), 1);
+  }
+  [[nodiscard]] std::size_t share_of_device(std::size_t count) const {
+    return std::max<std::size_t>(count / std::max<std::size_t>(on_device_.load(), 1), 1);
+  }
+
+ private:
+  static constexpr std::size_t kCountedDevices = 64;  // devices past it share the last count
+  struct Counters {
+    std::atomic<std::size_t> all{0};
+    std::array<std::atomic<std::size_t>, kCountedDevices> per_device{};
+  };
+  static Counters& counters() {
+    static Counters counters;
+    return counters;
+  }
+  std::atomic<std::size_t>& on_device_;
+};
+
+// What the layout stage makes of a read's leaves for the run stage: the ring it is lent, where its
+// batches start on the ring, and the batches.
+struct DevicePlan {
+  std::optional<ReadContexts::Lease> context;
+  std::size_t base = 0;  // batch b takes slot (base + b) % slots
+  std::vector<device_read::Batch> batches;
+  device_read::StagingNeed need;
+  std::size_t batch_target = 0;
+  bool decodes = false;  // some leaf decodes on the device
+  std::size_t shared = 0;
+  std::size_t parted = 0;
+};
 
 class Reader {
  public:
@@ -55,6 +113,19 @@ class Reader {
             const std::function<void(std::size_t)>& completed, bool complete_on_host);
 
  private:
+  // The stages of read(), in order (after device_read::plan_reads):
+  // route: GPUDirect Storage reads what it can straight from files; returns the other leaves.
+  std::vector<Leaf> route(std::span<const device_read::ReadTarget> targets,
+                          std::vector<Leaf> leaves, std::span<const std::uintptr_t> streams);
+  // layout (read_layout.cpp): decode sharing, parts, the ring lent and the batches.
+  DevicePlan lay_out(std::vector<Leaf>& leaves, std::span<const std::uintptr_t> streams,
+                     bool may_stream_order, const ReadsInFlight& in_flight);
+  // run: fetch batches on the pool ahead of their transfer, decode and placement, finish them
+  // and hand outputs on as they complete; then settle and report to the read's observer.
+  void run(std::span<const device_read::ReadTarget> targets, std::vector<Leaf>& leaves,
+           DevicePlan& plan, std::span<const std::uintptr_t> streams, bool may_stream_order,
+           const std::function<void(std::size_t)>& completed, ReadTrace& trace);
+
   // GPUDirect Storage: reads the leaves that are stored as their elements and land whole and
   // contiguous straight from their files into place; returns those it could not (for the ring).
   std::vector<Leaf> read_from_files(std::vector<Leaf> leaves);
@@ -82,7 +153,7 @@ class Reader {
   CudaReadOptions options_;
   const Nvcomp& nvcomp_;
   device_read::DecodeCosts costs_{};
-  std::size_t decode_calls_ = 0;  // for ZARR_DEVICE_TRACE
+  std::size_t decode_calls_ = 0;  // for the read's trace (read_trace.hpp)
   std::size_t decoded_chunks_ = 0;
   std::size_t sized_calls_ = 0;       // whose temporary memory was sized from the frames
   std::size_t sized_in_slots_ = 0;    // of those, sized from the frames in their pinned slot

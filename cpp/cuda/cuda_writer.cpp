@@ -23,91 +23,13 @@
 #include "nvcomp_api.hpp"
 #include "place/chunk_grid.hpp"
 #include "place/strided_copy.hpp"
+#include "write_plan.hpp"
 #include "write_ring.hpp"
 #include "zarr_device/cuda.hpp"
 
 namespace zarr_device {
 namespace cuda {
 namespace {
-
-// How the chunks of one codec chain are encoded: the GPU's part and the CPU's part after it.
-struct EncodePlan {
-  bool on_gpu = false;             // the GPU can lay out this chain's chunks
-  std::vector<std::size_t> order;  // stored dimension i is chunk dimension order[i]
-  bool swap = false;               // big-endian elements
-  std::size_t swap_unit = 1;
-  const BatchedCompressor* compressor = nullptr;  // the first bytes->bytes codec, on the GPU
-  std::size_t cpu_codecs_from = 0;                // bytes->bytes codecs run on the CPU from here
-  std::vector<std::byte> stored_fill;             // the fill value as stored (byte order)
-  std::vector<std::int64_t> stored_strides;       // bytes, per chunk dimension, into the layout
-};
-
-EncodePlan plan_encoding(const codecs::CodecChain& chain, const Nvcomp& nvcomp, GpuEncode mode) {
-  EncodePlan plan;
-  const ChunkSpec& spec = chain.spec();
-  const std::size_t rank = spec.shape.size();
-  auto order = chain.stored_order();
-  if (!order) {
-    plan.order.resize(rank);
-    std::iota(plan.order.begin(), plan.order.end(), std::size_t{0});
-    return plan;
-  }
-  plan.order = std::move(*order);
-  const auto layout = chain.array_to_bytes().plain_layout();
-  if (!layout) return plan;
-  const std::size_t es = spec.dtype->size;
-  plan.swap = *layout == Endian::kBig && spec.dtype->swap_unit > 1;
-  plan.swap_unit = plan.swap ? spec.dtype->swap_unit : 1;
-  plan.stored_fill = spec.fill_value;
-  if (plan.swap) {
-    for (std::size_t u = 0; u < es; u += plan.swap_unit) {
-      std::reverse(plan.stored_fill.begin() + static_cast<std::ptrdiff_t>(u),
-                   plan.stored_fill.begin() + static_cast<std::ptrdiff_t>(u + plan.swap_unit));
-    }
-  }
-  std::vector<std::int64_t> stored_shape(rank);
-  for (std::size_t i = 0; i < rank; ++i) stored_shape[i] = spec.shape[plan.order[i]];
-  const auto stored_c = place::c_strides(stored_shape, es);
-  plan.stored_strides.resize(rank);
-  for (std::size_t i = 0; i < rank; ++i) plan.stored_strides[plan.order[i]] = stored_c[i];
-  const auto b2b = chain.bytes_to_bytes();
-  const auto device_codec = b2b.empty() ? std::nullopt : b2b[0]->device_encoding();
-  if (mode == GpuEncode::kOn && device_codec) {
-    const auto* compressor = nvcomp.compressor(*device_codec);
-    if (compressor && spec.nbytes() > 0 && spec.nbytes() <= compressor->max_chunk) {
-      plan.compressor = compressor;
-      plan.cpu_codecs_from = 1;
-    }
-  }
-  plan.on_gpu = es <= 16;
-  return plan;
-}
-
-[[nodiscard]] bool is_identity(std::span<const std::size_t> order) {
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    if (order[i] != i) return false;
-  }
-  return true;
-}
-
-// One chunk to encode (an inner chunk of a shard, or a chunk).
-struct WriteLeaf {
-  bool outside = false;               // wholly outside the array: fill value, nothing to store
-  std::vector<std::int64_t> region;   // its elements inside the array (the rest is fill)
-  const std::byte* source = nullptr;  // device: the region's first element in `values`
-  const std::byte* input = nullptr;   // device: the chunk as stored (in staging, or in `values`)
-  std::size_t staging = SIZE_MAX;     // offset in the slot's staging when laid out there
-  std::size_t output = 0;             // offset of its compressed output
-  std::size_t host = 0;               // offset in pinned host memory (uncompressed chains)
-  std::size_t index = 0;              // in the batch's arrays
-};
-
-// One stored value: a chunk, or a shard of inner chunks.
-struct WriteItem {
-  std::size_t cell = 0;  // in the selection's chunk grid
-  std::string key;
-  std::vector<WriteLeaf> leaves;
-};
 
 // Copies a box of device memory (`shape` elements at `src`, byte strides `src_strides`) to
 // C-contiguous host memory: two-dimensional copies of its two innermost merged dimensions.

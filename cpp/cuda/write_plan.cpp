@@ -1,0 +1,59 @@
+#include "write_plan.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+
+#include "place/strided_copy.hpp"
+
+namespace zarr_device::cuda {
+
+EncodePlan plan_encoding(const codecs::CodecChain& chain, const Nvcomp& nvcomp, GpuEncode mode) {
+  EncodePlan plan;
+  const ChunkSpec& spec = chain.spec();
+  const std::size_t rank = spec.shape.size();
+  auto order = chain.stored_order();
+  if (!order) {
+    plan.order.resize(rank);
+    std::iota(plan.order.begin(), plan.order.end(), std::size_t{0});
+    return plan;
+  }
+  plan.order = std::move(*order);
+  const auto layout = chain.array_to_bytes().plain_layout();
+  if (!layout) return plan;
+  const std::size_t es = spec.dtype->size;
+  plan.swap = *layout == Endian::kBig && spec.dtype->swap_unit > 1;
+  plan.swap_unit = plan.swap ? spec.dtype->swap_unit : 1;
+  plan.stored_fill = spec.fill_value;
+  if (plan.swap) {
+    for (std::size_t u = 0; u < es; u += plan.swap_unit) {
+      std::reverse(plan.stored_fill.begin() + static_cast<std::ptrdiff_t>(u),
+                   plan.stored_fill.begin() + static_cast<std::ptrdiff_t>(u + plan.swap_unit));
+    }
+  }
+  std::vector<std::int64_t> stored_shape(rank);
+  for (std::size_t i = 0; i < rank; ++i) stored_shape[i] = spec.shape[plan.order[i]];
+  const auto stored_c = place::c_strides(stored_shape, es);
+  plan.stored_strides.resize(rank);
+  for (std::size_t i = 0; i < rank; ++i) plan.stored_strides[plan.order[i]] = stored_c[i];
+  const auto b2b = chain.bytes_to_bytes();
+  const auto device_codec = b2b.empty() ? std::nullopt : b2b[0]->device_encoding();
+  if (mode == GpuEncode::kOn && device_codec) {
+    const auto* compressor = nvcomp.compressor(*device_codec);
+    if (compressor && spec.nbytes() > 0 && spec.nbytes() <= compressor->max_chunk) {
+      plan.compressor = compressor;
+      plan.cpu_codecs_from = 1;
+    }
+  }
+  plan.on_gpu = es <= 16;
+  return plan;
+}
+
+bool is_identity(std::span<const std::size_t> order) {
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (order[i] != i) return false;
+  }
+  return true;
+}
+
+}  // namespace zarr_device::cuda
