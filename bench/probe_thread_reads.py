@@ -63,6 +63,7 @@ def make_arrays(root: str, rows: int) -> dict[str, Any]:
 
 def layers(array: Any, rows: int) -> dict[str, Callable[[slice], Any]]:
     """The package's read onto cuda:0 as CuPy, a layer at a time."""
+    from zarr_device import _core
     from zarr_device.io import transfers
     from zarr_device.io.adapters import adapter
     from zarr_device.io.adapters.base import Target
@@ -85,7 +86,7 @@ def layers(array: Any, rows: int) -> dict[str, Callable[[slice], Any]]:
     def allocate_and_read(s: slice) -> Any:
         selection = resolved[s.start]
         into = allocate(s)
-        core.read_cuda(list(selection.slices), 0, into.ptr, into.nbytes, into.stream, False)
+        core.read_cuda(list(selection.slices), 0, into.ptr, into.nbytes, _core.ReadOptions(consumer_stream=into.stream))
         return into.result
 
     return {
@@ -122,7 +123,7 @@ def diagnose(array: Any, rows: int, python_us: float) -> dict[str, Callable[[sli
 
     def engine_read(s: slice, stream: int = LEGACY_STREAM) -> Any:
         out = cupy.empty((rows, COLS), dtype=cupy.float32)
-        core.read_cuda([(s.start, 1, rows), (0, 1, COLS)], 0, out.data.ptr, out.nbytes, stream, False)
+        core.read_cuda([(s.start, 1, rows), (0, 1, COLS)], 0, out.data.ptr, out.nbytes, _core.ReadOptions(consumer_stream=stream))
         return out
 
     def with_python(s: slice) -> Any:
@@ -208,11 +209,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return lambda s: array.read(s, device="cuda:0", like=like)
 
     def engine(array: Any, stream: int) -> Callable[[slice], Any]:
+        from zarr_device import _core
+
         core = array._core  # noqa: SLF001 - the engine's read, beneath the package
 
         def read(s: slice) -> Any:
             out = cupy.empty((rows, COLS), dtype=cupy.float32)
-            core.read_cuda([(s.start, 1, rows), (0, 1, COLS)], 0, out.data.ptr, out.nbytes, stream, False)
+            core.read_cuda([(s.start, 1, rows), (0, 1, COLS)], 0, out.data.ptr, out.nbytes, _core.ReadOptions(consumer_stream=stream))
             return out
 
         return read

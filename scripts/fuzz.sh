@@ -284,7 +284,7 @@ signature() {
   [ -z "$what" ] && what="$(grep -m1 -oE '(ERROR: [A-Za-z]+: [a-z-]+( \(malloc\([0-9]+\)\))?|runtime error: .*)' <<<"$out" |
     sed -E 's/malloc\([0-9]+\)/malloc(N)/' | cut -c1-140 || true)"
   # The first two engine frames, leaving out the allocation itself.
-  frame="$(grep -E '#[0-9]+ .* in .*/cpp/src/' <<<"$out" | grep -v 'cpp/src/engine/buffer.cpp' |
+  frame="$(grep -E '#[0-9]+ .* in .*/cpp/src/' <<<"$out" | grep -v 'cpp/src/basics/buffer.cpp' |
     head -2 | sed -E 's/.* in ([^(]*)\(.* (\/.*\/)?(cpp\/src\/[^ ]*).*/\1 (\3)/' |
     paste -sd'<' | sed 's/</ < /g' || true)"
   # (An RSS-limit report comes from a watcher thread and may name another input than the culprit.)

@@ -44,8 +44,6 @@ device_read::DeviceDecoders present_decoders(const Nvcomp& nvcomp) {
   return decoders;
 }
 
-std::size_t worker_count(const HostThreads& io) { return engine::worker_count(io.threads); }
-
 using device_read::kPlaced;
 using device_read::Route;
 
@@ -431,7 +429,7 @@ nlohmann::json cuda_info() {
 }
 
 void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
-                       const CudaReadOptions& options,
+                       const ReadOptions& options,
                        const std::function<void(std::size_t)>& completed) {
   // A read that did not wait may have failed since: the caller hears of it before reading on.
   cuda::raise_deferred_failures(device);
@@ -491,7 +489,7 @@ void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
 }
 
 void read_to_cuda(const Array& array, std::span<const DimSlice> selection, int device, void* out,
-                  std::size_t out_nbytes, const CudaReadOptions& options) {
+                  std::size_t out_nbytes, const ReadOptions& options) {
   const CudaReadRequest request{&array, {selection.begin(), selection.end()}, out, out_nbytes, 0};
   read_many_to_cuda({&request, 1}, device, options, {});
 }

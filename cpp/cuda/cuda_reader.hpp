@@ -28,8 +28,6 @@ namespace zarr_device::cuda {
 
 // Which device decoders nvCOMP offers here.
 device_read::DeviceDecoders present_decoders(const Nvcomp& nvcomp);
-// The pool threads a read uses.
-std::size_t worker_count(const HostThreads& io);
 
 // Attempts of a read whose chunks are replaced while it reads them.
 inline constexpr int kReadAttempts = 3;
@@ -96,11 +94,14 @@ struct DevicePlan {
 
 class Reader {
  public:
-  Reader(int device, const CudaReadOptions& options)
+  Reader(int device, const ReadOptions& options)
       : device_(device),
         options_(options),
+        staging_(device_read::StagingShape::of(options.staging_bytes,
+                                               static_cast<std::size_t>(std::max(options.slots, 1)),
+                                               options.decode_bytes)),
         nvcomp_(Nvcomp::instance()),
-        workers_(worker_count(options.io)),
+        workers_(engine::worker_count(options.threads)),
         pool_(engine::ThreadPool::shared(workers_)),
         id_(next_id()) {}
 
@@ -150,7 +151,10 @@ class Reader {
   void finish(Slot& slot);
 
   int device_;
-  CudaReadOptions options_;
+  ReadOptions options_;
+  // The staging the options configure, worked out once for the stages that plan against it and
+  // the ring made for it.
+  device_read::StagingShape staging_;
   const Nvcomp& nvcomp_;
   device_read::DecodeCosts costs_{};
   std::size_t decode_calls_ = 0;  // for the read's trace (read_trace.hpp)

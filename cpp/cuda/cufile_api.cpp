@@ -44,7 +44,7 @@ CuFile::CuFile() {
     return;
   }
   const auto library =
-      open_shared_library("ZARR_DEVICE_CUFILE_LIBRARY", {"libcufile.so.0", "libcufile.so"});
+      open_shared_library(EnvironmentVariable::kCufileLibrary, {"libcufile.so.0", "libcufile.so"});
   void* lib = library.handle;
   if (!lib) {
     error_ = "cuFile not found (it ships with the CUDA toolkit and the nvidia-cufile wheel): " +

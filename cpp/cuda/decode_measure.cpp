@@ -28,9 +28,9 @@ using device_read::Route;
 // in device memory first, then decoded in batches of kMaxBatch (as a read does, without the
 // fetches and copies around it). Chunks are decoded into one device buffer; nothing is placed.
 nlohmann::json measure_decode(const Array& array, std::span<const DimSlice> selection, int device_,
-                              int repeats, const CudaReadOptions& options) {
+                              int repeats, const ReadOptions& options) {
   const auto& nvcomp_ = Nvcomp::instance();
-  const std::size_t workers_ = worker_count(options.io);
+  const std::size_t workers_ = engine::worker_count(options.threads);
   auto& pool_ = engine::ThreadPool::shared(workers_);
   check_selection(selection, array.metadata().shape);
   check_device(device_);
@@ -195,7 +195,7 @@ nlohmann::json measure_decode(const Array& array, std::span<const DimSlice> sele
 }  // namespace cuda
 
 nlohmann::json measure_cuda_decode(const Array& array, std::span<const DimSlice> selection,
-                                   int device, int repeats, const CudaReadOptions& options) {
+                                   int device, int repeats, const ReadOptions& options) {
   return cuda::measure_decode(array, selection, device, repeats, options);
 }
 

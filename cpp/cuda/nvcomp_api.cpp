@@ -160,7 +160,7 @@ bool resolve_zstd_compressor(void* lib, BatchedCompressor& c) {
 
 Nvcomp::Nvcomp() {
 #ifdef ZARR_DEVICE_WITH_NVCOMP
-  const auto opened = open_shared_library("ZARR_DEVICE_NVCOMP_LIBRARY",
+  const auto opened = open_shared_library(EnvironmentVariable::kNvcompLibrary,
                                           {"libnvcomp.so.6", "libnvcomp.so.5", "libnvcomp.so"});
   void* lib = opened.handle;
   if (!lib) {

@@ -8,8 +8,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "basics/huge_pages.hpp"
 #include "cuda_check.hpp"
-#include "engine/huge_pages.hpp"
 #include "engine/thread_pool.hpp"
 
 namespace zarr_device::cuda {

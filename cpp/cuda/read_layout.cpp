@@ -69,22 +69,18 @@ DevicePlan Reader::lay_out(std::vector<Leaf>& leaves, std::span<const std::uintp
     ZD_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
     rates.device_lanes = in_flight.share_of_device(static_cast<std::size_t>(sms));
     rates.cpu_threads = in_flight.share_of_all(workers_);
-    rates.staging_bytes = options_.staging_bytes;
-    rates.slots = static_cast<std::size_t>(std::max(options_.slots, 1));
+    rates.staging = staging_;
     rates.device_chunk =
         device_read::device_chunk_rate(leaves, device_read::DecodeKind::kZstd, rates);
     plan.shared = device_read::share_decodes(leaves, device_read::DecodeKind::kZstd, rates);
   }
   // Chunks larger than a slot of the ring as configured, or decoded on the CPU and so large that
   // its slots would bound how many decode at once, are staged a part at a time.
-  const auto slots_configured = static_cast<std::size_t>(std::max(options_.slots, 1));
-  plan.parted = device_read::cut_into_parts(
-      leaves, {slot_capacity(options_.staging_bytes, slots_configured), slots_configured,
-               options_.staging_bytes, in_flight.share_of_all(workers_)});
+  plan.parted = device_read::cut_into_parts(leaves, {staging_, in_flight.share_of_all(workers_)});
   // The ring's slots hold the largest chunk: fewer, larger slots in the same staging.
   plan.need = device_read::staging_need(leaves);
   const auto& need = plan.need;
-  plan.context.emplace(context_for(device_, options_, need));
+  plan.context.emplace(context_for(device_, staging_, need));
   auto& ctx = **plan.context;
   plan.base = ctx.start_batch();  // batch b takes slot (base + b) % slots
   const std::size_t base = plan.base;

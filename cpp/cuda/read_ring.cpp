@@ -184,21 +184,17 @@ auto* const small_rings = new ReadContexts(kSmallRingsPerDevice);
 
 std::array<ReadContexts*, 2> read_rings() { return {full_rings, small_rings}; }
 
-ReadContexts::Lease context_for(int device, const CudaReadOptions& options,
+ReadContexts::Lease context_for(int device, const device_read::StagingShape& staging,
                                 const device_read::StagingNeed& need) {
-  const int configured = std::max(options.slots, 1);
-  const RingShape full{options.staging_bytes, configured, options.decode_bytes};
-  auto make = [device](const RingShape& shape) {
-    return [device, shape] {
-      return std::make_unique<DeviceContext>(device, shape.staging_bytes, shape.slots,
-                                             shape.decode_bytes);
-    };
+  const device_read::StagingShape& full = staging;
+  auto make = [device](const device_read::StagingShape& shape) {
+    return [device, shape] { return std::make_unique<DeviceContext>(device, shape); };
   };
   auto fitted = [&](ReadContexts::Lease lease) {
     lease->fit(need.largest, need.where);
     return lease;
   };
-  if (need.total > kSmallReadBytes || options.staging_bytes <= kSmallRingBytes) {
+  if (need.total > kSmallReadBytes || staging.bytes <= kSmallRingBytes) {
     return fitted(full_rings->acquire(device, full, make(full)));
   }
   // A small read takes a full ring when one is free (a loop on one thread keeps its ring), and a
@@ -206,10 +202,11 @@ ReadContexts::Lease context_for(int device, const CudaReadOptions& options,
   if (auto lease = full_rings->try_acquire(device, full, make(full))) {
     return fitted(std::move(*lease));
   }
-  const RingShape small{kSmallRingBytes, std::min(configured, static_cast<int>(kSmallRingSlots)),
-                        options.decode_bytes == 0  // (automatic: sized by the device)
-                            ? kSmallRingDecodeBytes
-                            : std::min(options.decode_bytes, kSmallRingDecodeBytes)};
+  const auto small =
+      device_read::StagingShape::of(kSmallRingBytes, std::min(staging.slots, kSmallRingSlots),
+                                    staging.decode_bytes == 0  // (automatic: sized by the device)
+                                        ? kSmallRingDecodeBytes
+                                        : std::min(staging.decode_bytes, kSmallRingDecodeBytes));
   return fitted(small_rings->acquire(device, small, make(small)));
 }
 

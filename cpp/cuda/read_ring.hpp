@@ -19,6 +19,7 @@
 #include "device_memory.hpp"
 #include "device_read/read_batches.hpp"
 #include "device_read/read_leaf.hpp"
+#include "device_read/staging_shape.hpp"
 #include "devices/device.hpp"
 #include "zarr_device/cuda.hpp"
 #include "zarr_device/errors.hpp"
@@ -32,7 +33,7 @@ using device_read::kStagingAlignment;
 using device_read::Leaf;
 
 // A device decode whose status and size are checked when its batch is off the slot. It names its
-// chunk itself: a read that does not wait (CudaReadOptions::non_blocking) leaves its checks to a
+// chunk itself: a read that does not wait (ReadOptions::non_blocking) leaves its checks to a
 // later call, after its leaves are gone.
 struct PendingCheck {
   std::string where;     // the array and chunk, for the error
@@ -142,7 +143,7 @@ class AwaitedBatch {
 };
 
 // Failures of device decodes found after the read that queued them had returned (it did not
-// wait: CudaReadOptions::non_blocking): kept per device until raise_deferred_failures reports
+// wait: ReadOptions::non_blocking): kept per device until raise_deferred_failures reports
 // them. Safe from any thread.
 void defer_failure(int device, std::string message);
 // CodecError with the failures deferred on `device` (which are then forgotten), if any.
@@ -151,26 +152,17 @@ void raise_deferred_failures(int device);
 // for raise_deferred_failures.
 void settle_later(int device, Slot& slot);
 
-// A slot's data is a whole number of the driver's 2 MiB pages, so the ring's slots hold exactly
-// the staging, and a chunk of a quarter of the staging fills one of four slots.
-inline constexpr std::size_t kSlotPage = std::size_t{2} << 20;
-
-// The bytes of each slot of a staging of `staging_bytes` cut into `count` slots: whole pages.
-inline std::size_t slot_capacity(std::size_t staging_bytes, std::size_t count) {
-  return std::max<std::size_t>(staging_bytes / count / kSlotPage * kSlotPage, kSlotPage);
-}
-
 // A device's staging ring, made once and kept: pinned allocations are slow and synchronise.
 class DeviceContext {
  public:
-  DeviceContext(int device, std::size_t staging_bytes, int slots, std::size_t decode_bytes)
-      : device_(device), staging_bytes_(staging_bytes), gpu_(get_device("cuda", device)) {
-    cut(static_cast<std::size_t>(std::max(slots, 1)));
+  DeviceContext(int device, const device_read::StagingShape& shape)
+      : device_(device), staging_bytes_(shape.bytes), gpu_(get_device("cuda", device)) {
+    cut(shape.slots);
     // The driver's own device memory for the ring's streams and the decoders' kernels (measured
     // on an H200: 4 MiB for 12 streams, 6-10 MiB in all) comes out of the decode memory, so that
     // a read's device memory stays within its output, the staging and decode_bytes.
     constexpr std::size_t kDriverShare = std::size_t{16} << 20;
-    const std::size_t decode = decode_memory_for(decode_bytes, gpu_->memory_bytes());
+    const std::size_t decode = decode_memory_for(shape.decode_bytes, gpu_->memory_bytes());
     decode_memory_ = decode >= 8 * kDriverShare ? decode - kDriverShare : decode;
   }
   ~DeviceContext() {
@@ -210,7 +202,7 @@ class DeviceContext {
   // chunks alternate (a pinned allocation synchronises the device and costs milliseconds).
   void fit(std::size_t largest, const std::string& where) {
     if (largest <= slots_.front().capacity) return;
-    const std::size_t count = staging_bytes_ / align_up(largest, kSlotPage);
+    const std::size_t count = staging_bytes_ / align_up(largest, device_read::kSlotPage);
     if (count == 0) {
       throw OutOfMemoryError(where + ": a chunk of " + std::to_string(largest) +
                              " bytes does not fit the staging of " +
@@ -394,7 +386,7 @@ class DeviceContext {
  private:
   // `count` slots of the staging, each a whole number of pages.
   void cut(std::size_t count) {
-    const std::size_t per_slot = slot_capacity(staging_bytes_, count);
+    const std::size_t per_slot = device_read::slot_bytes_of(staging_bytes_, count);
     slots_.assign(count, Slot{});
     for (auto& s : slots_) s.capacity = per_slot;
     next_batch = 0;
@@ -424,21 +416,14 @@ class DeviceContext {
   std::size_t next_decode_stream_ = 0;
 };
 
-// The settings a ring is made for: one made with others is not reused.
-struct RingShape {
-  std::size_t staging_bytes = 0;
-  int slots = 0;
-  std::size_t decode_bytes = 0;
-  bool operator==(const RingShape&) const = default;
-};
-
-using ReadContexts = ContextPool<DeviceContext, RingShape>;
+// A ring is made for one staging shape: one made for another is not reused.
+using ReadContexts = ContextPool<DeviceContext, device_read::StagingShape>;
 
 // A ring of `device` for these settings whose slots hold the read's largest leaf (see
 // DeviceContext::fit), lent to one read. Up to kContextsPerDevice rings of the
 // configured staging per device; a read that stages little takes one of a few small rings when
 // those are all lent. Rings made with other settings are freed once no read holds them.
-ReadContexts::Lease context_for(int device, const CudaReadOptions& options,
+ReadContexts::Lease context_for(int device, const device_read::StagingShape& staging,
                                 const device_read::StagingNeed& need);
 
 // Every device's rings: those of the configured staging, and the small ones.

@@ -1,7 +1,8 @@
 #include "read_trace.hpp"
 
 #include <cstdio>
-#include <cstdlib>
+
+#include "zarr_device/settings.hpp"
 
 namespace zarr_device::cuda {
 namespace {
@@ -35,7 +36,7 @@ const ReadObserver& read_observer() {
   static const ReadObserver none;
   // Looked up as a read ends (once a read, never in its loop), so that a process may turn the
   // trace on and off while it runs.
-  return std::getenv("ZARR_DEVICE_TRACE") != nullptr ? printer : none;
+  return environment_value(EnvironmentVariable::kTrace) ? printer : none;
 }
 
 }  // namespace zarr_device::cuda

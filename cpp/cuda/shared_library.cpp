@@ -2,15 +2,14 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
 #include <vector>
 
 namespace zarr_device::cuda {
 
-OpenedLibrary open_shared_library(const char* override_variable,
+OpenedLibrary open_shared_library(EnvironmentVariable override_variable,
                                   std::initializer_list<const char*> names) {
   std::vector<std::string> candidates;
-  if (const char* path = std::getenv(override_variable)) candidates.emplace_back(path);
+  if (auto path = environment_value(override_variable)) candidates.push_back(std::move(*path));
   candidates.insert(candidates.end(), names.begin(), names.end());
   OpenedLibrary opened;
   for (const auto& name : candidates) {

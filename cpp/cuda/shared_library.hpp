@@ -5,6 +5,8 @@
 #include <initializer_list>
 #include <string>
 
+#include "zarr_device/settings.hpp"
+
 namespace zarr_device::cuda {
 
 struct OpenedLibrary {
@@ -15,7 +17,7 @@ struct OpenedLibrary {
 
 // dlopen of the first that opens of: the path in the environment variable `override_variable`
 // (when set), then `names` (found on the loader's search path).
-OpenedLibrary open_shared_library(const char* override_variable,
+OpenedLibrary open_shared_library(EnvironmentVariable override_variable,
                                   std::initializer_list<const char*> names);
 
 }  // namespace zarr_device::cuda

@@ -290,7 +290,7 @@ TEST(BatchedGets, ChunksCutIntoPartsAreNotAskedForWhileCut) {
   const auto windows = store->windows;
   const auto ranges = store->range_calls;
   constexpr std::size_t kSlot = std::size_t{256} << 10;
-  EXPECT_EQ(device_read::cut_into_parts(leaves, {kSlot, 4, 4 * kSlot, 2}), 3U);
+  EXPECT_EQ(device_read::cut_into_parts(leaves, {{4 * kSlot, 4, kSlot, 0}, 2}), 3U);
   EXPECT_EQ(store->gets.load(), gets);
   EXPECT_EQ(store->windows, windows);
   EXPECT_EQ(store->range_calls, ranges);

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/huge_pages.hpp"
+#include "basics/huge_pages.hpp"
 #include "zarr_device/buffer.hpp"
 
 namespace zarr_device {

@@ -26,8 +26,8 @@ DecodeRates scaled_rates(std::size_t threads, std::size_t lanes) {
   rates.cpu_fetch = 64e6;
   rates.cpu_threads = threads;
   rates.device_lanes = lanes;
-  rates.staging_bytes = std::size_t{64} << 20;
-  rates.slots = 12;
+  rates.staging.bytes = std::size_t{64} << 20;
+  rates.staging.slots = 12;
   return rates;
 }
 
@@ -99,7 +99,7 @@ TEST(GpuDecodeShare, NothingMovesWhereTheCpuIsSlower) {
   // Chunks larger than the staging's slots: one CPU decode at a time at most.
   const double big = 16.0 * 4096;
   rates = scaled_rates(16, 132);
-  rates.staging_bytes = 2 * 16 * 4096;
+  rates.staging.bytes = 2 * 16 * 4096;
   EXPECT_GT(decode_seconds(0, 64 * big, big, 64 * big, rates), 64 * big / rates.cpu_thread / 3);
 }
 
@@ -126,7 +126,7 @@ TEST(GpuDecodeShare, ChunksThatFillASlotDecodeOnFewThreads) {
   ASSERT_EQ(leaves.size(), 16U);
   auto rates = scaled_rates(16, 132);
   const double chunk = 32.0 * 1024 * 4;
-  rates.staging_bytes = static_cast<std::size_t>(12 * chunk);
+  rates.staging.bytes = static_cast<std::size_t>(12 * chunk);
   const double total = 16 * chunk;
   EXPECT_DOUBLE_EQ(decode_seconds(0, total, chunk, 0, rates), total / (11 * rates.cpu_thread));
   // The device decodes all 16 at once: it wins at 3/4 of a thread's rate per chunk (16 chunks in

@@ -22,7 +22,7 @@ namespace {
 using namespace test_support;  // the helpers these files share
 
 constexpr std::size_t kSlot = std::size_t{256} << 10;
-constexpr PartSizes kSizes{kSlot, 4, 4 * kSlot, 2};
+constexpr PartSizes kSizes{{4 * kSlot, 4, kSlot, 0}, 2};
 const json kZstd = json::array({{{"name", "bytes"}}, {{"name", "zstd"}}});
 const json kPlainCrc = json::array({{{"name", "bytes"}}, {{"name", "crc32c"}}});
 
@@ -170,10 +170,10 @@ TEST(GpuLeafParts, DeviceDecodesNoSlotHoldsAreDecodedOnTheCpuInParts) {
   ASSERT_EQ(leaves.size(), 1u);
   ASSERT_EQ(leaves[0].route, Route::kDeviceDecode);
   PartSizes roomy = kSizes;
-  roomy.staging_bytes = leaves[0].length;
+  roomy.staging.bytes = leaves[0].length;
   EXPECT_FALSE(staged_in_parts(leaves[0], roomy));  // a ring that holds it: the device's
   PartSizes tight = kSizes;
-  tight.staging_bytes = leaves[0].length - 1;
+  tight.staging.bytes = leaves[0].length - 1;
   EXPECT_EQ(cut_into_parts(leaves, tight), 1u);
   EXPECT_EQ(leaves[0].route, Route::kCpuDecode);
   Staged staged(std::move(leaves));
@@ -228,7 +228,7 @@ TEST(GpuLeafParts, SelectionsOfChunksLargerThanTheStagingAreReadInParts) {
       auto leaves = plan_sized({&target, 1}, policy);
       ASSERT_EQ(leaves.size(), 1u);
       PartSizes roomy = kSizes;
-      roomy.staging_bytes = std::size_t{8} << 20;
+      roomy.staging.bytes = std::size_t{8} << 20;
       EXPECT_FALSE(staged_in_parts(leaves[0], roomy));  // a ring that holds the chunk
       EXPECT_EQ(cut_into_parts(leaves, kSizes), 1u) << array->path();
       // Rows (or part of one) of a chunk stored as it is: copies of that stretch alone (the

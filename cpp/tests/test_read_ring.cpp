@@ -21,7 +21,7 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 // alternate between large and small chunks do not free and pin the ring's memory again each time.
 TEST(CudaDevice, ReadRingCutsCoarserOnlyWhenAChunkNeedsIt) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  DeviceContext ring(0, 256 * kMiB, 4, 64 * kMiB);
+  DeviceContext ring(0, device_read::StagingShape::of(256 * kMiB, 4, 64 * kMiB));
   ASSERT_EQ(ring.slots_.size(), 4U);
   EXPECT_EQ(ring.slots_.front().capacity, 64 * kMiB);
   Slot& first = ring.slot(0);
@@ -61,7 +61,7 @@ void CUDART_CB wait_for(void* go) {
 // threads' reads left on the device (reads that wait for them after giving the ring back).
 TEST(CudaDevice, ReadsStartAtASlotTheDeviceIsDoneWith) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  DeviceContext ring(0, 8 * kMiB, 4, 64 * kMiB);
+  DeviceContext ring(0, device_read::StagingShape::of(8 * kMiB, 4, 64 * kMiB));
   ASSERT_EQ(ring.slots_.size(), 4U);
   std::atomic<bool> go{false};
   struct Release {  // let go of the held streams however the test ends (the ring waits for them)

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "device_read/staging_shape.hpp"
 #include "device_read/write_slots.hpp"
 #include "zarr_device/cuda.hpp"
 #include "zarr_device/errors.hpp"
@@ -207,8 +208,8 @@ TEST_F(Settings, SetSettingsChangesWhatCallsStartFrom) {
   const zd::IoOptions io;
   EXPECT_EQ(io.threads, 3);
   EXPECT_EQ(io.max_inflight_bytes, 5 * kMiB);
-  const zd::CudaReadOptions read;
-  EXPECT_EQ(read.io.threads, 3);
+  const auto read = zd::ReadOptions::from_settings();
+  EXPECT_EQ(read.threads, 3);
   EXPECT_EQ(read.staging_bytes, 32 * kMiB);
   EXPECT_EQ(read.slots, 4);
   EXPECT_EQ(read.gpu_decode, zd::GpuDecode::kTrusted);
@@ -218,6 +219,32 @@ TEST_F(Settings, SetSettingsChangesWhatCallsStartFrom) {
   EXPECT_EQ(write.io.max_inflight_bytes, 5 * kMiB);
   EXPECT_EQ(write.staging_bytes, 32 * kMiB);
   EXPECT_EQ(write.gpu_encode, zd::GpuEncode::kOff);
+  // A read's options are what the settings were as it started: changed later, they stay.
+  zd::set_settings(zd::Settings{});
+  EXPECT_EQ(read.staging_bytes, 32 * kMiB);
+  EXPECT_EQ(zd::ReadOptions::from_settings().staging_bytes, zd::Settings{}.staging_bytes);
+}
+
+// The staging a read's options configure, worked out once: whole 2 MiB pages a slot, at least one
+// slot and one page, never more than the staging in all.
+TEST(StagingShape, CutsTheStagingIntoWholePages) {
+  using zd::device_read::StagingShape;
+  const auto shape = StagingShape::of(768 * kMiB, 12, 0);
+  EXPECT_EQ(shape.bytes, 768 * kMiB);
+  EXPECT_EQ(shape.slots, 12U);
+  EXPECT_EQ(shape.slot_bytes, 64 * kMiB);
+  EXPECT_EQ(StagingShape::of(100 * kMiB, 12, 0).slot_bytes, 8 * kMiB);  // 8.33 MiB, rounded down
+  EXPECT_EQ(StagingShape::of(2 * kMiB, 12, 0).slot_bytes, 2 * kMiB);    // at least a page
+  EXPECT_EQ(StagingShape::of(64 * kMiB, 0, 0).slots, 1U);
+  for (std::size_t staging = 4 * kMiB; staging < 2048 * kMiB; staging = staging * 3 / 2) {
+    for (std::size_t slots = 1; slots <= 16; ++slots) {
+      const auto cut = StagingShape::of(staging, slots, kMiB);
+      EXPECT_EQ(cut.slot_bytes % zd::device_read::kSlotPage, 0U);
+      if (staging >= slots * zd::device_read::kSlotPage)
+        EXPECT_LE(cut.slots * cut.slot_bytes, staging);
+    }
+  }
+  EXPECT_NE(StagingShape::of(64 * kMiB, 4, 0), StagingShape::of(64 * kMiB, 4, kMiB));
 }
 
 TEST_F(Settings, OutOfRangeValuesAreRefusedAndChangeNothing) {

@@ -191,8 +191,7 @@ NB_MODULE(_core, m) {
   // that zarr-python's event-loop thread or a module's globals still hold at exit are such
   // instances (the process's exit frees them); the report read as a bug to users of the plug-in.
   // It stays available for finding reference leaks: ZARR_DEVICE_LEAK_WARNINGS=1.
-  const char* leak_warnings = std::getenv("ZARR_DEVICE_LEAK_WARNINGS");
-  nb::set_leak_warnings(leak_warnings != nullptr && std::string_view(leak_warnings) == "1");
+  nb::set_leak_warnings(zd::environment_value(zd::EnvironmentVariable::kLeakWarnings) == "1");
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
@@ -285,7 +284,7 @@ NB_MODULE(_core, m) {
       "read_many_cuda",
       [](const std::vector<std::tuple<std::shared_ptr<zd::Array>, Selection, std::uintptr_t,
                                       std::size_t, std::uintptr_t>>& requests,
-         int device, nb::object completed, bool non_blocking) {
+         int device, const zd::ReadOptions& options, nb::object completed) {
         std::vector<zd::CudaReadRequest> reads;
         reads.reserve(requests.size());
         for (const auto& [array, selection, ptr, nbytes, stream] : requests) {
@@ -299,12 +298,10 @@ NB_MODULE(_core, m) {
             completed(index);
           };
         }
-        zd::CudaReadOptions options;
-        options.non_blocking = non_blocking;
         nb::gil_scoped_release release;
         zd::read_many_to_cuda(reads, device, options, report);
       },
-      "requests"_a, "device"_a, "completed"_a = nb::none(), "non_blocking"_a = false);
+      "requests"_a, "device"_a, "options"_a, "completed"_a = nb::none());
   m.def("synchronize_cuda", &zd::synchronize_cuda_reads, "device"_a,
         nb::call_guard<nb::gil_scoped_release>());
   m.def("release_cuda_memory", &zd::release_cuda_memory, "device"_a,
@@ -414,16 +411,12 @@ NB_MODULE(_core, m) {
       .def(
           "read_cuda",
           [](const zd::Array& a, const Selection& selection, int device, std::uintptr_t out_ptr,
-             std::size_t out_nbytes, std::uintptr_t stream, bool non_blocking) {
+             std::size_t out_nbytes, const zd::ReadOptions& options) {
             const auto sel = to_selection(selection);
-            zd::CudaReadOptions options;
-            options.consumer_stream = stream;
-            options.non_blocking = non_blocking;
             nb::gil_scoped_release release;
             zd::read_to_cuda(a, sel, device, reinterpret_cast<void*>(out_ptr), out_nbytes, options);
           },
-          "selection"_a, "device"_a, "out_ptr"_a, "out_nbytes"_a, "stream"_a = 0,
-          "non_blocking"_a = false)
+          "selection"_a, "device"_a, "out_ptr"_a, "out_nbytes"_a, "options"_a)
       .def(
           "write_cuda",
           [](const zd::Array& a, const Selection& selection, int device, std::uintptr_t values_ptr,
@@ -441,7 +434,7 @@ NB_MODULE(_core, m) {
           [](const zd::Array& a, const Selection& selection, int device, int repeats,
              const std::optional<std::string>& gpu_decode) {
             const auto sel = to_selection(selection);
-            zd::CudaReadOptions options;
+            auto options = zd::ReadOptions::from_settings();
             if (gpu_decode) {
               const auto& setting = zd::setting_info("gpu_decode");
               options.gpu_decode =

@@ -1,4 +1,4 @@
-// The settings (cpp/src/engine/settings.cpp) as Python sees them: values as ints and choices by
+// The settings (cpp/src/basics/settings.cpp) as Python sees them: values as ints and choices by
 // name, the table as dicts. Every call's options start from the values in force, which
 // zarr_device.set_config changes.
 #include "settings_bindings.hpp"
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "zarr_device/read_options.hpp"
 #include "zarr_device/settings.hpp"
 
 namespace nb = nanobind;
@@ -31,9 +32,44 @@ nb::dict settings_to_python(const zd::Settings& values) {
   return out;
 }
 
+// A choice-valued field of the options by the name of its choice, as the settings take it.
+template <typename Enum>
+void bind_choice(nb::class_<zd::ReadOptions>& options, const char* field, const char* setting,
+                 Enum zd::ReadOptions::*member) {
+  options.def_prop_rw(
+      field,
+      [setting, member](const zd::ReadOptions& o) {
+        return std::string(zd::setting_info(setting).choices[static_cast<std::size_t>(o.*member)]);
+      },
+      [setting, member](zd::ReadOptions& o, const std::string& name) {
+        const auto& info = zd::setting_info(setting);
+        o.*member = static_cast<Enum>(zd::parse_setting(info, name, info.name));
+      });
+}
+
 }  // namespace
 
 void bind_settings(nb::module_& m) {
+  // A read's options: the settings in force when it is made (the start of a call), with what the
+  // call says of itself. Sizes and counts are ints; choices by name.
+  nb::class_<zd::ReadOptions> read_options(m, "ReadOptions");
+  read_options
+      .def(nb::new_([](std::uintptr_t consumer_stream, bool non_blocking) {
+             auto options = zd::ReadOptions::from_settings();
+             options.consumer_stream = consumer_stream;
+             options.non_blocking = non_blocking;
+             return options;
+           }),
+           nb::kw_only(), "consumer_stream"_a = 0, "non_blocking"_a = false)
+      .def_rw("threads", &zd::ReadOptions::threads)
+      .def_rw("staging_bytes", &zd::ReadOptions::staging_bytes)
+      .def_rw("staging_slots", &zd::ReadOptions::slots)
+      .def_rw("decode_bytes", &zd::ReadOptions::decode_bytes)
+      .def_rw("consumer_stream", &zd::ReadOptions::consumer_stream)
+      .def_rw("non_blocking", &zd::ReadOptions::non_blocking);
+  bind_choice(read_options, "gpu_decode", "gpu_decode", &zd::ReadOptions::gpu_decode);
+  bind_choice(read_options, "decode_sharing", "decode_sharing", &zd::ReadOptions::decode_sharing);
+
   m.def("settings", [] { return settings_to_python(zd::settings()); });
   m.def(
       "set_settings",
@@ -79,6 +115,17 @@ void bind_settings(nb::module_& m) {
       table.append(row);
     }
     return table;
+  });
+  // The variables read from the environment alone: [{"variable", "doc"}].
+  m.def("environment_variables", [] {
+    nb::list rows;
+    for (const auto& info : zd::environment_variables()) {
+      nb::dict row;
+      row["variable"] = info.variable;
+      row["doc"] = info.doc;
+      rows.append(row);
+    }
+    return rows;
   });
   // The one size parser (zarr_device.basics.sizes calls it): the byte count, None for text that is
   // not a size, -1 for one beyond 64 bits.

@@ -100,7 +100,8 @@ def raw_read_bytes(arr: Any, sel: Any, device: int = 0) -> bytes:
     if nbytes:
         stream = torch.cuda.current_stream(device)
         stream.synchronize()
-        _core_array(arr).read_cuda(list(s.slices), device, buf.data_ptr(), nbytes, stream.cuda_stream)
+        options = _core.ReadOptions(consumer_stream=stream.cuda_stream)
+        _core_array(arr).read_cuda(list(s.slices), device, buf.data_ptr(), nbytes, options)
     return bytes(buf.cpu().numpy().tobytes())
 
 
@@ -300,7 +301,7 @@ def test_jax_takes_the_engine_buffer_without_a_copy(tmp_path: Path) -> None:
     nbytes = values.nbytes
     buffer = _core.DeviceBuffer(0, nbytes)
     assert buffer.nbytes == nbytes and buffer.device == 0 and buffer.ptr % 256 == 0
-    _core_array(arr).read_cuda([(0, 1, 256), (0, 1, 128)], 0, buffer.ptr, nbytes, 0)
+    _core_array(arr).read_cuda([(0, 1, 256), (0, 1, 128)], 0, buffer.ptr, nbytes, _core.ReadOptions())
     result = jax.dlpack.from_dlpack(_core.DeviceArray(buffer, [256, 128], "bfloat16"))
     assert result.unsafe_buffer_pointer() == buffer.ptr
     ptr = buffer.ptr

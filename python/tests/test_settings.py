@@ -50,6 +50,24 @@ def test_python_takes_its_defaults_and_documentation_from_the_engine() -> None:
             assert list(typing.get_args(hints[name])) == row["choices"]
 
 
+def test_every_variable_the_package_reads_is_in_the_table() -> None:
+    # The settings' own variables and those read from the environment alone: no other
+    # ZARR_DEVICE_ name is read by the engine or the package (tests and fuzzers have their own).
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    listed = {row["variable"] for row in TABLE.values()}
+    listed |= {row["variable"] for row in _core.environment_variables()}
+    assert all(row["doc"] for row in _core.environment_variables())
+    found: set[str] = set()
+    for folder in ("cpp/src", "cpp/cuda", "cpp/include", "python/src", "python/zarr_device"):
+        for directory, _, files in os.walk(os.path.join(root, folder)):
+            for name in files:
+                if name.endswith((".cpp", ".hpp", ".cu", ".py")):
+                    with open(os.path.join(directory, name), encoding="utf-8") as source:
+                        found |= set(re.findall(r"[\"'](ZARR_DEVICE_[A-Z0-9_]+)[\"']", source.read()))
+    assert found, "no source was read"
+    assert found - listed == set(), "read but not in the settings table"
+
+
 def test_without_variables_the_settings_are_the_defaults() -> None:
     child = _config_in_child()
     assert child.returncode == 0, child.stderr

@@ -8,6 +8,18 @@ def set_settings(values: dict[str, Any]) -> None: ...
 def settings_table() -> list[dict[str, Any]]: ...
 def parse_setting(name: str, text: str) -> Any: ...
 def decode_memory_for(decode_bytes: int, device_memory: int) -> int: ...
+def environment_variables() -> list[dict[str, str]]: ...
+
+class ReadOptions:
+    def __init__(self, *, consumer_stream: int = 0, non_blocking: bool = False) -> None: ...
+    threads: int
+    staging_bytes: int
+    staging_slots: int
+    decode_bytes: int
+    consumer_stream: int
+    non_blocking: bool
+    gpu_decode: str
+    decode_sharing: str
 
 class Store:
     def get(self, key: str, offset: int = 0, length: int = -1) -> bytes | None: ...
@@ -71,8 +83,7 @@ class Array:
         device: int,
         out_ptr: int,
         out_nbytes: int,
-        stream: int = 0,
-        non_blocking: bool = False,
+        options: ReadOptions,
     ) -> None: ...
     def write_cuda(
         self,
@@ -125,8 +136,8 @@ def read_many(requests: list[tuple[Array, list[tuple[int, int, int]], Any]]) -> 
 def read_many_cuda(
     requests: list[tuple[Array, list[tuple[int, int, int]], int, int, int]],
     device: int,
+    options: ReadOptions,
     completed: Callable[[int], None] | None = None,
-    non_blocking: bool = False,
 ) -> None: ...
 def synchronize_cuda(device: int) -> None: ...
 def release_cuda_memory(device: int) -> None: ...

@@ -17,6 +17,7 @@
 
 #include "zarr_device/buffer.hpp"
 #include "zarr_device/dtype.hpp"
+#include "zarr_device/strided.hpp"
 
 namespace zarr_device {
 
@@ -30,22 +31,6 @@ struct ChunkSpec {
   [[nodiscard]] std::size_t nbytes() const {
     return static_cast<std::size_t>(num_elements()) * dtype->size;
   }
-};
-
-// One dimension of a selection inside a chunk: elements start, start + step, ... (count of them).
-struct DimSlice {
-  std::int64_t start = 0;
-  std::int64_t step = 1;
-  std::int64_t count = 0;
-};
-
-// Where decoded elements go (or where encoded elements come from): a base pointer, the shape of the
-// selected region and a byte stride per dimension. Strides may be anything, so a transpose is a
-// permutation of strides, not a copy.
-struct StridedView {
-  std::byte* data = nullptr;
-  std::vector<std::int64_t> shape;
-  std::vector<std::int64_t> byte_strides;
 };
 
 // Reads bytes [offset, offset + length) of the chunk being decoded (cut short at its end). Lets a

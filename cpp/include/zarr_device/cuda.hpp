@@ -12,49 +12,9 @@
 #include <vector>
 
 #include "zarr_device/array.hpp"
+#include "zarr_device/read_options.hpp"
 
 namespace zarr_device {
-
-// The CPU side of a call to a GPU: its threads. A read there has no byte budget
-// (IoOptions::max_inflight_bytes): its host memory is the pinned staging (staging_bytes below)
-// plus, for each thread decoding a chunk on the CPU, that chunk's stored bytes and its codecs'
-// buffers.
-struct HostThreads {
-  // Fetch, check and decode what the GPU does not; 0 = one per core.
-  int threads = settings().threads;
-};
-
-// How a read to a GPU runs; each setting starts from the setting of its name (settings.hpp).
-struct CudaReadOptions {
-  HostThreads io;
-  // Pinned host memory that chunk bytes pass through on their way to the GPU, split into `slots`
-  // slots (of staging_bytes / slots each; fewer slots when a chunk does not fit one) that are
-  // filled, copied and decoded in turn, so reads overlap copies and decoding. A slot is allocated
-  // on its first use and kept for later reads to the device (made again when these settings
-  // change). Device memory: the output, a copy of each slot, and decode_bytes.
-  std::size_t staging_bytes = settings().staging_bytes;
-  int slots = settings().staging_slots;
-  // Device memory for GPU decoding (nvCOMP's working memory, chunks on their way to a strided
-  // place): taken as reads need it, up to this, and kept with the ring. Reads of chunks a slot
-  // holds few of decode in it together with the slots' device copies (the device memory stays
-  // the same: the output, the staging and this). 0: sized by the device (decode_memory_for).
-  std::size_t decode_bytes = settings().decode_bytes;
-  // The cudaStream_t the caller uses `out` on (cudaStreamLegacy, 1, for the legacy default
-  // stream): the read's writes wait for the work queued on it so far (its memory may have been
-  // freed and reallocated there), and the read may complete in stream order (see
-  // read_many_to_cuda). 0 for none.
-  std::uintptr_t consumer_stream = 0;
-  GpuDecode gpu_decode = settings().gpu_decode;
-  DecodeSharing decode_sharing = settings().decode_sharing;
-  // Complete in stream order on the consumer streams even when chunks decode on the GPU, instead
-  // of waiting for the decoders' statuses: the host goes on to the next read while this one
-  // decodes, as torch's non-blocking copies do. Every chunk is still checked on the host first
-  // (crc32c, framing; see gpu_decode), but a chunk the GPU then fails to decode is reported late:
-  // by synchronize_cuda_reads, or by the next read onto the device (raised before it reads), as
-  // a CodecError naming the array and the chunk. The output of the failed read holds nothing to
-  // rely on. Needs a consumer stream; reads without one wait as always.
-  bool non_blocking = false;
-};
 
 // Number of CUDA devices; 0 when built without CUDA or when no driver or GPU is present.
 int cuda_device_count();
@@ -70,11 +30,12 @@ nlohmann::json cuda_info();
 // stream's framing; byte order, transpose and placement), everything else on CPU threads; each
 // chunk crosses PCIe once.
 void read_to_cuda(const Array& array, std::span<const DimSlice> selection, int device, void* out,
-                  std::size_t out_nbytes, const CudaReadOptions& options = {});
+                  std::size_t out_nbytes,
+                  const ReadOptions& options = ReadOptions::from_settings());
 
 // One array's part of a read of many: a selection of `array` into `out` (device memory on the
 // read's device, C-contiguous, `out_nbytes` long), allocated on `consumer_stream` (a cudaStream_t
-// the caller uses `out` on, as CudaReadOptions::consumer_stream; 0 for none).
+// the caller uses `out` on, as ReadOptions::consumer_stream; 0 for none).
 struct CudaReadRequest {
   const Array* array = nullptr;
   std::vector<DimSlice> selection;
@@ -95,11 +56,11 @@ struct CudaReadRequest {
 // the array and the chunk; the outputs of requests not yet reported complete then hold nothing to
 // rely on.
 void read_many_to_cuda(std::span<const CudaReadRequest> requests, int device,
-                       const CudaReadOptions& options = {},
+                       const ReadOptions& options = ReadOptions::from_settings(),
                        const std::function<void(std::size_t)>& completed = {});
 
 // Waits for the reads onto CUDA device `device` that returned without waiting
-// (CudaReadOptions::non_blocking) and raises CodecError, naming the array and the chunk, when the
+// (ReadOptions::non_blocking) and raises CodecError, naming the array and the chunk, when the
 // GPU failed to decode a chunk of any of them (each failure is reported once). Reads running on
 // other threads meanwhile are left to finish (their failures are reported by the next call).
 // A negative `device`: every device read onto so far.

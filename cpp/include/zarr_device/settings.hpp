@@ -1,13 +1,16 @@
 // The engine's I/O settings, each written down once: the table in settings.cpp gives every
 // setting's name, default, environment variable (ZARR_DEVICE_<NAME>), documentation and valid
-// values. The values in force are process-wide, read from the environment at first use; the option
-// structs of calls (IoOptions, CudaReadOptions, CudaWriteOptions) start from them, and the Python
+// values, and lists the few variables read from the environment alone. The values in force are
+// process-wide, read from the environment at first use; a call takes them once, as it starts, into
+// its options (IoOptions, ReadOptions, CudaWriteOptions), which then travel with it. The Python
 // package reads and changes them through the same table (zarr_device.get_config / set_config).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace zarr_device {
@@ -112,5 +115,27 @@ ByteCount parse_byte_count(std::string_view text);
 // beginning with `what` (the variable, or the setting) when it is not a valid value.
 std::uint64_t parse_setting(const SettingInfo& setting, std::string_view text,
                             std::string_view what);
+
+// The variables the engine reads from the environment alone, besides the settings' own: where a
+// library is, and switches for finding faults. They are not settings because no call changes
+// them: each is read where it takes effect (a library as it loads, the trace as a read ends).
+enum class EnvironmentVariable {
+  kNvcompLibrary,  // ZARR_DEVICE_NVCOMP_LIBRARY
+  kCufileLibrary,  // ZARR_DEVICE_CUFILE_LIBRARY
+  kTrace,          // ZARR_DEVICE_TRACE
+  kLeakWarnings,   // ZARR_DEVICE_LEAK_WARNINGS
+};
+
+struct EnvironmentVariableInfo {
+  EnvironmentVariable which;
+  std::string_view variable;
+  std::string_view doc;  // what it does and what it takes, for people
+};
+
+std::span<const EnvironmentVariableInfo> environment_variables();
+// The variable's name.
+std::string_view variable_name(EnvironmentVariable which);
+// Its value now; nullopt where it is not set.
+std::optional<std::string> environment_value(EnvironmentVariable which);
 
 }  // namespace zarr_device

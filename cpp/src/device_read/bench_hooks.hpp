@@ -15,6 +15,7 @@ namespace zarr_device {
 // nvCOMP (their compressed bytes staged in device memory beforehand): {"seconds",
 // "compressed_bytes", "decoded_bytes", "chunks", ...}.
 nlohmann::json measure_cuda_decode(const Array& array, std::span<const DimSlice> selection,
-                                   int device, int repeats, const CudaReadOptions& options = {});
+                                   int device, int repeats,
+                                   const ReadOptions& options = ReadOptions::from_settings());
 
 }  // namespace zarr_device

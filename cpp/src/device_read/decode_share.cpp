@@ -26,8 +26,8 @@ double decode_seconds(double device_bytes, double cpu_bytes, double largest, dou
   // chunks as fit the slot (pack_batches fills the slots of batches that decode).
   double cpu = fetched / rates.cpu_fetch / threads;
   if (cpu_bytes > 0) {
-    const double staging = static_cast<double>(std::max<std::size_t>(rates.staging_bytes, 1));
-    const double slots_wanted = static_cast<double>(std::max<std::size_t>(rates.slots, 1));
+    const double staging = static_cast<double>(std::max<std::size_t>(rates.staging.bytes, 1));
+    const double slots_wanted = static_cast<double>(std::max<std::size_t>(rates.staging.slots, 1));
     const double slots = std::clamp(std::floor(staging / largest), 1.0, slots_wanted);
     const double per_slot = std::max(1.0, std::floor(staging / slots / largest));
     const double in_flight = std::max(slots - 1, 1.0) * per_slot;

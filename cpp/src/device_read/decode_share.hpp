@@ -12,19 +12,21 @@
 #include <span>
 
 #include "device_read/read_leaf.hpp"
+#include "device_read/staging_shape.hpp"
 
 namespace zarr_device::device_read {
 
 // What the machine decodes and moves, per second (decoded bytes for decoding, stored bytes for
 // fetching), and the resources a read has.
 struct DecodeRates {
-  double device_chunk = 0.2e9;    // one chunk on the device (one thread block)
-  std::size_t device_lanes = 0;   // chunks the device decodes at once at that rate (its SMs)
-  double cpu_thread = 0.45e9;     // one CPU thread decoding (and checking a crc32c)
-  double cpu_fetch = 8e9;         // one CPU thread moving stored bytes into pinned staging
-  std::size_t cpu_threads = 1;    // the read's threads
-  std::size_t staging_bytes = 0;  // the pinned staging: CPU-decoded chunks wait there decoded
-  std::size_t slots = 1;          // its slots, all but one of them being filled at a time
+  double device_chunk = 0.2e9;   // one chunk on the device (one thread block)
+  std::size_t device_lanes = 0;  // chunks the device decodes at once at that rate (its SMs)
+  double cpu_thread = 0.45e9;    // one CPU thread decoding (and checking a crc32c)
+  double cpu_fetch = 8e9;        // one CPU thread moving stored bytes into pinned staging
+  std::size_t cpu_threads = 1;   // the read's threads
+  // The pinned staging: CPU-decoded chunks wait there decoded, in its slots, all but one of
+  // them being filled at a time.
+  StagingShape staging;
   // Chunks larger than this stay on the device: past a few MiB a chunk decodes faster on the
   // device than on a CPU thread, the reverse of the small chunks the rates above describe
   // (measured on an H200, zstd + crc32c: 16 MiB chunks at 0.65 GB/s each on the device, 64 MiB at

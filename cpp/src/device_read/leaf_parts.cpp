@@ -91,7 +91,7 @@ bool selected_in_parts(const Leaf& leaf, const PartSizes& sizes) {
   // (A CPU decode stages only the selection, but decodes the whole chunk on the host.)
   const std::size_t staged =
       leaf.route == Route::kCpuDecode ? leaf.spec->nbytes() : staged_bytes(leaf);
-  if (leaf.has_array_codecs() || leaf.swap || staged <= sizes.staging_bytes ||
+  if (leaf.has_array_codecs() || leaf.swap || staged <= sizes.staging.bytes ||
       !place::is_c_contiguous(leaf.destination, element_size(leaf))) {
     return false;
   }
@@ -324,8 +324,9 @@ std::size_t memory_in_parts(const Leaf& leaf) {
 }  // namespace
 
 std::size_t decoded_part_bytes(const PartSizes& sizes) {
-  return std::min(sizes.capacity, std::max(sizes.capacity / std::max<std::size_t>(sizes.workers, 1),
-                                           kMinPartBytes));
+  return std::min(
+      sizes.staging.slot_bytes,
+      std::max(sizes.staging.slot_bytes / std::max<std::size_t>(sizes.workers, 1), kMinPartBytes));
 }
 
 bool staged_in_parts(const Leaf& leaf, const PartSizes& sizes) {
@@ -334,16 +335,16 @@ bool staged_in_parts(const Leaf& leaf, const PartSizes& sizes) {
   const std::size_t staged = staged_bytes(leaf);
   switch (leaf.route) {
     case Route::kCopy:
-      return staged > sizes.capacity && copies_in_parts(leaf);
+      return staged > sizes.staging.slot_bytes && copies_in_parts(leaf);
     case Route::kCpuDecode: {
       // As many in flight as the read has threads: all slots but the one being copied hold some.
-      const std::size_t per_slot = sizes.capacity / std::max<std::size_t>(staged, 1);
+      const std::size_t per_slot = sizes.staging.slot_bytes / std::max<std::size_t>(staged, 1);
       const bool slot_bound =
-          (std::max<std::size_t>(sizes.slots, 2) - 1) * per_slot < sizes.workers;
-      return (staged > sizes.capacity || slot_bound) && decodes_in_parts(leaf);
+          (std::max<std::size_t>(sizes.staging.slots, 2) - 1) * per_slot < sizes.workers;
+      return (staged > sizes.staging.slot_bytes || slot_bound) && decodes_in_parts(leaf);
     }
     case Route::kDeviceDecode:
-      return staged > sizes.staging_bytes && decodes_in_parts(leaf);
+      return staged > sizes.staging.bytes && decodes_in_parts(leaf);
     case Route::kFill:
       return false;
   }
@@ -354,7 +355,7 @@ std::size_t cut_into_parts(std::vector<Leaf>& leaves, const PartSizes& sizes) {
   std::size_t cut = 0;
   for (const auto& leaf : leaves) cut += staged_in_parts(leaf, sizes) ? 1 : 0;
   if (cut == 0) return 0;
-  const std::size_t copy_part = std::min(kCopyBatchBytes, sizes.capacity);
+  const std::size_t copy_part = std::min(kCopyBatchBytes, sizes.staging.slot_bytes);
   const std::size_t decode_part = decoded_part_bytes(sizes);
   std::vector<Leaf> out;
   out.reserve(leaves.size() + cut * 4);

@@ -16,6 +16,7 @@
 
 #include "device_read/read_batches.hpp"
 #include "device_read/read_leaf.hpp"
+#include "device_read/staging_shape.hpp"
 
 namespace zarr_device::device_read {
 
@@ -25,10 +26,8 @@ inline constexpr std::size_t kWindowBudget = std::size_t{256} << 20;
 
 // What cutting needs to know of a read.
 struct PartSizes {
-  std::size_t capacity = 0;       // bytes of a slot of the ring as configured
-  std::size_t slots = 1;          // its slots
-  std::size_t staging_bytes = 0;  // the whole ring
-  std::size_t workers = 1;        // the CPU threads that fetch and decode
+  StagingShape staging;     // the ring as configured
+  std::size_t workers = 1;  // the CPU threads that fetch and decode
   // Host memory the chunks decoding in parts at once may keep besides the staging: each holds
   // its decompressor's history (CodecChain::window_memory: 2 MiB at zstd's default level, 8 MiB
   // at level 19, up to the chunk at levels 20-22) and a piece of its stored bytes.

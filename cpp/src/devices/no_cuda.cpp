@@ -20,11 +20,11 @@ int cuda_device_count() { return 0; }
 nlohmann::json cuda_info() { return {{"compiled", false}, {"devices", 0}}; }
 
 void read_to_cuda(const Array&, std::span<const DimSlice>, int, void*, std::size_t,
-                  const CudaReadOptions&) {
+                  const ReadOptions&) {
   no_cuda();
 }
 
-void read_many_to_cuda(std::span<const CudaReadRequest>, int, const CudaReadOptions&,
+void read_many_to_cuda(std::span<const CudaReadRequest>, int, const ReadOptions&,
                        const std::function<void(std::size_t)>&) {
   no_cuda();
 }
@@ -33,7 +33,7 @@ void synchronize_cuda_reads(int) { no_cuda(); }
 void release_cuda_memory(int) {}  // nothing is held without CUDA
 
 nlohmann::json measure_cuda_decode(const Array&, std::span<const DimSlice>, int, int,
-                                   const CudaReadOptions&) {
+                                   const ReadOptions&) {
   no_cuda();
 }
 

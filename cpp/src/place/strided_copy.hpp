@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "zarr_device/codec.hpp"
+#include "zarr_device/strided.hpp"
 
 namespace zarr_device::place {
 

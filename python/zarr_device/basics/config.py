@@ -1,6 +1,6 @@
 """Process-wide I/O settings. The engine holds them, with one table of every setting's default,
 environment variable (``ZARR_DEVICE_<NAME>``), documentation and valid values
-(cpp/src/engine/settings.cpp); it reads the environment when zarr_device is imported, and every
+(cpp/src/basics/settings.cpp); it reads the environment when zarr_device is imported, and every
 read and write starts from the values in force, which :func:`set_config` changes. Every value is
 checked where it enters; a bad one raises :class:`~zarr_device.UsageError` naming the setting (or
 the environment variable)."""

@@ -117,8 +117,8 @@ def _read_cuda(
     _core.read_many_cuda(
         requests,
         plan.target.index,
+        _core.ReadOptions(non_blocking=non_blocking),
         None if completed is None else (lambda i: completed(names[i])),
-        non_blocking,
     )
 
 

@@ -88,7 +88,8 @@ def fill(
     elif into.staged is not None:
         read_staged([StagedRead(core, tuple(slices), into.staged)])
     elif into.nbytes:  # an empty selection has nothing to decode (it was validated already)
-        core.read_cuda(list(slices), into.index, into.ptr, into.nbytes, into.stream, non_blocking)
+        options = _core.ReadOptions(consumer_stream=into.stream, non_blocking=non_blocking)
+        core.read_cuda(list(slices), into.index, into.ptr, into.nbytes, options)
 
 
 def read(

@@ -2,7 +2,7 @@
 
 #include <new>
 
-#include "engine/huge_pages.hpp"
+#include "basics/huge_pages.hpp"
 
 namespace zarr_device {
 namespace {

@@ -415,4 +415,46 @@ void set_settings(const Settings& values) {
   state.values = values;
 }
 
+namespace {
+
+constexpr std::array kEnvironmentVariables{
+    EnvironmentVariableInfo{
+        EnvironmentVariable::kNvcompLibrary, "ZARR_DEVICE_NVCOMP_LIBRARY",
+        "The nvCOMP library that GPU decoding and encoding load (a path, or a name the loader "
+        "searches for). Unset: the one the `gpu` extra installs (nvidia-libnvcomp-cu13), then "
+        "libnvcomp.so.6 or .5 on the library path."},
+    EnvironmentVariableInfo{
+        EnvironmentVariable::kCufileLibrary, "ZARR_DEVICE_CUFILE_LIBRARY",
+        "The cuFile library of GPUDirect Storage reads (a path, or a name the loader searches "
+        "for). Unset: the CUDA wheels' copy, then libcufile.so.0 on the library path."},
+    EnvironmentVariableInfo{
+        EnvironmentVariable::kTrace, "ZARR_DEVICE_TRACE",
+        "Set (to anything): each read onto a GPU prints one line to stderr as it ends, with its "
+        "leaves, batches, slots, decode calls and the time of each stage. Looked up as each read "
+        "ends, so a running process may turn it on and off."},
+    EnvironmentVariableInfo{
+        EnvironmentVariable::kLeakWarnings, "ZARR_DEVICE_LEAK_WARNINGS",
+        "1: the Python module reports the engine objects still alive when the interpreter exits "
+        "(for finding reference leaks; arrays held by globals at exit are reported too). Read "
+        "when zarr_device is imported."},
+};
+
+}  // namespace
+
+std::span<const EnvironmentVariableInfo> environment_variables() { return kEnvironmentVariables; }
+
+std::string_view variable_name(EnvironmentVariable which) {
+  for (const auto& info : kEnvironmentVariables) {
+    if (info.which == which) return info.variable;
+  }
+  throw UsageError("an environment variable missing from the table");
+}
+
+std::optional<std::string> environment_value(EnvironmentVariable which) {
+  const std::string name(variable_name(which));
+  const char* text = std::getenv(name.c_str());
+  if (text == nullptr) return std::nullopt;
+  return std::string(text);
+}
+
 }  // namespace zarr_device
