@@ -3,29 +3,19 @@
 // value, compressed there (nvCOMP zstd, standard frames), packed and copied to pinned host memory
 // in one transfer per batch; CPU threads add checksums, assemble shards and store them while the
 // GPU works on the next batch. Chunks covered in part go through the CPU's read-modify-write.
+#include "cuda_writer.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstring>
-#include <map>
-#include <mutex>
-#include <numeric>
+#include <utility>
 
-#include "codecs/codec_chain.hpp"
-#include "codecs/shard_layout.hpp"
 #include "cuda_check.hpp"
-#include "device_memory.hpp"
 #include "device_read/staging_alignment.hpp"
 #include "device_read/write_slots.hpp"
 #include "devices/device.hpp"
-#include "engine/thread_pool.hpp"
-#include "kernels.hpp"
 #include "nvcomp_api.hpp"
-#include "place/chunk_grid.hpp"
 #include "place/strided_copy.hpp"
-#include "write_plan.hpp"
-#include "write_ring.hpp"
-#include "zarr_device/cuda.hpp"
 
 namespace zarr_device {
 namespace cuda {
@@ -67,44 +57,7 @@ void copy_box_to_host(const std::byte* src, std::span<const std::int64_t> shape,
   }
 }
 
-class Writer {
- public:
-  Writer(const Array& array, int device, const CudaWriteOptions& options)
-      : array_(array),
-        device_(device),
-        options_(options),
-        workers_(engine::worker_count(options.io.threads)),
-        pool_(engine::ThreadPool::shared(workers_)) {}
-
-  void write(std::span<const DimSlice> selection, const void* values, std::size_t nbytes);
-
- private:
-  // Leaves of a chunk the selection covers whole (its origin at `origin` in `values`).
-  void plan_item(WriteItem& item, std::span<const std::int64_t> chunk,
-                 std::span<const std::int64_t> origin);
-  void launch(WriteSlot& slot, std::span<WriteItem> items);
-  void copy_back(WriteSlot& slot, std::span<WriteItem> items);
-  void store(WriteSlot& slot, std::span<WriteItem> items);
-  void write_through_host(std::span<const DimSlice> selection,
-                          const place::GridIntersection::Item& item);
-  [[nodiscard]] std::string where(const std::string& key) const {
-    return array_.describe() + ", chunk '" + key + "'";
-  }
-
-  const Array& array_;
-  int device_;
-  CudaWriteOptions options_;
-  std::size_t workers_;
-  engine::ThreadPool& pool_;
-  const codecs::CodecChain* leaf_chain_ = nullptr;  // the chain each leaf is encoded with
-  const codecs::ShardLayout* shard_ = nullptr;
-  EncodePlan plan_;
-  std::size_t leaf_bytes_ = 0;
-  std::size_t max_output_ = 0;  // the compressor's bound for one leaf
-  const std::byte* values_ = nullptr;
-  std::vector<std::int64_t> value_strides_;
-  WriteContext* ctx_ = nullptr;
-};
+}  // namespace
 
 void Writer::plan_item(WriteItem& item, std::span<const std::int64_t> chunk,
                        std::span<const std::int64_t> origin) {
@@ -135,250 +88,6 @@ void Writer::plan_item(WriteItem& item, std::span<const std::int64_t> chunk,
     }
     if (!leaf.outside) leaf.source = values_ + offset;
   }
-}
-
-void Writer::launch(WriteSlot& slot, std::span<WriteItem> items) {
-  const std::size_t es = leaf_chain_->spec().dtype->size;
-  const auto& leaf_shape = leaf_chain_->spec().shape;
-  auto host = WriteArrays::at(slot.host + ctx_->slot_bytes);
-  auto dev = WriteArrays::at(slot.arrays);
-  const bool compress = plan_.compressor != nullptr;
-  // Place every leaf: laid out in staging, or read where it is.
-  std::size_t staged = 0;
-  std::size_t outputs = 0;
-  std::size_t host_bytes = 0;
-  std::size_t n = 0;
-  for (auto& item : items) {
-    for (auto& leaf : item.leaves) {
-      if (leaf.outside) continue;
-      leaf.index = n++;
-      const bool whole = leaf.region == leaf_shape;
-      const StridedView in_values{const_cast<std::byte*>(leaf.source), leaf.region, value_strides_};
-      const bool direct =
-          whole && !plan_.swap && is_identity(plan_.order) &&
-          place::is_c_contiguous(in_values, es) &&
-          (!compress ||
-           reinterpret_cast<std::uintptr_t>(leaf.source) % plan_.compressor->input_alignment == 0);
-      if (direct) {
-        leaf.staging = SIZE_MAX;
-      } else {
-        leaf.staging = staged;
-        staged += device_read::align_up(leaf_bytes_, device_read::kStagingAlignment);
-      }
-      if (compress) {
-        leaf.output = outputs;
-        outputs += device_read::align_up(max_output_, device_read::kStagingAlignment);
-      } else {
-        leaf.host = host_bytes;
-        host_bytes += device_read::align_up(leaf_bytes_, device_read::kStagingAlignment);
-      }
-    }
-  }
-  slot.leaves = n;
-  std::byte* staging = slot.staging.reserve(std::max(staged, compress ? outputs : 0) +
-                                            device_read::kStagingAlignment);
-  std::byte* compressed = compress ? slot.compressed.reserve(outputs) : nullptr;
-  ZD_CUDA_CHECK(cudaSetDevice(device_));
-  // Lay out what is not stored as it lies: fill value around edge regions, transposes, byte order.
-  std::memcpy(host.fill, plan_.stored_fill.data(), plan_.stored_fill.size());
-  ZD_CUDA_CHECK(cudaMemcpyAsync(dev.fill, host.fill, plan_.stored_fill.size(),
-                                cudaMemcpyHostToDevice, slot.stream));
-  const std::vector<std::int64_t> zeros(leaf_shape.size(), 0);
-  for (auto& item : items) {
-    for (auto& leaf : item.leaves) {
-      if (leaf.outside) continue;
-      if (leaf.staging == SIZE_MAX) {
-        leaf.input = leaf.source;
-      } else {
-        std::byte* at = staging + leaf.staging;
-        leaf.input = at;
-        if (leaf.region != leaf_shape) {
-          launch_strided_copy(
-              plan_strided_copy(dev.fill, zeros, StridedView{at, leaf_shape, plan_.stored_strides},
-                                es, false, 1),
-              slot.stream);
-        }
-        launch_strided_copy(plan_strided_copy(leaf.source, value_strides_,
-                                              StridedView{at, leaf.region, plan_.stored_strides},
-                                              es, plan_.swap, plan_.swap_unit),
-                            slot.stream);
-        ZD_CUDA_CHECK(cudaGetLastError());
-      }
-      host.inputs[leaf.index] = leaf.input;
-      host.input_sizes[leaf.index] = leaf_bytes_;
-      if (compress) host.outputs[leaf.index] = compressed + leaf.output;
-    }
-  }
-  if (n == 0) {
-    ZD_CUDA_CHECK(cudaEventRecord(slot.encoded, slot.stream));
-    ZD_CUDA_CHECK(cudaEventRecord(slot.copied, slot.stream));
-    slot.busy = true;
-    return;
-  }
-  ZD_CUDA_CHECK(cudaMemcpyAsync(dev.inputs, host.inputs, n * sizeof(void*), cudaMemcpyHostToDevice,
-                                slot.stream));
-  ZD_CUDA_CHECK(cudaMemcpyAsync(dev.input_sizes, host.input_sizes, n * sizeof(std::size_t),
-                                cudaMemcpyHostToDevice, slot.stream));
-  if (compress) {
-    ZD_CUDA_CHECK(cudaMemcpyAsync(dev.outputs, host.outputs, n * sizeof(void*),
-                                  cudaMemcpyHostToDevice, slot.stream));
-  }
-  ZD_CUDA_CHECK(cudaMemsetAsync(dev.flags, 0, n * sizeof(int), slot.stream));
-  launch_mark_non_fill(dev.inputs, dev.input_sizes, n, host.fill, static_cast<int>(es), dev.flags,
-                       slot.stream);
-  ZD_CUDA_CHECK(cudaGetLastError());
-  if (compress) {
-    const std::size_t temp_bytes = plan_.compressor->temp_size(n, leaf_bytes_, n * leaf_bytes_);
-    std::byte* temp = temp_bytes
-                          ? ctx_->temp.acquire(temp_bytes, temp_bytes, slot.stream, ctx_->streams)
-                          : nullptr;
-    plan_.compressor->compress(dev.inputs, dev.input_sizes, leaf_bytes_, n, temp, temp_bytes,
-                               dev.outputs, dev.output_sizes, dev.statuses, slot.stream);
-    if (temp) ctx_->temp.release(slot.stream);
-    // The staging's laid-out chunks are consumed: the packed output goes there.
-    launch_pack(dev.outputs, dev.output_sizes, n, staging, dev.offsets, slot.stream);
-    ZD_CUDA_CHECK(cudaGetLastError());
-    ZD_CUDA_CHECK(cudaMemcpyAsync(host.output_sizes, dev.output_sizes, n * sizeof(std::size_t),
-                                  cudaMemcpyDeviceToHost, slot.stream));
-    ZD_CUDA_CHECK(cudaMemcpyAsync(host.offsets, dev.offsets, n * sizeof(std::size_t),
-                                  cudaMemcpyDeviceToHost, slot.stream));
-    ZD_CUDA_CHECK(cudaMemcpyAsync(host.statuses, dev.statuses, n * sizeof(int),
-                                  cudaMemcpyDeviceToHost, slot.stream));
-  } else {
-    // Sizes are known: the chunks cross now (adjacent ones in one copy).
-    const std::byte* src = nullptr;
-    std::size_t dst = 0;
-    std::size_t len = 0;
-    auto flush = [&] {
-      if (len) {
-        ZD_CUDA_CHECK(
-            cudaMemcpyAsync(slot.host + dst, src, len, cudaMemcpyDeviceToHost, slot.stream));
-      }
-      len = 0;
-    };
-    for (auto& item : items) {
-      for (auto& leaf : item.leaves) {
-        if (leaf.outside) continue;
-        if (len && leaf.input == src + len && leaf.host == dst + len) {
-          len += leaf_bytes_;
-          continue;
-        }
-        flush();
-        src = leaf.input;
-        dst = leaf.host;
-        len = leaf_bytes_;
-      }
-    }
-    flush();
-  }
-  ZD_CUDA_CHECK(
-      cudaMemcpyAsync(host.flags, dev.flags, n * sizeof(int), cudaMemcpyDeviceToHost, slot.stream));
-  ZD_CUDA_CHECK(cudaEventRecord(slot.encoded, slot.stream));
-  if (!compress) ZD_CUDA_CHECK(cudaEventRecord(slot.copied, slot.stream));
-  slot.busy = true;
-}
-
-// Once the sizes are known: the packed compressed chunks cross to the host in one copy.
-void Writer::copy_back(WriteSlot& slot, std::span<WriteItem> items) {
-  if (plan_.compressor == nullptr || slot.leaves == 0) return;
-  ZD_CUDA_CHECK(cudaEventSynchronize(slot.encoded));
-  const auto host = WriteArrays::at(slot.host + ctx_->slot_bytes);
-  for (const auto& item : items) {
-    for (const auto& leaf : item.leaves) {
-      if (leaf.outside) continue;
-      const int status = host.statuses[leaf.index];
-      if (status != 0) {
-        throw CodecError(where(item.key) + ": the GPU compressor reported status " +
-                         std::to_string(status));
-      }
-    }
-  }
-  const std::size_t last = slot.leaves - 1;
-  const std::size_t total = host.offsets[last] + host.output_sizes[last];
-  if (total > ctx_->slot_bytes) {
-    throw CodecError(array_.describe() + ": compressed chunks of " + std::to_string(total) +
-                     " bytes exceed a write slot of " + std::to_string(ctx_->slot_bytes) +
-                     " bytes (half the staging); raise staging_bytes");
-  }
-  ZD_CUDA_CHECK(cudaSetDevice(device_));
-  ZD_CUDA_CHECK(
-      cudaMemcpyAsync(slot.host, slot.staging.data(), total, cudaMemcpyDeviceToHost, slot.stream));
-  ZD_CUDA_CHECK(cudaEventRecord(slot.copied, slot.stream));
-}
-
-// Checksums, shard assembly and the store, on CPU threads.
-void Writer::store(WriteSlot& slot, std::span<WriteItem> items) {
-  ZD_CUDA_CHECK(cudaEventSynchronize(slot.copied));
-  slot.busy = false;
-  const auto host = WriteArrays::at(slot.host + ctx_->slot_bytes);
-  const bool compress = plan_.compressor != nullptr;
-  const auto b2b = leaf_chain_->bytes_to_bytes();
-  // Suffixes (checksums) are appended as a chunk is copied into its shard: no copy of the chunk
-  // per codec.
-  const auto cpu_codecs = b2b.subspan(plan_.cpu_codecs_from);
-  const bool only_suffixes = std::all_of(cpu_codecs.begin(), cpu_codecs.end(),
-                                         [](const auto& c) { return c->suffix_size() > 0; });
-  std::size_t suffix_bytes = 0;
-  for (const auto& codec : cpu_codecs) suffix_bytes += codec->suffix_size();
-  Store& store = *array_.store();
-  pool_.parallel_for(items.size(), workers_, [&](std::size_t i) {
-    auto& item = items[i];
-    try {
-      // Views of the pinned memory, which stays untouched until this function returns: the
-      // shard assembly or the store's write is the one copy.
-      auto produced = [&](const WriteLeaf& leaf) -> std::optional<std::span<const std::byte>> {
-        if (leaf.outside || host.flags[leaf.index] == 0) return std::nullopt;
-        if (compress)
-          return std::span{slot.host + host.offsets[leaf.index], host.output_sizes[leaf.index]};
-        return std::span{slot.host + leaf.host, leaf_bytes_};
-      };
-      std::optional<Buffer> value;
-      std::optional<codecs::ShardLayout::Pieces> pieces;  // a shard written as its pieces
-      if (shard_ && only_suffixes) {
-        std::vector<std::optional<std::size_t>> sizes(item.leaves.size());
-        for (std::size_t j = 0; j < item.leaves.size(); ++j) {
-          if (auto bytes = produced(item.leaves[j])) sizes[j] = bytes->size() + suffix_bytes;
-        }
-        value = shard_->assemble(sizes, [&](std::size_t j, std::span<std::byte> place) {
-          const auto bytes = *produced(item.leaves[j]);
-          std::memcpy(place.data(), bytes.data(), bytes.size());
-          std::size_t n = bytes.size();
-          for (const auto& codec : cpu_codecs) {
-            const auto suffix = codec->suffix(Buffer({}, place.data(), n));
-            std::memcpy(place.data() + n, suffix->data(), suffix->size());
-            n += suffix->size();
-          }
-        });
-      } else {
-        std::vector<std::optional<Buffer>> encoded(item.leaves.size());
-        for (std::size_t j = 0; j < item.leaves.size(); ++j) {
-          const auto bytes = produced(item.leaves[j]);
-          if (!bytes) continue;
-          Buffer chunk({}, bytes->data(), bytes->size());
-          for (const auto& codec : cpu_codecs) chunk = codec->encode(chunk);
-          encoded[j] = std::move(chunk);
-        }
-        if (shard_) {
-          pieces = shard_->pieces(std::move(encoded));
-        } else {
-          value = std::move(encoded[0]);
-        }
-      }
-      // Under the chunk's lock, like every chunk write, so that a read-modify-write of the same
-      // chunk elsewhere cannot put back what it read before this write.
-      const auto lock = store.lock_chunk(array_.path(), item.key);
-      if (pieces) {
-        store.set_pieces(item.key, pieces->parts);
-      } else if (value) {
-        store.set(item.key, value->span());
-      } else {
-        store.erase(item.key);
-      }
-    } catch (Error& e) {
-      e.add_context(where(item.key));
-      throw;
-    }
-  });
 }
 
 void Writer::write_through_host(std::span<const DimSlice> selection,
@@ -518,7 +227,6 @@ void Writer::write(std::span<const DimSlice> selection, const void* values, std:
   }
 }
 
-}  // namespace
 }  // namespace cuda
 
 void write_from_cuda(const Array& array, std::span<const DimSlice> selection, int device,

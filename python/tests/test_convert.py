@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from conftest import assert_bits_equal, numpy_dtype, random_values
 
 import zarr_device as zd
-from zarr_device.io import atomic_trees
+from zarr_device.io import renames
 from zarr_device.tools import cli
 from zarr_device.tools.zarr_to_zarr import region_shape
 from zarr_device.core.create import chunks_for_bytes
@@ -303,7 +303,7 @@ def test_failure_midway_leaves_the_destination_as_it_was(
 
     monkeypatch.setattr(zd.Array, "write", failing_write)
     if not exchange:
-        monkeypatch.setattr(atomic_trees, "exchange", lambda *_: False)
+        monkeypatch.setattr(renames, "exchange", lambda *_: False)  # as atomic_trees calls it
     with pytest.raises(zd.StoreError, match="converting '/'.*disk full"):
         zd.convert(tmp_path / "in.zarr", tmp_path / "out.zarr", max_bytes=1, overwrite=overwrite, progress=False)
     assert leftovers(tmp_path) == []

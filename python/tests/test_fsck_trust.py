@@ -296,7 +296,7 @@ def test_a_record_is_only_a_small_regular_file(tmp_path: Path) -> None:
 _KILL_AT_EVERY_STEP = r"""
 import json, os, shutil, sys
 from pathlib import Path
-from zarr_device.io import atomic_trees, leftover_trees
+from zarr_device.io import atomic_trees, leftover_trees, renames
 
 base = Path(sys.argv[1])
 problems, trials = [], 0
@@ -315,9 +315,11 @@ def child(dest, kind, overwrite, exchange, step):
         return call
     for name in ("mkdir", "rmdir", "unlink", "rename", "replace", "write", "open"):
         setattr(os, name, hook(getattr(os, name), name))
-    atomic_trees._renameat2 = hook(atomic_trees._renameat2, "renameat2")
+    # Where atomic_trees looks them up (renames.rename_new and renames.exchange call
+    # renames._renameat2; atomic_trees calls renames.exchange).
+    renames._renameat2 = hook(renames._renameat2, "renameat2")
     if not exchange:
-        atomic_trees.exchange = lambda *_: False
+        renames.exchange = lambda *_: False
     try:
         if kind == "file":
             with atomic_trees.atomic_file(dest, overwrite) as partial:

@@ -30,12 +30,14 @@ are gone. :func:`~zarr_device.io.leftover_trees.remnants` lists them and
 store never holds a record: no reader skips it (this package's listings skip only the engine's
 lock and ``.zdtmp-`` files; zarr-python lists it and warns of an object it does not know), and
 every other tool would copy and upload it.
+
+The renames themselves (one that never replaces, the exchange, and the fsyncs that make them
+durable) are :mod:`zarr_device.io.renames`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import json
 import os
@@ -43,13 +45,13 @@ import re
 import secrets
 import socket
 import stat
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from zarr_device.errors import StoreError, UsageError
+from zarr_device.io import renames
 from zarr_device.io.stores import LocalStore
 
 __all__ = [
@@ -236,7 +238,7 @@ def _remove_recorded_root(root: Path) -> None:
     while True:
         stage = _stage_path(dest, secrets.token_hex(4))
         try:
-            _rename_new(root, stage)
+            renames.rename_new(root, stage)
             break
         except FileExistsError:
             continue
@@ -298,7 +300,7 @@ def _make_recorded(dest: Path, role: str) -> Path:
             continue
         try:
             _write_record(stage, dest, token, role)
-            _rename_new(stage, partial)
+            renames.rename_new(stage, partial)
         except FileExistsError:  # another (a user) took the name meanwhile: another token
             remove_stage(stage, ignore_errors=True)
             continue
@@ -319,57 +321,6 @@ def make_partial(dest: Path) -> Path:
 
 def _token_of(partial: Path) -> str:
     return partial.name.rsplit("-", 1)[-1]
-
-
-_AT_FDCWD = -100
-_RENAME_NOREPLACE = 1
-_RENAME_EXCHANGE = 2
-_renameat2_function: Any = None
-
-
-def _renameat2(src: Path, dst: Path, flags: int) -> bool:
-    """renameat2: True when done, False where libc or the file system lacks it (or the flag)."""
-    global _renameat2_function
-    if _renameat2_function is None:
-        # Looked up once: a placement killed between its steps leaves the less, the fewer
-        # instructions lie between them.
-        function = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
-        if function is not None:
-            function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-        _renameat2_function = function or False
-    if _renameat2_function is False:
-        return False
-    if _renameat2_function(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), str(dst))
-
-
-def _rename_new(src: Path, dst: Path) -> None:
-    """Renames ``src`` to ``dst``, which must not exist (FileExistsError when it does): one call
-    with RENAME_NOREPLACE; where that is missing, a check just before the rename (then only an
-    empty directory made at ``dst`` in between could be replaced)."""
-    if _renameat2(src, dst, _RENAME_NOREPLACE):
-        return
-    if os.path.lexists(dst):
-        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(dst))
-    os.rename(src, dst)
-
-
-def exchange(src: Path, dst: Path) -> bool:
-    """Swaps two directories in one step (renameat2 with RENAME_EXCHANGE): True when done, False
-    where libc or the file system lacks it."""
-    return _renameat2(src, dst, _RENAME_EXCHANGE)
-
-
-def _fsync(path: str | Path, directory: bool) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def place(partial: Path, dest: Path, overwrite: bool, what: str = "store") -> None:
@@ -393,25 +344,25 @@ def place(partial: Path, dest: Path, overwrite: bool, what: str = "store") -> No
         if not replacing and os.path.lexists(dest):  # it appeared meanwhile
             raise FileExistsError(errno.EEXIST, "it appeared while writing", str(dest))
         with contextlib.suppress(FileNotFoundError):  # no record: nothing to prove it by
-            _rename_new(partial / RECORD, beside)
+            renames.rename_new(partial / RECORD, beside)
         if not replacing:
-            _rename_new(partial, dest)  # never over a folder that appeared meanwhile
-        elif exchange(partial, dest):
+            renames.rename_new(partial, dest)  # never over a folder that appeared meanwhile
+        elif renames.exchange(partial, dest):
             old = partial  # the old tree, now under the partial name
         else:
             # Without an exchange the destination is missing for a moment, never half written.
             aside = replaced_path(dest, token)
-            _rename_new(dest, aside)
+            renames.rename_new(dest, aside)
             try:
                 os.rename(partial, dest)
             except OSError:
                 os.rename(aside, dest)  # the old tree back where it was
                 raise
             old = aside
-        _fsync(dest.parent, directory=True)
+        renames.fsync_path(dest.parent, directory=True)
         # The record's move out of the tree, made durable with it: a crash must not bring it
         # back inside the placed store.
-        _fsync(dest, directory=True)
+        renames.fsync_path(dest, directory=True)
     except OSError as e:
         raise StoreError(f"{dest}: cannot move the {what} into place: {e}") from None
     if old is not None:
@@ -456,8 +407,8 @@ def finish_files(root: Path) -> int:
                     continue
                 if not (name == RECORD and folder == str(root)):  # not part of the result
                     total += os.path.getsize(path)
-                _fsync(path, directory=False)
-            _fsync(folder, directory=True)
+                renames.fsync_path(path, directory=False)
+            renames.fsync_path(folder, directory=True)
     except OSError as e:
         raise StoreError(f"{root}: cannot flush the written files to disk: {e}") from None
     return total
@@ -506,11 +457,11 @@ def atomic_file(dest: Path, overwrite: bool, what: str = "file") -> Iterator[Pat
     try:
         yield partial
         try:
-            _fsync(partial, directory=False)
+            renames.fsync_path(partial, directory=False)
             if not overwrite and os.path.lexists(dest):  # rename would replace it
                 raise FileExistsError(errno.EEXIST, "it appeared while writing", str(dest))
             os.replace(partial, dest)
-            _fsync(dest.parent, directory=True)
+            renames.fsync_path(dest.parent, directory=True)
         except OSError as e:
             raise StoreError(f"{dest}: cannot move the {what} into place: {e}") from None
     except BaseException:
