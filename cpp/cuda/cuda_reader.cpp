@@ -28,6 +28,7 @@
 #include "device_read/decode_share.hpp"
 #include "device_read/leaf_parts.hpp"
 #include "device_read/read_staging.hpp"
+#include "device_read/target_completion.hpp"
 #include "engine/read_ahead.hpp"
 #include "kernels.hpp"
 #include "place/strided_copy.hpp"
@@ -112,49 +113,15 @@ void Reader::run(std::span<const device_read::ReadTarget> targets, std::vector<L
   const bool decodes = plan.decodes;
   // A target is complete once the batch holding its last leaf is: targets are handed on in that
   // order while later batches are still on their way.
-  std::vector<std::size_t> last_batch(targets.size(), 0);  // batch index + 1; 0: none staged
-  for (std::size_t b = 0; b < batches.size(); ++b) {
-    for (std::size_t i = batches[b].begin; i < batches[b].end; ++i) {
-      last_batch[leaves[i].target] = b + 1;
-    }
-  }
-  std::vector<std::size_t> by_completion(targets.size());
-  std::iota(by_completion.begin(), by_completion.end(), std::size_t{0});
-  std::stable_sort(by_completion.begin(), by_completion.end(),
-                   [&](std::size_t a, std::size_t b) { return last_batch[a] < last_batch[b]; });
-  std::size_t handed_on = 0;
+  device_read::TargetCompletion completion(leaves, batches, targets.size(), completed);
   auto hand_on = [&](std::size_t finished_batches) {
-    if (!completed) return;
-    while (handed_on < by_completion.size() &&
-           last_batch[by_completion[handed_on]] <= finished_batches) {
-      completed(by_completion[handed_on++]);
-    }
+    completion.batches_finished(finished_batches);
   };
-
-  // Tells the store which long ranges a batch needs, as its CPU stage starts on the pool, so that
-  // cold data is read from the disk in large requests while that stage reads it in pieces. Shorter
-  // ranges are left alone: the stage's parallel reads keep the disk busy, and asking costs an
-  // open per chunk and slows warm reads (measured on an H200, a warm 6 GiB read of 2 MiB chunks:
-  // 46 GB/s without, 42 with).
+  // The long ranges a batch needs are announced to their stores as its CPU stage starts on the
+  // pool. Shorter ranges are left alone: the stage's parallel reads keep the disk busy, and asking
+  // costs an open per chunk and slows warm reads (measured on an H200, a warm 6 GiB read of 2 MiB
+  // chunks: 46 GB/s without, 42 with).
   constexpr std::uint64_t kAnnouncedBytes = std::uint64_t{8} << 20;
-  auto announce = [&](std::size_t b) {
-    if (b >= batches.size()) return;
-    for (std::size_t i = batches[b].begin; i < batches[b].end;) {
-      const auto& leaf = leaves[i];
-      std::size_t j = i + 1;
-      std::uint64_t end = leaf.offset + leaf.length;
-      while (j < batches[b].end && leaves[j].array == leaf.array && leaves[j].key == leaf.key &&
-             leaves[j].offset == end) {
-        end += leaves[j].length;
-        ++j;
-      }
-      if ((leaf.route == Route::kCopy || leaf.route == Route::kDeviceDecode) &&
-          end - leaf.offset >= kAnnouncedBytes) {
-        leaf.source().will_need(leaf.key, leaf.offset, end - leaf.offset);
-      }
-      i = j;
-    }
-  };
 
   // Cold data: the leaves ahead of those fetched are announced to their stores by a thread of
   // the read's own (engine::ReadAhead), once a read has waited for the disk.
@@ -229,9 +196,9 @@ void Reader::run(std::span<const device_read::ReadTarget> targets, std::vector<L
         Slot& slot = ctx.slot(base + started);
         device_read::lend_part_staging(batch_of(started),
                                        slot.host);  // before later batches' fetches
-        auto stage = [this, &ctx, &slot, &announce, &read_ahead, end = batches[started].end,
-                      b = started, batch = batch_of(started)] {
-          announce(b);
+        auto stage = [this, &ctx, &slot, &read_ahead, end = batches[started].end,
+                      batch = batch_of(started)] {
+          device_read::announce_long_ranges(batch, kAnnouncedBytes);
           fetch(ctx, slot, batch);
           read_ahead.read(end - 1);
         };
@@ -315,26 +282,7 @@ void Reader::run(std::span<const device_read::ReadTarget> targets, std::vector<L
     trace.fetch_waits = waited_fetch;
     trace.queued = queued;
   } catch (...) {
-    // Let queued reads end (they write into the slots and read `leaves`), then drain what was
-    // enqueued on the GPU, so nothing writes into the outputs after we return.
-    for (auto& f : fetching) {
-      try {
-        f.get();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one reported
-      }
-    }
-    for (auto& slot : ctx.slots_) {
-      if (slot.busy && slot.owner != id_) {  // an earlier read's, which did not wait
-        try {
-          settle_later(device_, slot);
-        } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one reported
-        }
-      }
-      if (slot.stream) cudaStreamSynchronize(slot.stream);
-      slot.busy = false;
-      slot.checks.clear();
-    }
-    ctx.drain_arena();
+    abandon(ctx, fetching);
     off_slot.clear();
     throw;
   }
@@ -355,6 +303,29 @@ void Reader::run(std::span<const device_read::ReadTarget> targets, std::vector<L
   trace.sized_in_slots = sized_in_slots_;
   if (const auto& observe = read_observer()) observe(trace);
   if (!failure.empty()) throw CodecError(failure);
+}
+
+void Reader::abandon(DeviceContext& ctx, std::deque<std::future<void>>& fetching) {
+  // Let queued reads end (they write into the slots and read the leaves), then drain what was
+  // enqueued on the GPU, so nothing writes into the outputs after the read returns.
+  for (auto& f : fetching) {
+    try {
+      f.get();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one reported
+    }
+  }
+  for (auto& slot : ctx.slots_) {
+    if (slot.busy && slot.owner != id_) {  // an earlier read's, which did not wait
+      try {
+        settle_later(device_, slot);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one reported
+      }
+    }
+    if (slot.stream) cudaStreamSynchronize(slot.stream);
+    slot.busy = false;
+    slot.checks.clear();
+  }
+  ctx.drain_arena();
 }
 
 std::uint64_t Reader::next_id() {

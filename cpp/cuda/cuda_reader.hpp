@@ -11,7 +11,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <future>
 #include <optional>
 #include <span>
 #include <vector>
@@ -149,6 +151,9 @@ class Reader {
   AwaitedBatch submit_off_slot(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
                                std::size_t batch_index);
   void finish(Slot& slot);
+  // After a failure: waits for the batches being fetched and drains what the read enqueued on the
+  // device, so that nothing writes into the outputs once the error is raised.
+  void abandon(DeviceContext& ctx, std::deque<std::future<void>>& fetching);
 
   int device_;
   ReadOptions options_;
