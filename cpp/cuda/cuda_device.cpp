@@ -5,7 +5,7 @@
 #include "cuda_check.hpp"
 #include "devices/device.hpp"
 #include "pinned_memory.hpp"
-#include "zarr_device/cuda.hpp"
+#include "zarr_device/cuda_io.hpp"
 
 namespace zarr_device {
 namespace cuda {

@@ -24,7 +24,7 @@
 #include "nvcomp_api.hpp"
 #include "read_ring.hpp"
 #include "read_trace.hpp"
-#include "zarr_device/cuda.hpp"
+#include "zarr_device/cuda_io.hpp"
 
 namespace zarr_device::cuda {
 

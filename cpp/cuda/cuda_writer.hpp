@@ -17,7 +17,7 @@
 #include "place/chunk_grid.hpp"
 #include "write_plan.hpp"
 #include "write_ring.hpp"
-#include "zarr_device/cuda.hpp"
+#include "zarr_device/cuda_io.hpp"
 
 namespace zarr_device::cuda {
 

@@ -13,7 +13,7 @@
 #endif
 
 #include "shared_library.hpp"
-#include "zarr_device/cuda.hpp"
+#include "zarr_device/cuda_io.hpp"
 #include "zarr_device/errors.hpp"
 
 namespace zarr_device::cuda {

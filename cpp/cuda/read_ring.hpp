@@ -21,7 +21,7 @@
 #include "device_read/read_leaf.hpp"
 #include "device_read/staging_shape.hpp"
 #include "devices/device.hpp"
-#include "zarr_device/cuda.hpp"
+#include "zarr_device/cuda_io.hpp"
 #include "zarr_device/errors.hpp"
 #include "zarr_device/settings.hpp"
 

@@ -37,7 +37,7 @@
 #include "zarr_device/buffer.hpp"
 #include "zarr_device/codec.hpp"
 #include "zarr_device/errors.hpp"
-#include "zarr_device/metadata.hpp"
+#include "zarr_device/array_metadata.hpp"
 
 namespace zarr_device::fuzz {
 

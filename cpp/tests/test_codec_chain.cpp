@@ -12,7 +12,7 @@
 #include "codecs/shard_layout.hpp"
 #include "place/strided_copy.hpp"
 #include "test_util.hpp"
-#include "zarr_device/metadata.hpp"
+#include "zarr_device/array_metadata.hpp"
 
 namespace zarr_device {
 namespace {

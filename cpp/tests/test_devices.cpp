@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "devices/device.hpp"
-#include "zarr_device/cuda.hpp"
+#include "zarr_device/cuda_io.hpp"
 #include "zarr_device/errors.hpp"
 
 namespace zd = zarr_device;

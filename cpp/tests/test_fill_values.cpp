@@ -13,7 +13,7 @@
 #include "test_util.hpp"
 #include "zarr_device/dtype.hpp"
 #include "zarr_device/errors.hpp"
-#include "zarr_device/metadata.hpp"
+#include "zarr_device/array_metadata.hpp"
 
 namespace zarr_device {
 namespace {

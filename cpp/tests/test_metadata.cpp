@@ -12,7 +12,7 @@
 #include "zarr_device/dtype.hpp"
 #include "zarr_device/errors.hpp"
 #include "zarr_device/json_document.hpp"
-#include "zarr_device/metadata.hpp"
+#include "zarr_device/array_metadata.hpp"
 
 namespace zarr_device {
 namespace {

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "../cuda/read_ring.hpp"
-#include "zarr_device/cuda.hpp"
+#include "zarr_device/cuda_io.hpp"
 #include "zarr_device/errors.hpp"
 
 namespace zarr_device::cuda {

@@ -12,7 +12,7 @@
 
 #include "device_read/staging_shape.hpp"
 #include "device_read/write_slots.hpp"
-#include "zarr_device/cuda.hpp"
+#include "zarr_device/cuda_io.hpp"
 #include "zarr_device/errors.hpp"
 #include "zarr_device/settings.hpp"
 

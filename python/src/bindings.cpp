@@ -22,7 +22,7 @@
 #include "store_bindings.hpp"
 #include "stores/file_tree.hpp"
 #include "zarr_device/array.hpp"
-#include "zarr_device/cuda.hpp"
+#include "zarr_device/cuda_io.hpp"
 #include "zarr_device/errors.hpp"
 #include "zarr_device/json_document.hpp"
 #include "zarr_device/nodes.hpp"

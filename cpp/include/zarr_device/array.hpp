@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "zarr_device/codec.hpp"
-#include "zarr_device/metadata.hpp"
+#include "zarr_device/array_metadata.hpp"
 #include "zarr_device/settings.hpp"
 #include "zarr_device/store.hpp"
 

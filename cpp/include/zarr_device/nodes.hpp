@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "zarr_device/metadata.hpp"
+#include "zarr_device/array_metadata.hpp"
 #include "zarr_device/store.hpp"
 
 namespace zarr_device {

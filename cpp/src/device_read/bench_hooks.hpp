@@ -1,13 +1,13 @@
 // Entry points of the GPU path for benchmarks only (bench/bench_gpu.py and bench/bench_layouts.py
 // reach them through _core.Array.bench_decode_cuda), kept out of the engine's public headers.
-// Defined in cpp/cuda/decode_measure.cpp, or in cpp/src/devices/no_cuda.cpp for a build without
-// CUDA.
+// Defined in cpp/cuda/decode_measure.cpp, or in cpp/cuda/no_cuda.cpp for a build without CUDA.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <span>
 
-#include "zarr_device/cuda.hpp"
+#include "zarr_device/array.hpp"
+#include "zarr_device/read_options.hpp"
 
 namespace zarr_device {
 

@@ -9,7 +9,7 @@
 #include "device_read/read_leaf.hpp"
 #include "engine/thread_pool.hpp"
 #include "read/read_plan.hpp"
-#include "zarr_device/cuda.hpp"
+#include "zarr_device/settings.hpp"
 
 namespace zarr_device::device_read {
 

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "zarr_device/errors.hpp"
-#include "zarr_device/metadata.hpp"
+#include "zarr_device/array_metadata.hpp"
 
 namespace zarr_device {
 namespace {

@@ -3,7 +3,7 @@
 
 #include "device_read/bench_hooks.hpp"
 #include "devices/device.hpp"
-#include "zarr_device/cuda.hpp"
+#include "zarr_device/cuda_io.hpp"
 
 namespace zarr_device {
 
