@@ -18,7 +18,7 @@ import zarr_device as zd  # noqa: E402
 import zarr_device.torch as zt  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from zarr_device.tools.cli import main  # noqa: E402
-from zarr_device.tools.zarr_to_zarr import convert  # noqa: E402
+from zarr_device.convert.zarr_to_zarr import convert  # noqa: E402
 from zarr_device.errors import FormatError, UsageError  # noqa: E402
 from zarr_device.torch import interop  # noqa: E402
 

@@ -19,7 +19,7 @@ from conftest import assert_bits_equal, numpy_dtype, random_values
 import zarr_device as zd
 from zarr_device.io import renames
 from zarr_device.tools import cli
-from zarr_device.tools.zarr_to_zarr import region_shape
+from zarr_device.convert.zarr_to_zarr import region_shape
 from zarr_device.core.create import chunks_for_bytes
 
 

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import zarr_device as zd
-from zarr_device.tools import cli, conversion_shared
-from zarr_device.tools.zarr_to_zarr import convert
+from zarr_device.convert import shared as conversion_shared
+from zarr_device.tools import cli
+from zarr_device.convert.zarr_to_zarr import convert
 
 zarr = pytest.importorskip("zarr")
 
@@ -147,7 +148,7 @@ def test_memory_and_zarr_python_stores_list(tmp_path: Path, monkeypatch: pytest.
 def test_unlistable_store_reads_everything_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    module = sys.modules["zarr_device.tools.zarr_to_zarr"]  # the module, not the function the package exports
+    module = sys.modules["zarr_device.convert.zarr_to_zarr"]  # the module, not the function the package exports
     zd.create(tmp_path / "in.zarr", shape=(1000,), chunks=(100,), dtype="u1", fill_value=0)[5] = 1
     monkeypatch.setattr(conversion_shared, "stored_chunks", lambda node: None)
     monkeypatch.setattr(module, "ANNOUNCE_BYTES", 100)

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 import zarr_device.torch as zt  # noqa: E402
-from zarr_device.tools.zarr_to_zarr import convert  # noqa: E402
+from zarr_device.convert.zarr_to_zarr import convert  # noqa: E402
 from zarr_device.errors import FormatError  # noqa: E402
 from zarr_device.torch import interop  # noqa: E402
 from zarr_device.transformers import files_path  # noqa: E402

@@ -58,8 +58,8 @@ from zarr_device.core.create import create
 from zarr_device.core.group import Group, create_group, open, open_array, open_group
 from zarr_device.core.nodes import CreateMode, OpenMode
 from zarr_device.basics.config import IoConfig, get_config, set_config
-from zarr_device.tools.conversion_shared import ConvertSummary
-from zarr_device.tools.zarr_to_zarr import convert
+from zarr_device.convert.shared import ConvertSummary
+from zarr_device.convert.zarr_to_zarr import convert
 from zarr_device.core.many import iter_many, read_many
 from zarr_device.io.devices import DeviceSpec, cuda_build_info, cuda_device_count, parse_device
 from zarr_device.basics.numpy_dtypes import ZARR_DTYPE_NAMES

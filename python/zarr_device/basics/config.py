@@ -11,7 +11,7 @@ import operator
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Callable, Literal
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.errors import UsageError
 from zarr_device.basics.sizes import format_bytes, parse_size
 

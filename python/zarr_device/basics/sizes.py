@@ -7,7 +7,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.errors import UsageError
 
 __all__ = ["parse_size", "format_bytes"]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.io.adapters.base import Like
 from zarr_device.core.attributes import Attributes
 from zarr_device.basics.casting import check_cast, is_python_values, native_byte_order

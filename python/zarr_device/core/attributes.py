@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.errors import FormatError, UsageError
 from zarr_device.core.nodes import check_attributes
 

@@ -8,7 +8,7 @@ from typing import Any, Literal, Protocol, Union
 
 import numpy as np
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.core.array import Array
 from zarr_device.basics.numpy_dtypes import (
     ML_DTYPES_NAMES,

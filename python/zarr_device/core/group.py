@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Union
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.io.adapters.base import Like
 from zarr_device.core.array import Array
 from zarr_device.core.attributes import Attributes

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Union
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.io.adapters import adapter, default_adapter
 from zarr_device.io.adapters.base import Destination, Like
 from zarr_device.io.devices import DeviceLike, DeviceSpec

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal, Union
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.errors import FormatError, UsageError
 from zarr_device.io.stores import LocalStore, MemoryStore, ZarrStoreAdapter
 

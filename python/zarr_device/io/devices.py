@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.errors import DeviceError, UsageError
 
 #: The handle CUDA gives the legacy default stream (whose own handle, 0, means "no stream" to the

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.basics.config import get_config
 
 __all__ = ["StagedRead", "Piece", "cut_pieces", "pack_pieces", "read_staged", "iter_staged"]

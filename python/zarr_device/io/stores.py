@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol, Union, runtime_checkable
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.errors import UsageError
 
 __all__ = ["LocalStore", "MemoryStore", "ZarrStoreAdapter", "StoreLike", "as_store"]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.io.adapters import adapter, adapter_of, default_adapter
 from zarr_device.io.adapters.base import Adapter, Destination, Target
 from zarr_device.io.devices import CPU, DeviceLike, DeviceSpec, cuda_device_count, parse_device

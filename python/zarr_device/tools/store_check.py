@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.io.leftover_trees import process_alive
 from zarr_device.tools.store_walk import Folder, walk
 from zarr_device.io.chunk_keys import ChunkKeys, v2_chunk_keys, v3_chunk_keys

@@ -22,7 +22,7 @@ from typing import Any, Literal, Union
 
 import torch
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.errors import UsageError
 from zarr_device.basics.sizes import format_bytes, parse_size
 from zarr_device.torch.device_map import DeviceMapValue, device_name

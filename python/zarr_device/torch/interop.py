@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from zarr_device.io import atomic_trees
-from zarr_device.tools.conversion_shared import ConvertSummary, SourceTree, check_destination, local_path, path_inside
+from zarr_device.convert.shared import ConvertSummary, SourceTree, check_destination, local_path, path_inside
 from zarr_device.errors import FormatError, UsageError
 from zarr_device.core.nodes import parse_json
 from zarr_device.torch.format import FILES_KEY, checkpoint_codecs, encode_name
@@ -270,7 +270,7 @@ def convert_to_checkpoint(
 ) -> ConvertSummary:
     """Writes the safetensors file, model folder or torch.save file (``kind``: "safetensors",
     "huggingface", "torch") at ``source`` as a checkpoint at ``dest`` (checked replaceable by
-    the caller); returns a :class:`zarr_device.tools.conversion_shared.ConvertSummary`. ``checksum``: a crc32c
+    the caller); returns a :class:`zarr_device.convert.shared.ConvertSummary`. ``checksum``: a crc32c
     on every chunk (True), which zstd checkpoints always have; None: the checkpoint's default
     (as ``zarr_device.torch.save``: sizes only for uncompressed chunks)."""
     if compressors not in (None, "none", "zstd"):
@@ -370,8 +370,8 @@ def convert_to_safetensors(
 
 def convert(kind: str, source: Any, destination: Any, options: Mapping[str, Any],
             compressors: Any, checksum: bool | None, overwrite: bool, progress: Progress) -> ConvertSummary:
-    """``zarr_device.tools.zarr_to_zarr.convert`` for a checkpoint conversion (``kind``, from
-    :func:`zarr_device.tools.conversion_shared.checkpoint_kind`): ``options`` are convert's options that do not
+    """``zarr_device.convert.zarr_to_zarr.convert`` for a checkpoint conversion (``kind``, from
+    :func:`zarr_device.convert.shared.checkpoint_kind`): ``options`` are convert's options that do not
     apply here, refused when given; ``checksum`` applies to conversions into a checkpoint."""
     if kind == "to-safetensors":
         options = {**options, "checksum": checksum}

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.core.array import Array
 from zarr_device.core.nodes import node_path
 from zarr_device.io.stores import as_store

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import numpy.typing as npt
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.basics.casting import check_cast
 from zarr_device.io.devices import CPU, DeviceSpec
 from zarr_device.basics.numpy_dtypes import to_numpy_dtype

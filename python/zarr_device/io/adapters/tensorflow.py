@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.io.adapters.base import (
     Adapter,
     Destination,

@@ -1,6 +1,6 @@
 """``zarr-device convert``: a Zarr array or group rewritten as a new Zarr v3 store with another
 codec chain and chunk layout, or a PyTorch checkpoint converted from or to safetensors
-(:func:`zarr_device.tools.zarr_to_zarr.convert`)."""
+(:func:`zarr_device.convert.zarr_to_zarr.convert`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 from zarr_device.tools.cli.common import parse_size
 from zarr_device.tools.cli.info import plural
-from zarr_device.tools.zarr_to_zarr import COMPRESSORS, convert
+from zarr_device.convert.zarr_to_zarr import COMPRESSORS, convert
 from zarr_device.basics.sizes import format_bytes
 
 

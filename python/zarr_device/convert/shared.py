@@ -1,4 +1,4 @@
-"""What every conversion shares (``zarr-device convert``: Zarr to Zarr in :mod:`zarr_device.tools.zarr_to_zarr`,
+"""What every conversion shares (``zarr-device convert``: Zarr to Zarr in :mod:`zarr_device.convert.zarr_to_zarr`,
 PyTorch checkpoints in :mod:`zarr_device.torch.interop`): the summary it returns, the source it
 reads as one tree of nodes, which kind of source a path holds, and the destination it may write."""
 

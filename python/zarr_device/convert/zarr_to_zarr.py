@@ -23,10 +23,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Union
 
-from zarr_device import _core
+import zarr_device._core as _core
 from zarr_device.io import atomic_trees
 from zarr_device.core.array import Array
-from zarr_device.tools.conversion_shared import (
+from zarr_device.convert.shared import (
     ConvertSummary,
     SourceArray,
     SourceGroup,
