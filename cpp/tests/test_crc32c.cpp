@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ std::vector<Crc32cImpl> crc32c_impls() {
                                       return codecs::crc32c(d, c);
                                     }}};
   if (codecs::detail::crc32c_hardware_available()) {
-    impls.push_back({"sse4.2", codecs::detail::crc32c_hardware});
+    impls.push_back({"hardware", codecs::detail::crc32c_hardware});  // SSE4.2 or Arm CRC
   }
   return impls;
 }
@@ -78,12 +79,15 @@ TEST(Crc32c, ImplementationsAgreeAtEveryLengthAndAlignment) {
   }
 }
 
-// Long inputs take the three-lane paths (blocks of 3 x 8 KiB and 3 x 512 bytes) and then the tail.
+// Long inputs take the three-lane paths (blocks of 3 x 8 KiB, 3 x 1344 and 3 x 320 bytes) and then
+// the tail.
 TEST(Crc32c, ImplementationsAgreeOnLongInputs) {
   const Bytes data = random_bytes(200 * 1024 + 16, 13);
-  for (std::size_t length : {std::size_t{1535}, std::size_t{1536}, std::size_t{1537},
-                             std::size_t{24575}, std::size_t{24576}, std::size_t{24576 + 1536 + 9},
-                             std::size_t{3 * 24576 + 2 * 1536 + 100}, std::size_t{200 * 1024}}) {
+  for (std::size_t length :
+       {std::size_t{959}, std::size_t{960}, std::size_t{961}, std::size_t{4031}, std::size_t{4032},
+        std::size_t{4032 + 960 + 9}, std::size_t{4096}, std::size_t{24575}, std::size_t{24576},
+        std::size_t{24576 + 4032 + 960 + 9}, std::size_t{3 * 24576 + 2 * 4032 + 100},
+        std::size_t{200 * 1024}}) {
     for (std::size_t offset : {0, 3}) {
       const std::span<const std::byte> piece(data.data() + offset, length);
       for (const auto& impl : crc32c_impls()) {
@@ -92,6 +96,25 @@ TEST(Crc32c, ImplementationsAgreeOnLongInputs) {
             << impl.name << " offset " << offset << " length " << length;
       }
     }
+  }
+}
+
+// The hardware path (SSE4.2, or Arm's CRC instructions on aarch64) against the table on random
+// buffers: random lengths across the three-lane block sizes, offsets and starting registers.
+TEST(Crc32c, HardwareMatchesTableOnRandomBuffers) {
+  if (!codecs::detail::crc32c_hardware_available()) {
+    GTEST_SKIP() << "no CRC32C instruction on this processor (or in this build)";
+  }
+  const Bytes data = random_bytes(256 * 1024 + 16, 17);
+  std::mt19937_64 random(17);
+  for (int run = 0; run < 2000; ++run) {
+    const std::size_t offset = random() % 16;
+    const std::size_t length = random() % (run % 4 == 0 ? 256 * 1024 : 4096);
+    const auto start = static_cast<std::uint32_t>(random());
+    const std::span<const std::byte> piece(data.data() + offset, length);
+    ASSERT_EQ(codecs::detail::crc32c_hardware(piece, start),
+              codecs::detail::crc32c_portable(piece, start))
+        << "offset " << offset << " length " << length << " start " << start;
   }
 }
 

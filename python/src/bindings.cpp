@@ -1,5 +1,6 @@
 // The Python face of the engine (module zarr_device._core). Thin: selections arrive normalised,
 // metadata travels as JSON text, and the GIL is released while chunks move.
+#include <dlpack/dlpack.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -16,7 +17,6 @@
 #include "codecs/codec_chain.hpp"
 #include "device_read/bench_hooks.hpp"
 #include "devices/device.hpp"
-#include "dlpack.hpp"
 #include "python_store.hpp"
 #include "settings_bindings.hpp"
 #include "store_bindings.hpp"
@@ -73,31 +73,33 @@ nb::object json_to_python(const nlohmann::json& value) {
   return nb::module_::import_("json").attr("loads")(value.dump());
 }
 
-zd::dlpack::DataType dlpack_type(const zd::DataType& t) {
-  namespace dl = zd::dlpack;
+DLDataType dlpack_type(const zd::DataType& t) {
   const auto bits = static_cast<std::uint8_t>(t.size * 8);
-  static const std::pair<std::string_view, std::uint8_t> kFloat8[] = {
-      {"float8_e3m4", dl::kFloat8_e3m4},      {"float8_e4m3b11fnuz", dl::kFloat8_e4m3b11fnuz},
-      {"float8_e4m3fn", dl::kFloat8_e4m3fn},  {"float8_e4m3fnuz", dl::kFloat8_e4m3fnuz},
-      {"float8_e5m2", dl::kFloat8_e5m2},      {"float8_e5m2fnuz", dl::kFloat8_e5m2fnuz},
-      {"float8_e8m0fnu", dl::kFloat8_e8m0fnu}};
+  const auto type = [bits](DLDataTypeCode code) {
+    return DLDataType{static_cast<std::uint8_t>(code), bits, 1};
+  };
+  static const std::pair<std::string_view, DLDataTypeCode> kFloat8[] = {
+      {"float8_e3m4", kDLFloat8_e3m4},      {"float8_e4m3b11fnuz", kDLFloat8_e4m3b11fnuz},
+      {"float8_e4m3fn", kDLFloat8_e4m3fn},  {"float8_e4m3fnuz", kDLFloat8_e4m3fnuz},
+      {"float8_e5m2", kDLFloat8_e5m2},      {"float8_e5m2fnuz", kDLFloat8_e5m2fnuz},
+      {"float8_e8m0fnu", kDLFloat8_e8m0fnu}};
   for (const auto& [name, code] : kFloat8) {
-    if (t.name == name) return {code, bits, 1};
+    if (t.name == name) return type(code);
   }
-  if (t.name == "bfloat16") return {dl::kBfloat, bits, 1};
+  if (t.name == "bfloat16") return type(kDLBfloat);
   switch (t.cls) {
     case zd::DTypeClass::kBool:
-      return {dl::kBool, bits, 1};
+      return type(kDLBool);
     case zd::DTypeClass::kInt:
-      return {dl::kInt, bits, 1};
+      return type(kDLInt);
     case zd::DTypeClass::kUInt:
-      return {dl::kUInt, bits, 1};
+      return type(kDLUInt);
     case zd::DTypeClass::kFloat:
-      return {dl::kFloat, bits, 1};
+      return type(kDLFloat);
     case zd::DTypeClass::kComplex:
-      return {dl::kComplex, bits, 1};
+      return type(kDLComplex);
   }
-  return {dl::kUInt, bits, 1};
+  return type(kDLUInt);
 }
 
 // The package's name of an array's data type: its Zarr v3 name, or NumPy's for a time type
@@ -131,28 +133,32 @@ class DeviceArray {
 
   nb::object dlpack(bool versioned) const {
     auto* ctx = new Context{buffer_, shape_};
-    zd::dlpack::Tensor t{};
+    DLTensor t{};
     t.data = buffer_->data();
-    t.device = {zd::dlpack::kCUDA, buffer_->device().index()};
+    t.device = {kDLCUDA, buffer_->device().index()};
     t.ndim = static_cast<std::int32_t>(shape_.size());
     t.dtype = dlpack_type(*dtype_);
     t.shape = ctx->shape.data();
-    t.strides = nullptr;  // C-contiguous
+    // C-contiguous. DLPack 1.2 and later require strides for ndim > 0: a newer vendored header
+    // needs them filled in first.
+    static_assert(DLPACK_MAJOR_VERSION == 1 && DLPACK_MINOR_VERSION < 2);
+    t.strides = nullptr;
     t.byte_offset = 0;
     if (versioned) {
-      auto* m =
-          new zd::dlpack::ManagedTensorVersioned{zd::dlpack::kVersion, ctx,
-                                                 [](zd::dlpack::ManagedTensorVersioned* self) {
-                                                   delete static_cast<Context*>(self->manager_ctx);
-                                                   delete self;
-                                                 },
-                                                 0, t};
+      // The vendored header's version (1.1): the ABI these capsules follow.
+      constexpr DLPackVersion kVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+      auto* m = new DLManagedTensorVersioned{kVersion, ctx,
+                                             [](DLManagedTensorVersioned* self) {
+                                               delete static_cast<Context*>(self->manager_ctx);
+                                               delete self;
+                                             },
+                                             0, t};
       return capsule(m, "dltensor_versioned");
     }
-    auto* m = new zd::dlpack::ManagedTensor{t, ctx, [](zd::dlpack::ManagedTensor* self) {
-                                              delete static_cast<Context*>(self->manager_ctx);
-                                              delete self;
-                                            }};
+    auto* m = new DLManagedTensor{t, ctx, [](DLManagedTensor* self) {
+                                    delete static_cast<Context*>(self->manager_ctx);
+                                    delete self;
+                                  }};
     return capsule(m, "dltensor");
   }
 
@@ -347,7 +353,7 @@ NB_MODULE(_core, m) {
           "stream"_a = nb::none(), "max_version"_a = nb::none(), "dl_device"_a = nb::none(),
           "copy"_a = nb::none())
       .def("__dlpack_device__", [](const DeviceArray& a) {
-        return std::make_tuple(static_cast<int>(zd::dlpack::kCUDA), a.device());
+        return std::make_tuple(static_cast<int>(kDLCUDA), a.device());
       });
 
   nb::class_<zd::Array>(m, "Array")

@@ -9,6 +9,19 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <nmmintrin.h>
 #define ZARR_DEVICE_CRC32C_X86 1
+#elif defined(__aarch64__) && defined(__ARM_FEATURE_CRC32) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+// CMakeLists.txt compiles this file with -march=armv8-a+crc: clang's <arm_acle.h> declares the
+// CRC intrinsics only where that feature macro is defined. A build without the flag keeps the
+// table. Little endian only: the 8-byte step reads a word whose low byte is the first.
+#include <arm_acle.h>
+#if defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_CRC32
+#define HWCAP_CRC32 (1UL << 7)  // Linux's aarch64 bit, for C libraries that do not name it
+#endif
+#endif
+#define ZARR_DEVICE_CRC32C_ARM 1
 #endif
 
 namespace zarr_device::codecs {
@@ -110,31 +123,56 @@ std::uint32_t crc32c_portable(std::span<const std::byte> data, std::uint32_t crc
   return ~c;
 }
 
-#if defined(ZARR_DEVICE_CRC32C_X86)
+#if defined(ZARR_DEVICE_CRC32C_X86) || defined(ZARR_DEVICE_CRC32C_ARM)
 
+#if defined(ZARR_DEVICE_CRC32C_X86)
 // The target attribute (rather than relying on the file's -msse4.2 alone) keeps this compiling
 // in builds that do not pass the flag.
-#if defined(__x86_64__)
-// The crc32 instruction takes three cycles and can start every cycle, so three independent
-// streams (three lanes of a block, each from its own register) run three times as fast as one.
-// The register is linear in its input: the block's CRC is the first lane's register moved past
-// the other two lanes' lengths of zero bytes, plus theirs.
+#define ZARR_DEVICE_CRC32C_TARGET __attribute__((target("sse4.2")))
+#else
+#define ZARR_DEVICE_CRC32C_TARGET
+#endif
+
+// One byte through the CRC instruction.
+ZARR_DEVICE_CRC32C_TARGET inline std::uint32_t crc_byte(std::uint32_t c, std::byte b) {
+#if defined(ZARR_DEVICE_CRC32C_X86)
+  return _mm_crc32_u8(c, static_cast<unsigned char>(b));
+#else
+  return __crc32cb(c, static_cast<std::uint8_t>(b));
+#endif
+}
+
+#if defined(__x86_64__) || defined(ZARR_DEVICE_CRC32C_ARM)
+// Eight bytes through the CRC instruction. Both processors are little endian here, as CRC-32C's
+// bit order requires of the word. The register is held in 64 bits, as x86's instruction takes
+// and returns it: narrowing it between steps would add a move to each step's latency.
+ZARR_DEVICE_CRC32C_TARGET inline std::uint64_t crc_word(std::uint64_t c, const std::byte* p) {
+  std::uint64_t word;
+  std::memcpy(&word, p, 8);
+#if defined(ZARR_DEVICE_CRC32C_X86)
+  return _mm_crc32_u64(c, word);
+#else
+  return __crc32cd(static_cast<std::uint32_t>(c), word);
+#endif
+}
+
+// The crc32 instruction takes three cycles and can start every cycle (x86-64 and most Arm
+// cores alike), so three independent streams (three lanes of a block, each from its own
+// register) run three times as fast as one. The register is linear in its input: the block's
+// CRC is the first lane's register moved past the other two lanes' lengths of zero bytes, plus
+// theirs.
 template <std::size_t Lane>
-__attribute__((target("sse4.2"))) void crc32c_three_lanes(const std::byte*& p, std::size_t& n,
-                                                          std::uint64_t& c) {
+ZARR_DEVICE_CRC32C_TARGET void crc32c_three_lanes(const std::byte*& p, std::size_t& n,
+                                                  std::uint64_t& c) {
   static const ZeroBytes skip(Lane);
   for (; n >= 3 * Lane; p += 3 * Lane, n -= 3 * Lane) {
     std::uint64_t a = c;
     std::uint64_t b = 0;
     std::uint64_t d = 0;
     for (std::size_t i = 0; i < Lane; i += 8) {
-      std::uint64_t wa, wb, wd;
-      std::memcpy(&wa, p + i, 8);
-      std::memcpy(&wb, p + Lane + i, 8);
-      std::memcpy(&wd, p + 2 * Lane + i, 8);
-      a = _mm_crc32_u64(a, wa);
-      b = _mm_crc32_u64(b, wb);
-      d = _mm_crc32_u64(d, wd);
+      a = crc_word(a, p + i);
+      b = crc_word(b, p + Lane + i);
+      d = crc_word(d, p + 2 * Lane + i);
     }
     c = skip(skip(static_cast<std::uint32_t>(a)) ^ static_cast<std::uint32_t>(b)) ^
         static_cast<std::uint32_t>(d);
@@ -142,32 +180,33 @@ __attribute__((target("sse4.2"))) void crc32c_three_lanes(const std::byte*& p, s
 }
 #endif
 
-__attribute__((target("sse4.2"))) std::uint32_t crc32c_hardware(std::span<const std::byte> data,
-                                                                std::uint32_t crc) {
+ZARR_DEVICE_CRC32C_TARGET std::uint32_t crc32c_hardware(std::span<const std::byte> data,
+                                                        std::uint32_t crc) {
   const std::byte* p = data.data();
   std::size_t n = data.size();
-#if defined(__x86_64__)
-  std::uint64_t c = ~crc;
-  crc32c_three_lanes<8192>(p, n, c);
-  crc32c_three_lanes<512>(p, n, c);
-  for (; n >= 8; p += 8, n -= 8) {
-    std::uint64_t word;
-    std::memcpy(&word, p, 8);  // x86 is little endian, as CRC-32C's bit order requires
-    c = _mm_crc32_u64(c, word);
-  }
-  auto c32 = static_cast<std::uint32_t>(c);
+#if defined(__x86_64__) || defined(ZARR_DEVICE_CRC32C_ARM)
+  std::uint64_t c64 = ~crc;
+  // Blocks from large (the two skips spread over 24 KiB) to small, so that buffers from 1 KiB up
+  // run three streams nearly to their end: with only 24 KiB and 1.5 KiB blocks, a 4 KiB buffer
+  // ran a quarter of itself in one stream, at 0.75x google/crc32c's speed (bench_crc32c.cpp).
+  crc32c_three_lanes<8192>(p, n, c64);
+  crc32c_three_lanes<1344>(p, n, c64);
+  crc32c_three_lanes<320>(p, n, c64);
+  for (; n >= 8; p += 8, n -= 8) c64 = crc_word(c64, p);
+  auto c = static_cast<std::uint32_t>(c64);
 #else
-  std::uint32_t c32 = ~crc;
+  std::uint32_t c = ~crc;
   for (; n >= 4; p += 4, n -= 4) {
     std::uint32_t word;
     std::memcpy(&word, p, 4);
-    c32 = _mm_crc32_u32(c32, word);
+    c = _mm_crc32_u32(c, word);
   }
 #endif
-  for (; n > 0; ++p, --n) c32 = _mm_crc32_u8(c32, static_cast<unsigned char>(*p));
-  return ~c32;
+  for (; n > 0; ++p, --n) c = crc_byte(c, *p);
+  return ~c;
 }
 
+#if defined(ZARR_DEVICE_CRC32C_X86)
 bool crc32c_hardware_available() {
   static const bool available = [] {
     __builtin_cpu_init();  // needed when first called from a static initialiser
@@ -175,6 +214,18 @@ bool crc32c_hardware_available() {
   }();
   return available;
 }
+#else
+bool crc32c_hardware_available() {
+#if defined(__linux__)
+  static const bool available = (getauxval(AT_HWCAP) & HWCAP_CRC32) != 0;
+  return available;
+#elif defined(__APPLE__)
+  return true;  // every Apple arm64 processor has the CRC32 instructions
+#else
+  return false;  // no portable way to ask: the table
+#endif
+}
+#endif
 
 #else
 

@@ -8,7 +8,8 @@
 namespace zarr_device::codecs {
 
 // The CRC-32C of `data`, continuing from `crc` (the CRC of the bytes before it, 0 to start):
-// crc32c(b, crc32c(a)) == crc32c(a + b). Uses the SSE4.2 instruction where the processor has it.
+// crc32c(b, crc32c(a)) == crc32c(a + b). Uses the processor's CRC32C instruction where it has one
+// (SSE4.2 on x86, the CRC extension on 64-bit Arm), else slicing-by-8 tables.
 std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc = 0);
 
 // The CRC-32C of a + b from crc32c(a), crc32c(b) and the length of b: checksums of pieces read
