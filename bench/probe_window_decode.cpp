@@ -1,9 +1,10 @@
 // What decoding a large zstd chunk in windows of its output costs against decoding it whole, on
 // one thread: a 64 MiB chunk of float32 normal values (stored about 0.92) and of bf16 weights
 // (about 0.78), zstd level 1 without a checksum, as zarr-python writes it; decoded whole into
-// place (CodecChain::piece_decoder, what a host read and a slot-sized CPU decode do) and in
-// windows of 1-16 MiB (CodecChain::window_decoder, what a chunk staged in parts does), stored bytes
-// read in 2 MiB pieces from memory either way. Best of 5; not part of the build.
+// place (one window of the whole chunk, what a host read and a slot-sized CPU decode do) and in
+// windows of 1-16 MiB (what a chunk staged in parts does), through the chain's stream decoder
+// (CodecChain::stream_decoder), stored bytes pulled in 2 MiB pieces from memory either way. Best
+// of 5; not part of the build.
 //
 //   cmake -S . -B build/release -G Ninja && ninja -C build/release zarr_device_core
 //   g++ -O2 -std=c++20 -Icpp/src -Icpp/include bench/probe_window_decode.cpp \
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -25,6 +27,18 @@ using namespace zarr_device;
 namespace {
 
 constexpr std::size_t kPiece = std::size_t{2} << 20;
+
+// `stored` in pieces of kPiece bytes, each copied into one buffer, as a store's reads are.
+StreamDecoder::Source pieces_of(const Buffer& stored) {
+  auto piece = std::make_shared<std::vector<std::byte>>(kPiece);
+  auto at = std::make_shared<std::size_t>(0);
+  return [&stored, piece, at]() -> std::span<const std::byte> {
+    const std::size_t n = std::min(kPiece, stored.size() - *at);
+    std::memcpy(piece->data(), stored.data() + *at, n);
+    *at += n;
+    return {piece->data(), n};
+  };
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -47,10 +61,8 @@ void probe(const char* name, const char* dtype, const std::vector<std::byte>& ch
   double whole = 1e9;
   for (int rep = 0; rep < 5; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto decoder = chain.piece_decoder(all, view, stored.size());
-    for (std::size_t at = 0; at < stored.size(); at += kPiece) {
-      decoder->feed(stored.span().subspan(at, std::min(kPiece, stored.size() - at)));
-    }
+    auto decoder = chain.stream_decoder(stored.size(), pieces_of(stored));
+    decoder->fill(*chain.stream_target(all, view));
     decoder->finish();
     whole = std::min(whole, seconds_since(t0));
   }
@@ -62,15 +74,7 @@ void probe(const char* name, const char* dtype, const std::vector<std::byte>& ch
     double best = 1e9;
     for (int rep = 0; rep < 5; ++rep) {
       const auto t0 = std::chrono::steady_clock::now();
-      auto decoder = chain.window_decoder(
-          stored.size(),
-          [&](std::uint64_t at, std::span<std::byte> into) {
-            const std::size_t n =
-                std::min(into.size(), stored.size() - static_cast<std::size_t>(at));
-            std::memcpy(into.data(), stored.data() + at, n);
-            return n;
-          },
-          kPiece);
+      auto decoder = chain.stream_decoder(stored.size(), pieces_of(stored));
       for (std::size_t at = 0; at < out.size(); at += window) {
         decoder->fill({out.data() + at, std::min(window, out.size() - at)});
       }

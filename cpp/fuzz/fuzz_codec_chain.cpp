@@ -6,8 +6,9 @@
 //   A. whole, into a C-contiguous chunk-sized buffer (the direct decode_into path);
 //   B. whole, into a padded or Fortran-ordered view (the decode-then-place path);
 //   C. a strided partial selection, into a padded or Fortran-ordered view;
-//   D. whole, from pieces of 1 to 64 bytes (`variant` picks the size), where the chain decodes
-//      from pieces (CodecChain::piece_decoder: what host reads do with large chunks);
+//   D. whole, its stored bytes pulled in pieces of 1 to 64 bytes (`variant` picks the size), where
+//      the chain decodes as a stream straight into place (CodecChain::stream_decoder into its
+//      stream_target: what host reads do with large chunks);
 // and when A succeeds, the chunk is encoded again and decoded (round trip). Findings besides
 // crashes: A and B (or C, for unsharded chains, or D) disagreeing on success or on the elements,
 // writes outside the selected elements, a round trip that changes the data, a checksum mismatch
@@ -221,21 +222,25 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (ok_a) check_same_elements(whole_view, p, es, c.label + " (partial)");
   }
 
-  // D: the whole chunk from pieces (skipped for chains that do not decode from pieces).
+  // D: the whole chunk from pieces (skipped for chains that do not decode as a stream).
   std::vector<std::byte> pieces(spec.nbytes());
   const StridedView pieces_view{pieces.data(), spec.shape, whole_view.byte_strides};
   bool tried = false;
   bool checksum_d = false;
   const bool ok_d = expect_errors([&] {
     try {
-      // Making the decoder may raise already: the data's size alone tells it is wrong.
-      auto decoder = chain.piece_decoder(all_elements, pieces_view, chunk.size());
-      if (!decoder) return;
-      tried = true;
+      const auto target = chain.stream_target(all_elements, pieces_view);
+      if (!target || chunk.size() > chain.max_stored_size()) return;
       const std::size_t piece = 1 + variant % 64;
-      for (std::size_t at = 0; at < chunk.size(); at += piece) {
-        decoder->feed(chunk.span().subspan(at, std::min(piece, chunk.size() - at)));
-      }
+      std::size_t at = 0;
+      // Making the decoder may raise already: the data's size alone tells it is wrong.
+      auto decoder = chain.stream_decoder(chunk.size(), [&]() -> std::span<const std::byte> {
+        const std::size_t n = std::min(piece, chunk.size() - at);
+        at += n;
+        return chunk.span().subspan(at - n, n);
+      });
+      tried = true;
+      decoder->fill(*target);
       decoder->finish();
     } catch (const ChecksumError&) {
       tried = checksum_d = true;

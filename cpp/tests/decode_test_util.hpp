@@ -1,15 +1,20 @@
-// Helpers of the tests of decoding a stored chunk apart from its whole decode (from pieces of its
-// bytes: test_piece_decoding.cpp; into windows of its output: test_window_decoding.cpp): codec
-// chains, compressible data, and the whole decode to compare with.
+// Helpers of the tests of decoding a stored chunk as a stream, apart from its whole decode (its
+// stored bytes pulled in pieces, its output in windows: test_stream_decoding.cpp, and each
+// codec's decoder alone: test_stream_decoders.cpp): codec chains, compressible data, sources of
+// pieces, and the whole decode to compare with.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "codecs/codec_chain.hpp"
 #include "test_util.hpp"
@@ -30,6 +35,26 @@ inline Bytes array_like(std::size_t n, std::uint32_t seed) {
     std::memcpy(out.data() + i, &v, 2);
   }
   return out;
+}
+
+// `stored` as a stream decoder's source, in pieces of the sizes `cut` gives in turn (the last
+// shorter), each copied into the one buffer the piece before was in, as a store's reads are: a
+// decoder that kept a view of an earlier piece would see other bytes.
+inline StreamDecoder::Source pieces_of(const Bytes& stored, std::vector<std::size_t> cut) {
+  struct State {
+    std::size_t at = 0;
+    std::size_t count = 0;
+    Bytes piece;
+  };
+  auto state = std::make_shared<State>();
+  state->piece.resize(std::min(*std::max_element(cut.begin(), cut.end()), stored.size()));
+  return [&stored, cut = std::move(cut), state]() -> std::span<const std::byte> {
+    if (state->at == stored.size()) return {};
+    const std::size_t n = std::min(cut[state->count++ % cut.size()], stored.size() - state->at);
+    std::memcpy(state->piece.data(), stored.data() + state->at, n);
+    state->at += n;
+    return {state->piece.data(), n};
+  };
 }
 
 // A whole-chunk decode of `stored` into `out`: empty when it succeeds, else the error's kind and
@@ -68,7 +93,7 @@ inline Bytes several_frames(const Bytes& chunk) {
 }
 
 // A way of decoding a stored chunk apart from the whole decode, into `out`, cut `cut` bytes at a
-// time (pieces of its stored bytes, or windows of its output).
+// time (pieces of its stored bytes, windows of its output, or both).
 using DecodeApart = std::function<Outcome(const codecs::CodecChain& chain, const Bytes& stored,
                                           Bytes& out, std::size_t cut)>;
 

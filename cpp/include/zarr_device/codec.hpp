@@ -168,60 +168,50 @@ struct DeviceDecoding {
   std::size_t (*first_block)(std::span<const std::byte> head) = nullptr;
 };
 
-// Decodes a codec's encoded bytes fed in pieces, in order, for a chunk too large to hold whole
-// while it decodes (a host read then holds a piece of it, not all of it). Errors are the codec's
-// own (CodecError, ChecksumError), as the whole chunk's decode would raise them.
-class PieceDecoder {
- public:
-  virtual ~PieceDecoder() = default;
-  virtual void feed(std::span<const std::byte> piece) = 0;
-  // After the last piece: raises for data that ended early or decoded to another size.
-  virtual void finish() = 0;
-};
-
-// Decodes a codec's encoded bytes into consecutive windows of its decoded bytes, pulling the
-// encoded bytes as it needs them: for a chunk too large to stage whole, staged a part at a time
-// (device reads of chunks larger than a staging slot). Errors are the codec's own.
-class WindowDecoder {
+// Decodes a codec's encoded bytes, pulled from a source as it needs them, into its decoded bytes,
+// handed out in order: for a chunk too large to hold whole while it decodes (a read then holds
+// a piece of its stored bytes, not all of them). The caller takes them into windows of its own
+// (fill: one window of the whole decoded size decodes straight into place, smaller ones a part
+// at a time), or where the decoder has them (next: a codec whose output is a stretch of its
+// input, crc32c, hands out views of that input, which is how a chain passes one codec's output
+// to the next without a copy). Errors are the codec's own (CodecError, ChecksumError), as its
+// whole decode raises them.
+class StreamDecoder {
  public:
   // Returns the next encoded bytes (valid until it is called again); empty once they have ended.
   using Source = std::function<std::span<const std::byte>()>;
-  virtual ~WindowDecoder() = default;
+  virtual ~StreamDecoder() = default;
   // Decodes the next window.size() decoded bytes into `window`.
   virtual void fill(std::span<std::byte> window) = 0;
-  // After the last window: raises unless the encoded bytes ended there, complete.
+  // The next decoded bytes, at most `most` of them and at least one while any are left, valid
+  // until the decoder is called again; empty once all have been handed out.
+  virtual std::span<const std::byte> next(std::size_t most) = 0;
+  // After the last decoded byte: raises unless the encoded bytes ended there, complete (and, for
+  // a checksum, matching).
   virtual void finish() = 0;
+};
+
+// An optional capability of bytes->bytes codecs (BytesToBytesCodec::stream_decoding): decoding
+// as a stream (StreamDecoder).
+class StreamDecoding {
+ public:
+  virtual ~StreamDecoding() = default;
+  // The host memory a decoder keeps for a chunk of `decoded` bytes handed out in windows smaller
+  // than it (the history a decompressor's frames reach back into; none for a codec that passes
+  // its input through), from the first bytes of its encoding (`head`: a frame header's worth, or
+  // all there is); `decoded` where they do not say. One window of the whole size keeps none: it
+  // is the history.
+  [[nodiscard]] virtual std::size_t window_memory(std::span<const std::byte> head,
+                                                  std::size_t decoded) const = 0;
+  // A decoder of `encoded_size` bytes, pulled from `source`, into `decoded_size` bytes.
+  [[nodiscard]] virtual std::unique_ptr<StreamDecoder> stream_decoder(
+      std::size_t decoded_size, std::uint64_t encoded_size, StreamDecoder::Source source) const = 0;
 };
 
 class BytesToBytesCodec : public Codec {
  public:
-  // Optional capabilities, for decoding from pieces (nullptr: the codec does not):
-  // a decoder of `encoded_size` bytes into exactly `out` (decompressors that write in place)...
-  [[nodiscard]] virtual std::unique_ptr<PieceDecoder> decoder_into(
-      std::span<std::byte> /*out*/, std::uint64_t /*encoded_size*/) const {
-    return nullptr;
-  }
-  // ...and a decoder of `encoded_size` bytes that hands what it decodes on to `next` (codecs
-  // whose output is a stretch of their input: crc32c's data before its checksum).
-  [[nodiscard]] virtual std::unique_ptr<PieceDecoder> decoder_onto(
-      std::unique_ptr<PieceDecoder> /*next*/, std::uint64_t /*encoded_size*/) const {
-    return nullptr;
-  }
-  // And a decoder of `encoded_size` bytes, pulled from `source`, into `decoded_size` bytes handed
-  // out in windows (decompressors whose state carries across windows of their output).
-  [[nodiscard]] virtual bool decodes_in_windows() const { return false; }
-  // The host memory such a decoder keeps for a chunk of `decoded` bytes (the history its frames
-  // reach back into), from the first bytes of its encoding (`head`: a frame header's worth, or
-  // all there is); `decoded` where they do not say.
-  [[nodiscard]] virtual std::size_t window_memory(std::span<const std::byte> /*head*/,
-                                                  std::size_t decoded) const {
-    return decoded;
-  }
-  [[nodiscard]] virtual std::unique_ptr<WindowDecoder> window_decoder(
-      std::size_t /*decoded_size*/, std::uint64_t /*encoded_size*/,
-      const WindowDecoder::Source& /*source*/) const {
-    return nullptr;
-  }
+  // The codec's stream decoding (zstd; crc32c); nullptr: it decodes whole chunks only.
+  [[nodiscard]] virtual const StreamDecoding* stream_decoding() const { return nullptr; }
 
   // Decodes `encoded`. Where `size.exact` is known, the result must have that size; otherwise it
   // may not exceed `size.at_most`. CodecError on a mismatch, before allocating what it claims.

@@ -190,27 +190,13 @@ void CodecChain::decode_into(const Buffer& encoded, std::span<const DimSlice> se
   array_to_bytes_->decode_into(current, inner, sel, dest);
 }
 
-std::unique_ptr<PieceDecoder> CodecChain::piece_decoder(std::span<const DimSlice> selection,
-                                                        const StridedView& destination,
-                                                        std::uint64_t stored_size) const {
+std::optional<std::span<std::byte>> CodecChain::stream_target(
+    std::span<const DimSlice> selection, const StridedView& destination) const {
   std::vector<DimSlice> sel(selection.begin(), selection.end());
   StridedView dest = destination;
   map_through(array_to_array_, sel, dest);
-  if (!decompresses_into_place(sel, dest) || stored_size > level_bounds_.back()) return nullptr;
-  // Built from the innermost codec out; each outer codec's encoded size is the next one's.
-  std::vector<std::uint64_t> sizes(bytes_to_bytes_.size());
-  std::uint64_t size = stored_size;
-  for (std::size_t i = bytes_to_bytes_.size(); i-- > 0;) {
-    sizes[i] = size;
-    const std::size_t suffix = bytes_to_bytes_[i]->suffix_size();
-    if (i > 0 && (suffix == 0 || size < suffix)) return nullptr;  // not a stretch of its input
-    size -= i > 0 ? suffix : 0;
-  }
-  auto decoder = bytes_to_bytes_[0]->decoder_into({dest.data, specs_.back().nbytes()}, sizes[0]);
-  for (std::size_t i = 1; decoder && i < bytes_to_bytes_.size(); ++i) {
-    decoder = bytes_to_bytes_[i]->decoder_onto(std::move(decoder), sizes[i]);
-  }
-  return decoder;
+  if (!decompresses_into_place(sel, dest) || !bytes_decode_as_stream()) return std::nullopt;
+  return std::span<std::byte>{dest.data, specs_.back().nbytes()};
 }
 
 bool CodecChain::decompresses_into_place(std::span<const DimSlice> selection,

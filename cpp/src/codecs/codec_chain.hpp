@@ -2,7 +2,6 @@
 // Immutable after construction and shared by all threads reading the array.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -27,39 +26,29 @@ class CodecChain {
   void decode_into(const Buffer& encoded, std::span<const DimSlice> selection,
                    const StridedView& destination) const;
 
-  // A decoder of a stored chunk of `stored_size` bytes fed in pieces, in order, into
-  // `destination`: where decode_into would decompress straight into place and every
-  // bytes->bytes codec decodes from pieces (zstd, with crc32c checksums after it). nullptr
-  // otherwise. What it raises is what decode_into raises for the same bytes; a checksum mismatch
-  // is reported as such even when the decompressor fails first on the damaged bytes.
-  [[nodiscard]] std::unique_ptr<PieceDecoder> piece_decoder(std::span<const DimSlice> selection,
-                                                            const StridedView& destination,
-                                                            std::uint64_t stored_size) const;
-
-  // Whether a chunk whose `selection` lands in `destination` decodes in windows of its decoded
-  // bytes (window_decoder): where decode_into would decompress straight into place, its one
-  // decompressor decodes in windows (zstd) and the codecs after it are checksums (crc32c).
-  [[nodiscard]] bool decodes_in_windows(std::span<const DimSlice> selection,
-                                        const StridedView& destination) const;
-  // Whether the chunk's decoded bytes come out of window_decoder at all, whatever is selected of
-  // them: its elements stored as they are in memory (little-endian, C order) and its codecs those
-  // said above.
-  [[nodiscard]] bool decodes_in_windows() const;
-  // Reads the stored chunk's bytes from `offset` into `into`; returns how many it read (fewer:
-  // the stored bytes ended).
-  using StoredReader = std::function<std::size_t(std::uint64_t offset, std::span<std::byte> into)>;
-  // A decoder of a stored chunk of `stored_size` bytes, read through `read` `piece_bytes` at a
-  // time as it needs them, into consecutive windows of its decoded bytes (C order, as stored):
-  // for a chunk staged a part at a time. Only where decodes_in_windows. What it raises is what
+  // Whether the chunk's decoded bytes come out of stream_decoder, whatever is selected of them:
+  // its elements stored as they are in memory (little-endian, C order), its first bytes->bytes
+  // codec a decompressor that decodes as a stream (zstd) and the codecs after it checksums
+  // (crc32c). (A chain of checksums alone is its stored elements, which reads read as they are.)
+  [[nodiscard]] bool decodes_as_stream() const;
+  // Where a chunk whose `selection` lands in `destination` is decoded by stream_decoder straight
+  // into place (the whole chunk, C-contiguous, as stored, and codecs that decode as a stream):
+  // the bytes of `destination` its decoded bytes are, in order, for one window of them all;
+  // nullopt otherwise.
+  [[nodiscard]] std::optional<std::span<std::byte>> stream_target(
+      std::span<const DimSlice> selection, const StridedView& destination) const;
+  // The host memory stream_decoder keeps for the chunk, handed out in windows smaller than it,
+  // besides the pieces of its source (its decompressor's history), from the stored chunk's first
+  // bytes (`head`); the chunk's size where they do not say.
+  [[nodiscard]] std::size_t window_memory(std::span<const std::byte> head) const;
+  // A decoder of a stored chunk of `stored_size` bytes, pulled from `source` as it needs them,
+  // into its decoded bytes as the array->bytes codec lays them out (as stored): in one window
+  // of them all (stream_target) or in consecutive windows, for a chunk staged a part at a time.
+  // nullptr where the bytes->bytes codecs do not decode as a stream. What it raises is what
   // decode_into raises for the same bytes; a checksum mismatch is reported as such even when the
   // decompressor fails first on the damaged bytes.
-  // The host memory window_decoder keeps for the chunk besides its pieces (its decompressor's
-  // history), from the stored chunk's first bytes (`head`); the chunk's size where they do not
-  // say.
-  [[nodiscard]] std::size_t window_memory(std::span<const std::byte> head) const;
-  [[nodiscard]] std::unique_ptr<WindowDecoder> window_decoder(std::uint64_t stored_size,
-                                                              StoredReader read,
-                                                              std::size_t piece_bytes) const;
+  [[nodiscard]] std::unique_ptr<StreamDecoder> stream_decoder(std::uint64_t stored_size,
+                                                              StreamDecoder::Source source) const;
 
   // Whether a chunk can be decoded from byte ranges (a shard without bytes->bytes codecs after it).
   [[nodiscard]] bool supports_partial_decode() const;
@@ -135,6 +124,8 @@ class CodecChain {
   // already mapped through the array->array codecs): the whole chunk, C-contiguous, as stored.
   [[nodiscard]] bool decompresses_into_place(std::span<const DimSlice> selection,
                                              const StridedView& destination) const;
+  // Whether the bytes->bytes codecs decode as a stream (decodes_as_stream, whatever the layout).
+  [[nodiscard]] bool bytes_decode_as_stream() const;
 
   ChunkSpec spec_;
   std::vector<std::shared_ptr<const ArrayToArrayCodec>> array_to_array_;

@@ -77,7 +77,7 @@ void throw_size_mismatch(std::string_view codec, std::size_t actual, std::size_t
 namespace {
 
 // After the output filled up: the stream must end without producing another byte.
-void expect_end(StreamDecoder& decoder, std::string_view codec, std::string_view what_fits) {
+void expect_end(InMemoryDecompressor& decoder, std::string_view codec, std::string_view what_fits) {
   std::byte extra{};
   std::size_t extra_pos = 0;
   if (!decoder.run({&extra, 1}, extra_pos) || extra_pos != 0) {
@@ -87,7 +87,8 @@ void expect_end(StreamDecoder& decoder, std::string_view codec, std::string_view
 
 }  // namespace
 
-void decode_stream_exact(StreamDecoder& decoder, std::span<std::byte> out, std::string_view codec) {
+void decode_stream_exact(InMemoryDecompressor& decoder, std::span<std::byte> out,
+                         std::string_view codec) {
   std::size_t pos = 0;
   if (!decoder.run(out, pos)) {
     expect_end(decoder, codec, "the expected " + std::to_string(out.size()) + " bytes");
@@ -95,7 +96,7 @@ void decode_stream_exact(StreamDecoder& decoder, std::span<std::byte> out, std::
   if (pos != out.size()) throw_size_mismatch(codec, pos, out.size());
 }
 
-Buffer decode_stream_growing(StreamDecoder& decoder, std::size_t initial, std::size_t limit,
+Buffer decode_stream_growing(InMemoryDecompressor& decoder, std::size_t initial, std::size_t limit,
                              std::string_view codec) {
   std::size_t capacity = std::min(initial, limit);
   ByteArray output(capacity);

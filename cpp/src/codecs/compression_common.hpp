@@ -40,10 +40,10 @@ class ConfigReader {
   const nlohmann::json& configuration_;
 };
 
-// A decompressor over one input, told where to write as it goes.
-class StreamDecoder {
+// A decompressor over one input held in memory, told where to write as it goes (gzip, zlib).
+class InMemoryDecompressor {
  public:
-  virtual ~StreamDecoder() = default;
+  virtual ~InMemoryDecompressor() = default;
   // Writes into out[pos, out.size()), advancing `pos`. Returns true once the input is used up and
   // its last stream complete, false when `out` fills up first (call again with more room).
   // Throws CodecError on corrupt or truncated input.
@@ -51,12 +51,13 @@ class StreamDecoder {
 };
 
 // Decodes exactly out.size() bytes into `out`; CodecError when the stream holds fewer or more.
-void decode_stream_exact(StreamDecoder& decoder, std::span<std::byte> out, std::string_view codec);
+void decode_stream_exact(InMemoryDecompressor& decoder, std::span<std::byte> out,
+                         std::string_view codec);
 
 // Decodes a stream whose length is unknown, into a buffer that starts at `initial` bytes and
 // doubles as needed, never beyond `limit` (what the input could possibly expand to): output
 // memory grows with real output, not with what a header claims.
-Buffer decode_stream_growing(StreamDecoder& decoder, std::size_t initial, std::size_t limit,
+Buffer decode_stream_growing(InMemoryDecompressor& decoder, std::size_t initial, std::size_t limit,
                              std::string_view codec);
 
 // The first `used` bytes of `array` as a Buffer; copied into a right-sized one when most of the

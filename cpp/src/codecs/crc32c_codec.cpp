@@ -2,8 +2,9 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <exception>
+#include <cstring>
 #include <memory>
+#include <utility>
 
 #include "codecs/compression_common.hpp"
 #include "codecs/crc32c.hpp"
@@ -33,59 +34,101 @@ void check_checksum(std::uint32_t stored, std::uint32_t computed, std::uint64_t 
   }
 }
 
-// The data before the checksum handed on to `next` as it comes, the checksum computed over it
-// and compared at the end. Damaged data is reported as a checksum mismatch, as when the chunk is
-// verified whole before it is decoded, even where `next` fails on it first: its error waits
-// until the checksum is known.
-class Crc32cPieces final : public PieceDecoder {
+// The data before the checksum handed out as it is pulled (views of the source's bytes: no
+// copy, unless into a caller's window), the checksum computed over it and compared at the end.
+// What a decoder after it makes of damaged data is settled by the chain (CodecChain::
+// stream_decoder), which asks this checksum first, as when the chunk is verified whole first.
+class Crc32cStream final : public StreamDecoder {
  public:
-  Crc32cPieces(std::unique_ptr<PieceDecoder> next, std::uint64_t encoded_size)
-      : next_(std::move(next)),
-        payload_((check_length(encoded_size), encoded_size - kChecksumSize)) {}
+  Crc32cStream(std::size_t decoded, std::uint64_t encoded, Source source)
+      : encoded_(encoded),
+        payload_((check_length(encoded), encoded - kChecksumSize)),
+        left_(encoded),
+        source_(std::move(source)) {
+    if (decoded != payload_) throw_size_mismatch("crc32c", payload_, decoded);
+  }
 
-  void feed(std::span<const std::byte> piece) override {
-    const auto data =
-        static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), payload_ - seen_));
-    crc_ = crc32c(piece.first(data), crc_);
-    seen_ += data;
-    if (!failure_ && data > 0) {
-      try {
-        next_->feed(piece.first(data));
-      } catch (const Error&) {
-        failure_ = std::current_exception();
-      }
+  std::span<const std::byte> next(std::size_t most) override {
+    if (seen_ == payload_) {
+      // Asked again after the data: the checksum is taken now, so that draining a chain's
+      // checksums (next() until empty) reads each one's whole encoding.
+      take_checksum();
+      return {};
     }
-    for (const std::byte b : piece.subspan(data)) {
-      if (trailer_seen_ < kChecksumSize) trailer_[trailer_seen_] = b;
-      ++trailer_seen_;
+    if (most == 0) return {};
+    if (in_.empty()) pull();
+    const auto n =
+        static_cast<std::size_t>(std::min<std::uint64_t>({most, in_.size(), payload_ - seen_}));
+    const auto data = in_.first(n);
+    in_ = in_.subspan(n);
+    crc_ = crc32c(data, crc_);
+    seen_ += n;
+    return data;
+  }
+
+  void fill(std::span<std::byte> window) override {
+    while (!window.empty()) {
+      const auto data = next(window.size());
+      if (data.empty()) {
+        throw CodecError("crc32c: a window past its " + std::to_string(payload_) + " bytes");
+      }
+      std::memcpy(window.data(), data.data(), data.size());
+      window = window.subspan(data.size());
     }
   }
 
   void finish() override {
-    if (seen_ != payload_ || trailer_seen_ != kChecksumSize) {
-      throw CodecError("crc32c: data is " + std::to_string(seen_ + trailer_seen_) +
-                       " bytes, expected " + std::to_string(payload_ + kChecksumSize));
+    if (seen_ != payload_) {
+      throw CodecError("crc32c: finished after " + std::to_string(seen_) + " of its " +
+                       std::to_string(payload_) + " bytes");
     }
-    check_checksum(load_le32(trailer_.data()), crc_, payload_);
-    if (failure_) std::rethrow_exception(failure_);
-    next_->finish();
+    take_checksum();
+    check_checksum(load_le32(checksum_.data()), crc_, payload_);
   }
 
  private:
-  std::unique_ptr<PieceDecoder> next_;
+  void take_checksum() {
+    while (checksum_seen_ < kChecksumSize) {
+      if (in_.empty()) pull();
+      const std::size_t n = std::min(kChecksumSize - checksum_seen_, in_.size());
+      std::memcpy(checksum_.data() + checksum_seen_, in_.data(), n);
+      in_ = in_.subspan(n);
+      checksum_seen_ += n;
+    }
+  }
+
+  void pull() {
+    const auto piece = left_ > 0 ? source_() : std::span<const std::byte>{};
+    if (piece.empty()) {
+      throw CodecError("crc32c: data is " + std::to_string(encoded_ - left_) + " bytes, expected " +
+                       std::to_string(encoded_));
+    }
+    in_ = piece.first(static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), left_)));
+    left_ -= in_.size();
+  }
+
+  std::uint64_t encoded_;
   std::uint64_t payload_;
-  std::uint64_t seen_ = 0;
-  std::uint32_t crc_ = 0;
-  std::array<std::byte, kChecksumSize> trailer_{};
-  std::size_t trailer_seen_ = 0;
-  std::exception_ptr failure_;
+  std::uint64_t left_;  // encoded bytes not yet pulled
+  Source source_;
+  std::span<const std::byte> in_;  // pulled, not yet handed out
+  std::uint64_t seen_ = 0;         // data handed out
+  std::uint32_t crc_ = 0;          // of it
+  std::array<std::byte, kChecksumSize> checksum_{};
+  std::size_t checksum_seen_ = 0;
 };
 
-class Crc32cCodec final : public BytesToBytesCodec {
+class Crc32cCodec final : public BytesToBytesCodec, public StreamDecoding {
  public:
-  [[nodiscard]] std::unique_ptr<PieceDecoder> decoder_onto(
-      std::unique_ptr<PieceDecoder> next, std::uint64_t encoded_size) const override {
-    return std::make_unique<Crc32cPieces>(std::move(next), encoded_size);
+  [[nodiscard]] const StreamDecoding* stream_decoding() const override { return this; }
+  [[nodiscard]] std::size_t window_memory(std::span<const std::byte> /*head*/,
+                                          std::size_t /*decoded*/) const override {
+    return 0;  // its data is handed out where it was read
+  }
+  [[nodiscard]] std::unique_ptr<StreamDecoder> stream_decoder(
+      std::size_t decoded_size, std::uint64_t encoded_size,
+      StreamDecoder::Source source) const override {
+    return std::make_unique<Crc32cStream>(decoded_size, encoded_size, std::move(source));
   }
 
   // Verified on the CPU (crc32c.hpp) by readers that move the rest of the chunk to a device.

@@ -26,7 +26,7 @@ std::string zlib_message(const z_stream& stream, int code) {
   return "zlib error " + std::to_string(code);
 }
 
-class InflateDecoder final : public StreamDecoder {
+class InflateDecoder final : public InMemoryDecompressor {
  public:
   InflateDecoder(std::span<const std::byte> in, Wrapper wrapper, std::string_view codec)
       : in_(in), wrapper_(wrapper), codec_(codec) {

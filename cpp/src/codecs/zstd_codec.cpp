@@ -116,21 +116,17 @@ bool one_frame_of(std::span<const std::byte> stored, std::size_t decoded) {
          ZSTD_findFrameCompressedSize(stored.data(), stored.size()) == stored.size();
 }
 
-class ZstdCodec final : public BytesToBytesCodec {
+class ZstdCodec final : public BytesToBytesCodec, public StreamDecoding {
  public:
-  [[nodiscard]] bool decodes_in_windows() const override { return true; }
+  [[nodiscard]] const StreamDecoding* stream_decoding() const override { return this; }
   [[nodiscard]] std::size_t window_memory(std::span<const std::byte> head,
                                           std::size_t decoded) const override {
     return std::min(frame_window(head).value_or(decoded), decoded);
   }
-  [[nodiscard]] std::unique_ptr<WindowDecoder> window_decoder(
+  [[nodiscard]] std::unique_ptr<StreamDecoder> stream_decoder(
       std::size_t decoded_size, std::uint64_t encoded_size,
-      const WindowDecoder::Source& source) const override {
-    return make_zstd_windows(name_, decoded_size, encoded_size, source);
-  }
-  [[nodiscard]] std::unique_ptr<PieceDecoder> decoder_into(
-      std::span<std::byte> out, std::uint64_t encoded_size) const override {
-    return make_zstd_pieces(name_, out, encoded_size);
+      StreamDecoder::Source source) const override {
+    return make_zstd_stream(name_, decoded_size, encoded_size, std::move(source));
   }
 
   [[nodiscard]] std::optional<DeviceDecoding> device_decoding() const override {

@@ -1,6 +1,6 @@
-// zstd frames decoded by streaming: into a whole output, from pieces of their bytes, and into
-// windows of their output. Shared by the zstd codec (zstd_codec.cpp) and what decodes its chunks
-// apart from it (CodecChain::piece_decoder, CodecChain::window_decoder).
+// zstd frames decoded by streaming, pulled from a source: into a whole output, and into windows of
+// it. Shared by the zstd codec's whole decode (zstd_codec.cpp) and its stream decoder, which a
+// chain's stream decoding uses (CodecChain::stream_decoder).
 #include "codecs/zstd_frames.hpp"
 
 #include <zstd_errors.h>
@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "codecs/compression_common.hpp"
 
@@ -45,233 +46,76 @@ std::size_t max_decoded_size(std::size_t encoded_size) {
 
 namespace {
 
-// Streams frames into `out`, zstd writing straight into it (its stable-output mode) instead of
-// through a window buffer of its own. Why: a context keeps that buffer from one decode to the
-// next, and whether a frame that reaches back past its window decodes would then depend on the
-// decodes before it. Written straight into `out`, each frame sees all of its own output, as
-// one-shot decoding does, so every path accepts the same data. A frame that declares its size
-// must produce exactly that: libzstd's streaming decoder does not check it when the output buffer
-// is smaller than the declared size (1.5.4: a frame ending in an empty last block "completes"
-// early). The frames may come in pieces (a piece may end inside a frame's header: that header is
-// held until it is whole, to read the size it declares).
-class FrameStream {
+// zstd frames pulled from a source and decoded into output buffers, with the checks one-shot
+// decoding makes: each frame holds what its header declares (libzstd's streaming decoder does not
+// check that when the output is smaller than the declared size; 1.5.4: a frame ending in an empty
+// last block "completes" early), the frames end where the encoded bytes do, and the data ends
+// with a frame. A frame's header cut between pieces is gathered until it is whole, to read the
+// size it declares.
+//
+// With a stable output, zstd writes straight into the one output buffer it is given again and
+// again (ZSTD_d_stableOutBuffer) instead of through a window buffer of its own. Why: a context
+// keeps that buffer from one decode to the next, and whether a frame that reaches back past its
+// window decodes would then depend on the decodes before it. Written straight into the output,
+// each frame sees all of its own output, as one-shot decoding does, so every path accepts the
+// same data. Without one (an output that moves from window to window), the context must be made
+// for the chunk alone, so that a frame reaches back into its own output only.
+class FrameReader {
  public:
-  // `total`: the bytes of frames that will be fed in all.
-  FrameStream(ZSTD_DCtx* dctx, std::span<std::byte> out, std::uint64_t total,
-              std::string_view codec)
-      : dctx_(dctx),
-        codec_(codec),
-        output_{out.empty() ? &empty_ : out.data(), out.size(), 0},
-        remaining_(total) {
-    const std::size_t stable = ZSTD_DCtx_setParameter(dctx, ZSTD_d_stableOutBuffer, 1);
-    if (ZSTD_isError(stable)) throw_zstd_error(codec_, stable);
-  }
+  enum class Step {
+    kMore,   // decoded some (or consumed some input)
+    kFull,   // the output cannot take what comes next
+    kEnded,  // the frames have ended: all the encoded bytes decoded, between frames
+  };
 
-  // Decodes the next bytes of the frames; false when `out` cannot hold what they decode to.
-  bool feed(std::span<const std::byte> in) {
-    remaining_ -= std::min<std::uint64_t>(remaining_, in.size());
-    while (true) {
-      if (in_frame_) {
-        if (in.empty()) return true;
-        if (!decode_some(in)) return false;
-        continue;
-      }
-      // A frame starts: its header (all of it, or up to the end of the data) tells its size.
-      const auto need = static_cast<std::size_t>(
-          std::min<std::uint64_t>(header_.size(), held_ + in.size() + remaining_));
-      const std::size_t take = std::min(need - held_, in.size());
-      if (take > 0) std::memcpy(header_.data() + held_, in.data(), take);
-      held_ += take;
-      in = in.subspan(take);
-      if (need == 0 || held_ < need) return true;  // no more data, or the rest comes later
-      declared_ = ZSTD_getFrameContentSize(header_.data(), held_);
-      frame_start_ = output_.pos;
-      in_frame_ = true;
-      std::span<const std::byte> held{header_.data(), held_};
-      held_ = 0;
-      while (!held.empty() && in_frame_) {
-        if (!decode_some(held)) return false;
-      }
-      if (!held.empty()) {  // the frame ended inside them: the rest starts the next frame
-        std::memmove(header_.data(), held.data(), held.size());
-        held_ = held.size();
-      }
+  FrameReader(ZSTD_DCtx* dctx, std::string_view codec, std::uint64_t encoded,
+              StreamDecoder::Source source, bool stable_output)
+      : dctx_(dctx), codec_(codec), left_(encoded), source_(std::move(source)) {
+    if (stable_output) {
+      const std::size_t stable = ZSTD_DCtx_setParameter(dctx, ZSTD_d_stableOutBuffer, 1);
+      if (ZSTD_isError(stable)) throw_zstd_error(codec_, stable);
     }
   }
 
-  // After the last bytes: the bytes written (CodecError when the last frame is incomplete).
-  [[nodiscard]] std::size_t finish() const {
-    if (in_frame_ || held_ > 0) {
-      throw CodecError(std::string(codec_) + ": data is truncated (the last frame is incomplete)");
-    }
-    return output_.pos;
-  }
-
- private:
-  // One call of the decoder on the front of `in`, which it then drops from `in`; false when the
-  // output is full and more is to be written.
-  bool decode_some(std::span<const std::byte>& in) {
-    ZSTD_inBuffer input{in.data(), in.size(), 0};
-    const std::size_t out_before = output_.pos;
-    const std::size_t result = ZSTD_decompressStream(dctx_, &output_, &input);
-    if (ZSTD_isError(result)) {
-      if (ZSTD_getErrorCode(result) == ZSTD_error_dstSize_tooSmall) return false;
-      throw_zstd_error(codec_, result);
-    }
-    in = in.subspan(input.pos);
-    if (result == 0) {  // the frame is complete
-      const std::size_t produced = output_.pos - frame_start_;
-      if (declared_ != ZSTD_CONTENTSIZE_UNKNOWN && declared_ != ZSTD_CONTENTSIZE_ERROR &&
-          produced != declared_) {
-        throw CodecError(std::string(codec_) + ": a frame declares " + std::to_string(declared_) +
-                         " bytes and holds " + std::to_string(produced));
-      }
-      in_frame_ = false;
-      return true;
-    }
-    if (input.pos == 0 && output_.pos == out_before) {
-      if (output_.pos == output_.size) return false;
-      throw CodecError(std::string(codec_) + ": decompression made no progress");
-    }
-    return true;
-  }
-
-  ZSTD_DCtx* dctx_;
-  std::string_view codec_;
-  std::byte empty_{};
-  ZSTD_outBuffer output_;
-  std::uint64_t remaining_;  // bytes of frames not yet fed
-  bool in_frame_ = false;
-  unsigned long long declared_ = 0;  // the current frame's declared size, or ZSTD_CONTENTSIZE_*
-  std::size_t frame_start_ = 0;      // where its output starts
-  std::array<std::byte, ZSTD_FRAMEHEADERSIZE_MAX> header_{};
-  std::size_t held_ = 0;  // bytes of a frame's header held until it is whole
-};
-
-// A chunk's frames decoded from pieces into `out` (CodecChain::piece_decoder), with a context
-// of its own (it lives across the pieces, which a thread's shared context does not). What
-// decode_into checks before decoding is checked with the first piece (or at the end, of no data),
-// so that a checksum around it (crc32c) is compared first, as when the chunk is decoded whole.
-class ZstdPieces final : public PieceDecoder {
- public:
-  ZstdPieces(std::string_view codec, std::span<std::byte> out, std::uint64_t encoded_size)
-      : codec_(codec), out_(out), encoded_size_(encoded_size), dctx_(ZSTD_createDCtx()) {
-    if (!dctx_) throw OutOfMemoryError(std::string(codec) + ": could not create a zstd context");
-  }
-
-  void feed(std::span<const std::byte> piece) override {
-    if (!stream_) start();
-    if (!stream_->feed(piece)) {
-      throw CodecError(codec_ + ": data decodes to more than the expected " +
-                       std::to_string(out_.size()) + " bytes");
-    }
-  }
-
-  void finish() override {
-    if (!stream_) start();
-    const std::size_t written = stream_->finish();
-    if (written != out_.size()) throw_size_mismatch(codec_, written, out_.size());
-  }
-
- private:
-  void start() {
-    if (encoded_size_ == 0) throw CodecError(codec_ + ": no data (empty input)");
-    if (out_.size() > max_decoded_size(encoded_size_)) {
-      throw CodecError(codec_ + ": " + std::to_string(encoded_size_) +
-                       " bytes of zstd data cannot hold the expected " +
-                       std::to_string(out_.size()) + " bytes (truncated?)");
-    }
-    stream_.emplace(dctx_.get(), out_, encoded_size_, codec_);
-  }
-
-  std::string codec_;
-  std::span<std::byte> out_;
-  std::uint64_t encoded_size_;
-  std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx_;
-  std::optional<FrameStream> stream_;
-};
-
-// A chunk's frames decoded into consecutive windows of its output (WindowDecoder), for a chunk
-// staged a part at a time. The output moves from window to window, so zstd keeps the history a
-// frame reaches back to in a buffer of its own (FrameStream writes straight into a whole output
-// instead), in a context made for this chunk alone: a frame reaches back into its own output
-// only, as when the chunk is decoded whole. The checks are FrameStream's: each frame holds what
-// its header declares, the frames exactly the chunk's bytes, and the data ends with a frame.
-class ZstdWindows final : public WindowDecoder {
- public:
-  ZstdWindows(std::string_view codec, std::size_t decoded, std::uint64_t encoded, Source source)
-      : codec_(codec),
-        decoded_(decoded),
-        left_(encoded),
-        source_(std::move(source)),
-        dctx_(ZSTD_createDCtx()) {
-    if (!dctx_) throw OutOfMemoryError(codec_ + ": could not create a zstd context");
-    if (encoded == 0) throw CodecError(codec_ + ": no data (empty input)");
-  }
-
-  void fill(std::span<std::byte> window) override {
-    if (window.size() > decoded_ - written_) {
-      throw CodecError(codec_ + ": a window past the chunk's " + std::to_string(decoded_) +
-                       " bytes");
-    }
-    ZSTD_outBuffer out{window.data(), window.size(), 0};
-    while (out.pos < out.size) {
-      if (!decode_some(out)) {
-        throw CodecError(codec_ + ": data decodes to " + std::to_string(written_ + out.pos) +
-                         " bytes, fewer than the expected " + std::to_string(decoded_));
-      }
-    }
-    written_ += window.size();
-  }
-
-  void finish() override {
-    if (written_ != decoded_) {
-      throw CodecError(codec_ + ": finished after " + std::to_string(written_) + " of " +
-                       std::to_string(decoded_) + " bytes");
-    }
-    // What is left may decode to nothing more: the end of the last frame, or empty frames.
-    std::byte spare{};
-    ZSTD_outBuffer out{&spare, 1, 0};
-    while (decode_some(out)) {
-      if (out.pos > 0) {
-        throw CodecError(codec_ + ": data decodes to more than the expected " +
-                         std::to_string(decoded_) + " bytes");
-      }
-    }
-  }
-
- private:
-  static constexpr std::size_t kHeaderMax = ZSTD_FRAMEHEADERSIZE_MAX;
-
-  // One call of the decoder into `out`; false when the data has ended between frames.
-  bool decode_some(ZSTD_outBuffer& out) {
+  // One call of the decoder into `out` (which has room, or, with a stable output, may be full).
+  Step step(ZSTD_outBuffer& out) {
     if (!in_frame_) {
-      if (!header_ready()) return false;
+      if (!header_ready()) return Step::kEnded;
       declared_ = ZSTD_getFrameContentSize(in_.data(), in_.size());
       frame_produced_ = 0;
       in_frame_ = true;
     }
     ZSTD_inBuffer input{in_.data(), in_.size(), 0};
     const std::size_t before = out.pos;
-    const std::size_t result = ZSTD_decompressStream(dctx_.get(), &out, &input);
-    if (ZSTD_isError(result)) throw_zstd_error(codec_, result);
+    const std::size_t result = ZSTD_decompressStream(dctx_, &out, &input);
+    if (ZSTD_isError(result)) {
+      if (ZSTD_getErrorCode(result) == ZSTD_error_dstSize_tooSmall) return Step::kFull;
+      throw_zstd_error(codec_, result);
+    }
     in_ = in_.subspan(input.pos);
     frame_produced_ += out.pos - before;
     if (result == 0) {  // the frame is complete
       if (declared_ != ZSTD_CONTENTSIZE_UNKNOWN && declared_ != ZSTD_CONTENTSIZE_ERROR &&
           frame_produced_ != declared_) {
-        throw CodecError(codec_ + ": a frame declares " + std::to_string(declared_) +
+        throw CodecError(std::string(codec_) + ": a frame declares " + std::to_string(declared_) +
                          " bytes and holds " + std::to_string(frame_produced_));
       }
       in_frame_ = false;
-    } else if (input.pos == 0 && out.pos == before && out.pos < out.size) {
-      if (!in_.empty()) throw CodecError(codec_ + ": decompression made no progress");
+    } else if (input.pos == 0 && out.pos == before) {
+      if (!in_.empty()) {
+        if (out.pos == out.size) return Step::kFull;
+        throw CodecError(std::string(codec_) + ": decompression made no progress");
+      }
       if (!pull()) {
-        throw CodecError(codec_ + ": data is truncated (the last frame is incomplete)");
+        throw CodecError(std::string(codec_) +
+                         ": data is truncated (the last frame is incomplete)");
       }
     }
-    return true;
+    return Step::kMore;
   }
+
+ private:
+  static constexpr std::size_t kHeaderMax = ZSTD_FRAMEHEADERSIZE_MAX;
 
   // Makes the next input bytes, where a frame starts, hold its whole header (or all that is
   // left), gathering them from the next pieces when a piece ends inside it. False: no data left.
@@ -302,47 +146,158 @@ class ZstdWindows final : public WindowDecoder {
     if (left_ == 0) return false;
     const auto piece = source_();
     if (piece.empty()) {
-      throw CodecError(codec_ + ": data ended " + std::to_string(left_) + " bytes early");
+      throw CodecError(std::string(codec_) + ": data ended " + std::to_string(left_) +
+                       " bytes early");
     }
     in_ = piece.first(static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), left_)));
     left_ -= in_.size();
     return true;
   }
 
-  std::string codec_;
-  std::size_t decoded_;
-  std::size_t written_ = 0;
+  ZSTD_DCtx* dctx_;
+  std::string_view codec_;
   std::uint64_t left_;  // encoded bytes not yet pulled
-  Source source_;
-  std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx_;
+  StreamDecoder::Source source_;
   std::span<const std::byte> in_;    // input not yet decoded
   std::span<const std::byte> next_;  // the rest of a piece whose front completed a header
   std::array<std::byte, kHeaderMax> carry_{};
   bool in_frame_ = false;
-  unsigned long long declared_ = 0;
-  std::size_t frame_produced_ = 0;
+  unsigned long long declared_ = 0;  // the current frame's declared size, or ZSTD_CONTENTSIZE_*
+  std::size_t frame_produced_ = 0;   // its output so far
+};
+
+// Every frame `frames` reads decoded into `out`, with a stable output: the bytes written, or
+// nullopt when `out` cannot hold them.
+std::optional<std::size_t> decode_all_into(FrameReader& frames, std::span<std::byte> out) {
+  std::byte empty{};
+  ZSTD_outBuffer output{out.empty() ? &empty : out.data(), out.size(), 0};
+  for (FrameReader::Step step; (step = frames.step(output)) != FrameReader::Step::kEnded;) {
+    if (step == FrameReader::Step::kFull) return std::nullopt;
+  }
+  return output.pos;
+}
+
+// A chunk's frames decoded into the windows of its output a caller gives, in order, in a context
+// made for the chunk alone (it lives across the windows, which a thread's shared context does
+// not). One window of the whole output is decoded straight into it (a stable output: no window
+// buffer, no copy); smaller ones through zstd's window buffer, which keeps the history the frames
+// reach back into (StreamDecoding::window_memory). What the whole decode checks before decoding
+// is checked with the first window (or at the end, of no data), so that a checksum around it
+// (crc32c, settled by the chain) is compared first, as when the chunk is decoded whole.
+class ZstdStream final : public StreamDecoder {
+ public:
+  ZstdStream(std::string_view codec, std::size_t decoded, std::uint64_t encoded, Source source)
+      : codec_(codec),
+        decoded_(decoded),
+        encoded_(encoded),
+        source_(std::move(source)),
+        dctx_(ZSTD_createDCtx()) {
+    if (!dctx_) throw OutOfMemoryError(codec_ + ": could not create a zstd context");
+  }
+
+  void fill(std::span<std::byte> window) override {
+    if (window.size() > decoded_ - written_) {
+      throw CodecError(codec_ + ": a window past the chunk's " + std::to_string(decoded_) +
+                       " bytes");
+    }
+    if (!frames_) {
+      start(window.size() == decoded_);
+      if (whole_) {
+        const auto written = decode_all_into(*frames_, window);
+        if (!written) {
+          throw CodecError(codec_ + ": data decodes to more than the expected " +
+                           std::to_string(decoded_) + " bytes");
+        }
+        if (*written != decoded_) throw_size_mismatch(codec_, *written, decoded_);
+        written_ = decoded_;
+        return;
+      }
+    }
+    ZSTD_outBuffer out{window.data(), window.size(), 0};
+    while (out.pos < out.size) {
+      const auto step = frames_->step(out);
+      if (step == FrameReader::Step::kEnded) {
+        throw CodecError(codec_ + ": data decodes to " + std::to_string(written_ + out.pos) +
+                         " bytes, fewer than the expected " + std::to_string(decoded_));
+      }
+      if (step == FrameReader::Step::kFull) {  // (only a stable output fills up)
+        throw CodecError(codec_ + ": decompression made no progress");
+      }
+    }
+    written_ += window.size();
+  }
+
+  std::span<const std::byte> next(std::size_t most) override {
+    own_.resize(std::min(most, decoded_ - written_));
+    if (own_.empty()) return {};
+    fill(own_);
+    return own_;
+  }
+
+  void finish() override {
+    if (!frames_ && decoded_ == 0) fill({});  // nothing asked for: decoded whole, into nothing
+    if (!frames_) start(false);
+    if (written_ != decoded_) {
+      throw CodecError(codec_ + ": finished after " + std::to_string(written_) + " of " +
+                       std::to_string(decoded_) + " bytes");
+    }
+    if (whole_) return;  // checked to the end already
+    // What is left may decode to nothing more: the end of the last frame, or empty frames.
+    std::byte spare{};
+    ZSTD_outBuffer out{&spare, 1, 0};
+    while (frames_->step(out) != FrameReader::Step::kEnded) {
+      if (out.pos > 0) {
+        throw CodecError(codec_ + ": data decodes to more than the expected " +
+                         std::to_string(decoded_) + " bytes");
+      }
+    }
+  }
+
+ private:
+  // The whole decode's checks, then the frames read, straight into one window of the whole
+  // output (`whole`) or through zstd's window buffer.
+  void start(bool whole) {
+    if (encoded_ == 0) throw CodecError(codec_ + ": no data (empty input)");
+    if (decoded_ > max_decoded_size(encoded_)) {
+      throw CodecError(codec_ + ": " + std::to_string(encoded_) +
+                       " bytes of zstd data cannot hold the expected " + std::to_string(decoded_) +
+                       " bytes (truncated?)");
+    }
+    whole_ = whole;
+    frames_.emplace(dctx_.get(), codec_, encoded_, std::move(source_), whole);
+  }
+
+  std::string codec_;
+  std::size_t decoded_;
+  std::uint64_t encoded_;
+  Source source_;  // until the frames are read
+  std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx_;
+  std::optional<FrameReader> frames_;
+  bool whole_ = false;
+  std::size_t written_ = 0;
+  std::vector<std::byte> own_;  // what next() hands out
 };
 
 }  // namespace
 
-// Every frame of `in` streamed into `out` (FrameStream): the bytes written, or nullopt when `out`
-// is too small for them.
 std::optional<std::size_t> stream_frames_into(std::span<const std::byte> in,
                                               std::span<std::byte> out, std::string_view codec) {
-  FrameStream stream(thread_dctx(codec), out, in.size(), codec);
-  if (!stream.feed(in)) return std::nullopt;
-  return stream.finish();
+  bool given = false;
+  FrameReader frames(
+      thread_dctx(codec), codec, in.size(),
+      [in, &given]() -> std::span<const std::byte> {
+        if (given) return {};
+        given = true;
+        return in;
+      },
+      true);
+  return decode_all_into(frames, out);
 }
 
-std::unique_ptr<PieceDecoder> make_zstd_pieces(std::string_view codec, std::span<std::byte> out,
-                                               std::uint64_t encoded_size) {
-  return std::make_unique<ZstdPieces>(codec, out, encoded_size);
-}
-
-std::unique_ptr<WindowDecoder> make_zstd_windows(std::string_view codec, std::size_t decoded,
-                                                 std::uint64_t encoded,
-                                                 WindowDecoder::Source source) {
-  return std::make_unique<ZstdWindows>(codec, decoded, encoded, std::move(source));
+std::unique_ptr<StreamDecoder> make_zstd_stream(std::string_view codec, std::size_t decoded,
+                                                std::uint64_t encoded,
+                                                StreamDecoder::Source source) {
+  return std::make_unique<ZstdStream>(codec, decoded, encoded, std::move(source));
 }
 
 }  // namespace zarr_device::codecs

@@ -1,5 +1,5 @@
-// zstd frames decoded by streaming, shared by the zstd codec (zstd_codec.cpp) and the decoders of
-// its chunks from pieces of their bytes and into windows of their output (zstd_frames.cpp).
+// zstd frames decoded by streaming, shared by the zstd codec's whole decode (zstd_codec.cpp) and
+// its stream decoder (zstd_frames.cpp).
 #pragma once
 
 // For ZSTD_d_stableOutBuffer (a parameter value; no static-only symbol is linked).
@@ -38,12 +38,10 @@ std::size_t max_decoded_size(std::size_t encoded_size);
 std::optional<std::size_t> stream_frames_into(std::span<const std::byte> in,
                                               std::span<std::byte> out, std::string_view codec);
 
-// A chunk's frames of `encoded_size` bytes decoded from pieces into `out` (BytesToBytesCodec::
-// decoder_into), and into windows of its `decoded` bytes (BytesToBytesCodec::window_decoder).
-std::unique_ptr<PieceDecoder> make_zstd_pieces(std::string_view codec, std::span<std::byte> out,
-                                               std::uint64_t encoded_size);
-std::unique_ptr<WindowDecoder> make_zstd_windows(std::string_view codec, std::size_t decoded,
-                                                 std::uint64_t encoded,
-                                                 WindowDecoder::Source source);
+// A chunk's frames of `encoded` bytes, pulled from `source`, decoded into its `decoded` bytes
+// (StreamDecoding::stream_decoder).
+std::unique_ptr<StreamDecoder> make_zstd_stream(std::string_view codec, std::size_t decoded,
+                                                std::uint64_t encoded,
+                                                StreamDecoder::Source source);
 
 }  // namespace zarr_device::codecs

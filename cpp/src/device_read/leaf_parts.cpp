@@ -43,7 +43,7 @@ struct ChunkParts {
   std::vector<CheckedPiece> around;
   std::size_t before = 0;
   std::uint64_t checksum_at = 0;           // where the stored crc32c lies
-  std::unique_ptr<WindowDecoder> decoder;  // decodes: from the first part to the last
+  std::unique_ptr<StreamDecoder> decoder;  // decodes: from the first part to the last
   std::unique_ptr<engine::SelectionStream>
       selected;  // the same for a selection that cuts the chunk
   // A failure, for the parts fetched after it (each raises an error of its own: an error object
@@ -72,7 +72,8 @@ bool copies_in_parts(const Leaf& leaf) {
 }
 
 bool decodes_in_parts(const Leaf& leaf) {
-  return lands_whole(leaf) && leaf.chain->decodes_in_windows(leaf.selection, leaf.destination);
+  return lands_whole(leaf) &&
+         leaf.chain->stream_target(leaf.selection, leaf.destination).has_value();
 }
 
 bool cuts_chunk(const Leaf& leaf) { return !place::is_full(leaf.selection, leaf.spec->shape); }
@@ -100,7 +101,7 @@ bool selected_in_parts(const Leaf& leaf, const PartSizes& sizes) {
       return stored_as_elements(leaf);
     case Route::kCpuDecode:
     case Route::kDeviceDecode:
-      return leaf.chain->decodes_in_windows();
+      return leaf.chain->decodes_as_stream();
     case Route::kFill:
       return false;
   }
@@ -250,18 +251,14 @@ bool fetch_decoded(ChunkParts& parts, std::size_t index, bool wait) {
     const Leaf& whole = parts.whole;
     const std::uint64_t offset = whole.offset;
     auto decoder = [&] {
-      return whole.chain->window_decoder(
-          whole.length,
-          [value = parts.value, offset](std::uint64_t at, std::span<std::byte> into) {
-            return value->read_into(offset + at, into);
-          },
-          engine::kDecodePieceBytes);
+      return whole.chain->stream_decoder(whole.length,
+                                         engine::stored_pieces(parts.value, offset, whole.length));
     };
     if (!cuts_chunk(whole)) {
       parts.decoder = decoder();
     } else {
       auto bytes =
-          whole.chain->decodes_in_windows()
+          whole.chain->decodes_as_stream()
               ? engine::decoded_bytes(decoder())
               : engine::stored_bytes(parts.value, offset, whole.spec->nbytes(), whole.crc32c > 0);
       parts.selected = std::make_unique<engine::SelectionStream>(

@@ -5,7 +5,7 @@
 // ring's 64 MiB slots: 12 threads of 16, 48-68% of the cores' zstd rate on an H200's host). Such a
 // chunk is cut into parts of its decoded bytes, each a leaf of its own in a part of a slot: the
 // parts of a copied chunk are read apart, those of a chunk decoded on the CPU are decoded in
-// order from one decoder (CodecChain::window_decoder), by whichever of their fetches comes first,
+// order from one decoder (CodecChain::stream_decoder), by whichever of their fetches comes first,
 // and the parts of twice as many such chunks as the read has threads are interleaved, so that
 // they decode at once in slots of the ring as configured. Pure host logic.
 #pragma once
@@ -50,7 +50,7 @@ inline constexpr std::size_t kChunksPerWorker = 2;
 std::size_t decoded_part_bytes(const PartSizes& sizes);
 
 // Whether a leaf is better staged in parts: a copy (plain elements, at most one crc32c) or a CPU
-// decode (CodecChain::decodes_in_windows) that lands whole and contiguous in its destination,
+// decode (CodecChain::stream_target) that lands whole and contiguous in its destination,
 // and is larger than a slot or, decoded on the CPU, so large that the ring's slots hold fewer of
 // them than the read has threads; or a device decode larger than the whole ring, which no slot
 // can hold and which is then decoded on the CPU in parts.

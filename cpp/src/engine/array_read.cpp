@@ -45,14 +45,14 @@ constexpr std::size_t kStreamedCutBytes = std::size_t{64} << 20;
 
 // Reads a selection (`within`) of a large chunk into `region` in one pass; false, having done
 // nothing, where it cannot (the caller reads the chunk whole): codecs other than a decompressor
-// that decodes in windows and checksums after it, or an output whose runs are too short.
+// that decodes as a stream and checksums after it, or an output whose runs are too short.
 bool read_cut_in_one_pass(const codecs::CodecChain& chain, const Store& store,
                           const std::string& key, std::span<const DimSlice> within,
                           const StridedView& region, engine::ByteBudget& budget) {
   const ChunkSpec& spec = chain.spec();
   const std::size_t es = spec.dtype->size;
   std::vector<std::span<std::byte>> runs;
-  if ((!chain.is_plain() && !chain.decodes_in_windows()) ||
+  if ((!chain.is_plain() && !chain.decodes_as_stream()) ||
       !place::contiguous_runs(region, es, kMinRunBytes, runs)) {
     return false;
   }
@@ -73,10 +73,8 @@ bool read_cut_in_one_pass(const codecs::CodecChain& chain, const Store& store,
     memory += chain.window_memory(
         {head.data(),
          value->read_into(0, {head.data(), std::min<std::size_t>(head.size(), stored)})});
-    bytes = engine::decoded_bytes(chain.window_decoder(
-        stored,
-        [value](std::uint64_t at, std::span<std::byte> into) { return value->read_into(at, into); },
-        engine::kDecodePieceBytes));
+    bytes = engine::decoded_bytes(
+        chain.stream_decoder(stored, engine::stored_pieces(value, 0, stored)));
   }
   const engine::BudgetLease lease(budget, memory);
   engine::SelectionStream stream(spec.shape, within, es, std::move(bytes),

@@ -17,7 +17,7 @@ namespace {
 
 class DecodedBytes final : public ChunkBytes {
  public:
-  explicit DecodedBytes(std::unique_ptr<WindowDecoder> decoder) : decoder_(std::move(decoder)) {}
+  explicit DecodedBytes(std::unique_ptr<StreamDecoder> decoder) : decoder_(std::move(decoder)) {}
   void fill(std::span<std::byte> window) override { decoder_->fill(window); }
   void skip(std::uint64_t bytes, std::span<std::byte> scratch) override {
     // Decoded to be dropped: the bytes after them depend on them.
@@ -30,7 +30,7 @@ class DecodedBytes final : public ChunkBytes {
   void finish() override { decoder_->finish(); }
 
  private:
-  std::unique_ptr<WindowDecoder> decoder_;
+  std::unique_ptr<StreamDecoder> decoder_;
 };
 
 class StoredBytes final : public ChunkBytes {
@@ -137,7 +137,7 @@ bool check_stored_crc32c(const ValueReader& value, std::uint64_t at, std::uint32
   return true;
 }
 
-std::unique_ptr<ChunkBytes> decoded_bytes(std::unique_ptr<WindowDecoder> decoder) {
+std::unique_ptr<ChunkBytes> decoded_bytes(std::unique_ptr<StreamDecoder> decoder) {
   return std::make_unique<DecodedBytes>(std::move(decoder));
 }
 

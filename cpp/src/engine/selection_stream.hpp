@@ -60,8 +60,8 @@ class ChunkBytes {
   virtual void finish() = 0;
 };
 
-// A chunk's decoded bytes from its codecs' window decoder.
-std::unique_ptr<ChunkBytes> decoded_bytes(std::unique_ptr<WindowDecoder> decoder);
+// A chunk's decoded bytes from its codecs' stream decoder (CodecChain::stream_decoder).
+std::unique_ptr<ChunkBytes> decoded_bytes(std::unique_ptr<StreamDecoder> decoder);
 // The elements of a chunk stored as they are, `data` bytes from `offset` of `value`, then a
 // crc32c of them when `crc32c` (ChecksumError when it differs).
 std::unique_ptr<ChunkBytes> stored_bytes(std::shared_ptr<const ValueReader> value,
