@@ -138,6 +138,27 @@ def test_set_config_changes_what_the_engine_starts_from() -> None:
     assert zd.get_config() == previous
 
 
+def test_a_read_takes_the_settings_in_force_as_it_starts() -> None:
+    # The options a read carries (made where the Python call begins) hold the settings of that
+    # moment, as ints and choice names; a later set_config changes later reads only.
+    previous = zd.set_config(staging_bytes="64MiB", staging_slots=4, decode_bytes="1GiB", threads=3,
+                             gpu_decode="trusted", decode_sharing="off")
+    try:
+        options = _core.ReadOptions(consumer_stream=7, non_blocking=True)
+        assert (options.staging_bytes, options.staging_slots, options.decode_bytes, options.threads) == (
+            64 << 20, 4, 1 << 30, 3)
+        assert (options.gpu_decode, options.decode_sharing) == ("trusted", "off")
+        assert (options.consumer_stream, options.non_blocking) == (7, True)
+        zd.set_config(staging_bytes="128MiB", gpu_decode="off")
+        assert options.staging_bytes == 64 << 20 and options.gpu_decode == "trusted"
+        assert _core.ReadOptions().staging_bytes == 128 << 20
+        assert _core.ReadOptions().gpu_decode == "off"
+        with pytest.raises(zd.UsageError, match="gpu_decode"):
+            options.gpu_decode = "sometimes"
+    finally:
+        zd.set_config(**dataclasses.asdict(previous))
+
+
 # ----------------------------------------------------------------------------------------------
 # One size parser, the engine's: zarr_device.basics.sizes reads Python values and the command line
 # with it, and the settings' environment variables are read with it. Both paths take the same texts to
