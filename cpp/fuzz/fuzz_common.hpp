@@ -34,10 +34,10 @@
 #include "codecs/codec_chain.hpp"
 #include "place/chunk_grid.hpp"
 #include "place/strided_copy.hpp"
+#include "zarr_device/array_metadata.hpp"
 #include "zarr_device/buffer.hpp"
 #include "zarr_device/codec.hpp"
 #include "zarr_device/errors.hpp"
-#include "zarr_device/array_metadata.hpp"
 
 namespace zarr_device::fuzz {
 

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "test_util.hpp"
+#include "zarr_device/array_metadata.hpp"
 #include "zarr_device/dtype.hpp"
 #include "zarr_device/errors.hpp"
-#include "zarr_device/array_metadata.hpp"
 
 namespace zarr_device {
 namespace {

@@ -9,10 +9,10 @@
 
 #include "codecs/codec_chain.hpp"
 #include "test_util.hpp"
+#include "zarr_device/array_metadata.hpp"
 #include "zarr_device/dtype.hpp"
 #include "zarr_device/errors.hpp"
 #include "zarr_device/json_document.hpp"
-#include "zarr_device/array_metadata.hpp"
 
 namespace zarr_device {
 namespace {

@@ -488,8 +488,8 @@ def test_jax_without_a_gpu_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_io_config_reaches_the_engine_not_each_call() -> None:
-    """set_config changes the engine's settings, which every call's options start from: a read
-    to a GPU passes only where its output is."""
+    """set_config changes the engine's settings; a read to a GPU passes where its output is and
+    the options it starts with: the settings in force then, with its stream."""
     calls: list[tuple[Any, ...]] = []
 
     class Recorder:
@@ -505,7 +505,12 @@ def test_io_config_reaches_the_engine_not_each_call() -> None:
                                     "gpu_encode": previous.gpu_encode, "decode_sharing": previous.decode_sharing,
                                     "zstd_block_bytes": previous.zstd_block_bytes}
         transfers.fill(Recorder(), [(0, 1, 4)], Destination(None, index=1, ptr=1234, nbytes=16, stream=7))  # type: ignore[arg-type]
-        assert calls == [([(0, 1, 4)], 1, 1234, 16, 7, False)]
+        assert [call[:4] for call in calls] == [([(0, 1, 4)], 1, 1234, 16)]
+        options = calls[0][4]
+        assert isinstance(options, _core.ReadOptions)
+        assert (options.consumer_stream, options.non_blocking) == (7, False)
+        assert (options.threads, options.staging_bytes, options.staging_slots, options.gpu_decode) == (
+            3, 32 << 20, 2, "trusted")
         with pytest.raises(zd.UsageError):
             zd.set_config(gpu_decode="sometimes")
         assert _core.settings()["gpu_decode"] == "trusted"

@@ -202,7 +202,9 @@ import importlib, json, os, pkgutil, sys
 import numpy as np
 import zarr_device as zd
 # Everything this process will import, imported while it can still read the installation.
-for package in (zd, zd.basics, zd.io, zd.core, zd.tools):
+for name in ("zarr_device", "zarr_device.basics", "zarr_device.io", "zarr_device.core", "zarr_device.convert",
+             "zarr_device.tools"):
+    package = importlib.import_module(name)
     for module in pkgutil.iter_modules(package.__path__):
         if module.name != "cli":
             importlib.import_module(package.__name__ + "." + module.name)

@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "zarr_device/codec.hpp"
 #include "zarr_device/array_metadata.hpp"
+#include "zarr_device/codec.hpp"
 #include "zarr_device/settings.hpp"
 #include "zarr_device/store.hpp"
 

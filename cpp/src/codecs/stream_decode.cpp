@@ -33,13 +33,16 @@ class ChainStream final : public StreamDecoder {
     }
     // Made from the outermost in: it pulls the stored bytes, each other codec what the one
     // outside it hands out.
-    for (std::size_t i = codecs.size(); i-- > 0;) {
-      Source from =
-          i + 1 == codecs.size()
-              ? std::move(source)
-              : Source([outer = decoders_[i + 1].get()] { return outer->next(kHandOnBytes); });
-      const std::size_t out = i > 0 ? static_cast<std::size_t>(sizes[i - 1]) : decoded;
-      decoders_[i] = codecs[i]->stream_decoding()->stream_decoder(out, sizes[i], std::move(from));
+    const auto out_size = [&](std::size_t i) {
+      return i > 0 ? static_cast<std::size_t>(sizes[i - 1]) : decoded;
+    };
+    const std::size_t last = codecs.size() - 1;
+    decoders_[last] = codecs[last]->stream_decoding()->stream_decoder(out_size(last), sizes[last],
+                                                                      std::move(source));
+    for (std::size_t i = last; i-- > 0;) {
+      Source from([outer = decoders_[i + 1].get()] { return outer->next(kHandOnBytes); });
+      decoders_[i] =
+          codecs[i]->stream_decoding()->stream_decoder(out_size(i), sizes[i], std::move(from));
     }
   }
 

@@ -1,3 +1,5 @@
+#include "zarr_device/array_metadata.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -5,7 +7,6 @@
 #include <limits>
 
 #include "zarr_device/errors.hpp"
-#include "zarr_device/array_metadata.hpp"
 
 namespace zarr_device {
 namespace {

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <limits>
 
-#include "zarr_device/errors.hpp"
 #include "zarr_device/array_metadata.hpp"
+#include "zarr_device/errors.hpp"
 
 namespace zarr_device {
 namespace {
