@@ -1,0 +1,248 @@
+// The protocol between the engine and a decoder process, and the engine's handling of a process
+// that faults, hangs, exits or answers wrongly, against the stand-in decoder (cpp/tests/decoder).
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+
+#include "isolated_decode/decode_messages.hpp"
+#include "isolated_decode/decoder_process.hpp"
+
+namespace zarr_device::isolated_decode {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Deadline in(int ms) { return Clock::now() + std::chrono::milliseconds(ms); }
+
+DecodeBatch sample_batch() { return {7, 2, {{0, 10, 0, 16}, {16, 5, 64, 5}, {100, 0, 80, 0}}}; }
+
+TEST(DecodeMessages, BatchRoundTrips) {
+  const DecodeBatch b = sample_batch();
+  std::string why;
+  const auto back = decode_batch(encode(b), 128, 128, why);
+  ASSERT_TRUE(back) << why;
+  EXPECT_EQ(back->id, 7U);
+  EXPECT_EQ(back->codec, 2U);
+  ASSERT_EQ(back->chunks.size(), 3U);
+  EXPECT_EQ(back->chunks[1].input_offset, 16U);
+  EXPECT_EQ(back->chunks[1].capacity, 5U);
+}
+
+TEST(DecodeMessages, RangesOutsideTheArenasAreRefused) {
+  std::string why;
+  EXPECT_FALSE(decode_batch(encode(sample_batch()), 20, 128, why));  // chunk 1 reads 16..21
+  DecodeBatch b = sample_batch();
+  b.chunks[0].input_offset = UINT64_MAX - 4;  // would wrap around
+  why.clear();
+  EXPECT_FALSE(decode_batch(encode(b), 128, 128, why));
+  EXPECT_NE(why.find("outside the shared arenas"), std::string::npos) << why;
+  b = sample_batch();
+  b.chunks[2].output_offset = 129;
+  EXPECT_FALSE(decode_batch(encode(b), 128, 128, why));
+}
+
+TEST(DecodeMessages, CountsThatLieAreRefused) {
+  std::vector<std::uint8_t> bytes = encode(sample_batch());
+  bytes[12] = 4;  // four chunks claimed, three sent
+  std::string why;
+  EXPECT_FALSE(decode_batch(bytes, 128, 128, why));
+  bytes = encode(sample_batch());
+  bytes.push_back(0);
+  EXPECT_FALSE(decode_batch(bytes, 128, 128, why));
+  bytes = encode(sample_batch());
+  std::memset(bytes.data() + 12, 0xFF, 8);  // 2^64 - 1 chunks
+  EXPECT_FALSE(decode_batch(bytes, 128, 128, why));
+}
+
+TEST(DecodeMessages, AnswersMustMatchTheirBatch) {
+  const DecodeBatch b = sample_batch();
+  std::string why;
+  DecodedBatch d{7, {{0, 10}, {0, 5}, {12, 0}}};
+  ASSERT_TRUE(decode_decoded(encode(d), b, why)) << why;
+  d.id = 8;
+  EXPECT_FALSE(decode_decoded(encode(d), b, why));
+  d.id = 7;
+  d.chunks.pop_back();
+  EXPECT_FALSE(decode_decoded(encode(d), b, why));
+  EXPECT_NE(why.find("asked batch 7"), std::string::npos) << why;
+}
+
+TEST(DecodeMessages, HeadersAreChecked) {
+  std::string why;
+  auto header = encode_header(MessageType::kDecode, 10);
+  auto h = decode_header(header, why);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->type, MessageType::kDecode);
+  EXPECT_EQ(h->payload_bytes, 10U);
+  header[0] ^= 1;
+  EXPECT_FALSE(decode_header(header, why));
+  EXPECT_NE(why.find("magic"), std::string::npos);
+  header = encode_header(MessageType::kDecode, kMostPayload + 1);
+  EXPECT_FALSE(decode_header(header, why));
+  header = encode_header(static_cast<MessageType>(9), 1);
+  EXPECT_FALSE(decode_header(header, why));
+  header = encode_header(MessageType::kDecode, 1);
+  header[4] = 2;  // another protocol version
+  EXPECT_FALSE(decode_header(header, why));
+  EXPECT_NE(why.find("different builds"), std::string::npos) << why;
+}
+
+TEST(DecodeMessages, SetupRoundTripsAndChecksItsHandles) {
+  DecoderSetup s{1,
+                 {ArenaKind::kCudaIpc, 1 << 20, std::vector<std::uint8_t>(kIpcHandleBytes, 3)},
+                 {ArenaKind::kHostShared, 4096, {}}};
+  std::string why;
+  const auto back = decode_setup(encode(s), why);
+  ASSERT_TRUE(back) << why;
+  EXPECT_EQ(back->device, 1);
+  EXPECT_EQ(back->input.kind, ArenaKind::kCudaIpc);
+  EXPECT_EQ(back->input.handle, s.input.handle);
+  EXPECT_EQ(back->output.bytes, 4096U);
+  s.input.handle.resize(10);
+  EXPECT_FALSE(decode_setup(encode(s), why));
+}
+
+TEST(DecodeMessages, RandomBytesNeverParseIntoSomethingOutOfBounds) {
+  std::mt19937_64 rng(5);
+  std::string why;
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<std::uint8_t> bytes(rng() % 120);
+    for (auto& b : bytes) b = static_cast<std::uint8_t>(rng() % 4 == 0 ? rng() : 0);
+    if (const auto b = decode_batch(bytes, 256, 256, why)) {
+      for (const auto& c : b->chunks) {
+        EXPECT_LE(c.input_offset + c.input_bytes, 256U);
+        EXPECT_LE(c.output_offset + c.capacity, 256U);
+      }
+    }
+    (void)decode_setup(bytes, why);
+    (void)decode_header(bytes, why);
+  }
+}
+
+// Two shared host arenas, as the stand-in decoder takes them.
+class SharedArenas {
+ public:
+  explicit SharedArenas(std::size_t bytes) : bytes_(bytes) {
+    for (int i = 0; i < 2; ++i) {
+      fds_[i] = ::memfd_create("zarr-device-test-arena", MFD_CLOEXEC);
+      EXPECT_EQ(::ftruncate(fds_[i], static_cast<off_t>(bytes)), 0);
+      maps_[i] = static_cast<std::uint8_t*>(
+          ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds_[i], 0));
+    }
+  }
+  ~SharedArenas() {
+    for (int i = 0; i < 2; ++i) {
+      ::munmap(maps_[i], bytes_);
+      ::close(fds_[i]);
+    }
+  }
+  SharedArenas(const SharedArenas&) = delete;
+  SharedArenas& operator=(const SharedArenas&) = delete;
+  [[nodiscard]] DecoderSetup setup() const {
+    return {0, {ArenaKind::kHostShared, bytes_, {}}, {ArenaKind::kHostShared, bytes_, {}}};
+  }
+  [[nodiscard]] std::span<const int> fds() const { return fds_; }
+  std::uint8_t* input() { return maps_[0]; }
+  std::uint8_t* output() { return maps_[1]; }
+
+ private:
+  std::size_t bytes_;
+  int fds_[2] = {-1, -1};
+  std::uint8_t* maps_[2] = {nullptr, nullptr};
+};
+
+DecoderProgram stand_in() { return {ZARR_DEVICE_TEST_DECODER, {}}; }
+
+std::unique_ptr<DecoderProcess> start(SharedArenas& arenas) {
+  std::string why;
+  auto p = DecoderProcess::start(stand_in(), arenas.setup(), arenas.fds(), in(10000), why);
+  EXPECT_TRUE(p) << why;
+  return p;
+}
+
+// One chunk whose stored bytes are `text`, at the start of both arenas.
+DecodeBatch one_chunk(SharedArenas& arenas, const std::string& text, std::uint64_t id = 1) {
+  std::memcpy(arenas.input(), text.data(), text.size());
+  return {id, 0, {{0, text.size(), 0, text.size()}}};
+}
+
+TEST(DecoderProcess, DecodesIntoTheSharedOutput) {
+  SharedArenas arenas(4096);
+  auto p = start(arenas);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->description(), "test decoder (copies)");
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    const std::string text = "chunk number " + std::to_string(id);
+    std::string why;
+    const auto d = p->decode(one_chunk(arenas, text, id), in(10000), why);
+    ASSERT_TRUE(d) << why;
+    ASSERT_EQ(d->chunks.size(), 1U);
+    EXPECT_EQ(d->chunks[0].status, 0);
+    EXPECT_EQ(d->chunks[0].bytes, text.size());
+    EXPECT_EQ(std::string(reinterpret_cast<char*>(arenas.output()), text.size()), text);
+  }
+}
+
+TEST(DecoderProcess, AFaultEndsTheProcessAloneAndSaysHow) {
+  SharedArenas arenas(4096);
+  auto p = start(arenas);
+  ASSERT_TRUE(p);
+  std::string why;
+  EXPECT_FALSE(p->decode(one_chunk(arenas, "CRASH"), in(10000), why));
+  EXPECT_FALSE(p->running());
+  EXPECT_NE(why.find("signal 6"), std::string::npos) << why;
+  // The next process decodes as if nothing happened.
+  auto next = start(arenas);
+  ASSERT_TRUE(next);
+  why.clear();
+  EXPECT_TRUE(next->decode(one_chunk(arenas, "fine"), in(10000), why)) << why;
+}
+
+TEST(DecoderProcess, AHangIsKilledAtTheDeadline) {
+  SharedArenas arenas(4096);
+  auto p = start(arenas);
+  ASSERT_TRUE(p);
+  const auto began = Clock::now();
+  std::string why;
+  EXPECT_FALSE(p->decode(one_chunk(arenas, "HANG"), in(300), why));
+  const auto took = Clock::now() - began;
+  EXPECT_GE(took, std::chrono::milliseconds(250));
+  EXPECT_LT(took, std::chrono::seconds(5));
+  EXPECT_FALSE(p->running());
+  EXPECT_NE(why.find("did not answer in time"), std::string::npos) << why;
+  EXPECT_NE(why.find("killed"), std::string::npos) << why;
+}
+
+TEST(DecoderProcess, AnExitOrAWrongAnswerEndsIt) {
+  SharedArenas arenas(4096);
+  auto p = start(arenas);
+  ASSERT_TRUE(p);
+  std::string why;
+  EXPECT_FALSE(p->decode(one_chunk(arenas, "EXIT"), in(10000), why));
+  EXPECT_NE(why.find("exited with 7"), std::string::npos) << why;
+  p = start(arenas);
+  ASSERT_TRUE(p);
+  why.clear();
+  EXPECT_FALSE(p->decode(one_chunk(arenas, "LOSE"), in(10000), why));  // the service refuses
+  EXPECT_FALSE(p->running());
+  EXPECT_NE(why.find("exited with 1"), std::string::npos) << why;
+}
+
+TEST(DecoderProcess, AProgramThatCannotStartIsAMessage) {
+  SharedArenas arenas(4096);
+  std::string why;
+  EXPECT_FALSE(DecoderProcess::start({"/nonexistent/zarr-device-decoder", {}}, arenas.setup(),
+                                     arenas.fds(), in(2000), why));
+  EXPECT_NE(why.find("/nonexistent/zarr-device-decoder"), std::string::npos) << why;
+  // A setup the decoder cannot use (no arenas beside it): it says so and exits.
+  why.clear();
+  EXPECT_FALSE(DecoderProcess::start(stand_in(), arenas.setup(), {}, in(10000), why));
+  EXPECT_NE(why.find("exited with 1"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace zarr_device::isolated_decode
