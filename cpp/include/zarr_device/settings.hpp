@@ -124,6 +124,7 @@ enum class EnvironmentVariable {
   kCufileLibrary,  // ZARR_DEVICE_CUFILE_LIBRARY
   kTrace,          // ZARR_DEVICE_TRACE
   kLeakWarnings,   // ZARR_DEVICE_LEAK_WARNINGS
+  kDecoder,        // ZARR_DEVICE_DECODER
 };
 
 struct EnvironmentVariableInfo {

@@ -437,6 +437,11 @@ constexpr std::array kEnvironmentVariables{
         "1: the Python module reports the engine objects still alive when the interpreter exits "
         "(for finding reference leaks; arrays held by globals at exit are reported too). Read "
         "when zarr_device is imported."},
+    EnvironmentVariableInfo{
+        EnvironmentVariable::kDecoder, "ZARR_DEVICE_DECODER",
+        "The decoder program that runs nvCOMP on chunks nobody has vouched for, in a process of "
+        "its own, so that a malformed chunk cannot fault the caller's GPU context (a path). "
+        "Unset: zarr-device-decoder beside the engine's module, where the package installs it."},
 };
 
 }  // namespace
