@@ -64,14 +64,14 @@ void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
         cudaMemcpyAsync(dev, d.bytes.data(), nbytes, cudaMemcpyHostToDevice, slot.stream));
     const auto [counts, strides] = device_read::staged_layout(leaf);
     if (defer_consumers_) wait_for_consumers(ctx, slot.stream);
-    launch_strided_copy(plan_strided_copy(dev, strides, leaf.decoded_destination(),
-                                          leaf.spec->dtype->size, false, 1),
+    launch_strided_copy(plan_strided_copy(dev, strides, leaf.planned().decoded_destination(),
+                                          leaf.planned().spec->dtype->size, false, 1),
                         slot.stream);
     const cudaError_t launched = cudaGetLastError();
     const cudaError_t synced = cudaStreamSynchronize(slot.stream);
     ZD_CUDA_CHECK(launched);
     ZD_CUDA_CHECK(synced);
-    leaf.scratch = kPlaced;
+    leaf.staging.scratch = kPlaced;
   }
 }
 
@@ -129,9 +129,10 @@ void Reader::run(std::span<const device_read::ReadTarget> targets, std::vector<L
       leaves.size(), plan.need.total / std::max<std::size_t>(leaves.size(), 1),
       [&leaves](std::size_t i) {
         const Leaf& leaf = leaves[i];
-        if (leaf.route == Route::kFill) return;
+        if (leaf.decoding.route == Route::kFill) return;
         try {
-          leaf.source().will_need(leaf.key, leaf.offset, leaf.sized ? leaf.length : 0);
+          leaf.planned().source().will_need(leaf.planned().key, leaf.stored.offset,
+                                            leaf.stored.sized ? leaf.stored.length : 0);
         } catch (const Error&) {  // NOLINT(bugprone-empty-catch): only a hint; the fetch will say
         }
       });
@@ -146,8 +147,9 @@ void Reader::run(std::span<const device_read::ReadTarget> targets, std::vector<L
   };
   auto decodes_in = [&](std::size_t b) {
     const auto batch = batch_of(b);
-    return std::any_of(batch.begin(), batch.end(),
-                       [](const Leaf& leaf) { return leaf.route == Route::kDeviceDecode; });
+    return std::any_of(batch.begin(), batch.end(), [](const Leaf& leaf) {
+      return leaf.decoding.route == Route::kDeviceDecode;
+    });
   };
   // How far ahead of each batch the read fetches (the rule scans the batch: once each).
   std::vector<std::size_t> ahead(batches.size());
