@@ -1,6 +1,7 @@
 // The device stages of a read onto a CUDA GPU, as one object per read: the pipeline
-// (cuda_reader.cpp: fetch on the pool, submit, finish, hand on), the device decode and placement
-// of a batch (read_submit.cpp) and GPUDirect Storage reads (read_direct.cpp). The host stages
+// (cuda_reader.cpp; its run stage, read_run.cpp: fetch on the pool, submit, finish, hand on), the
+// device decode and placement of a batch (read_submit.cpp) and GPUDirect Storage reads
+// (read_direct.cpp). The host stages
 // they drive (plan, route, batch, fetch, check) are in cpp/src/device_read. Internal to cpp/cuda.
 #pragma once
 
@@ -123,8 +124,10 @@ class Reader {
   // layout (read_layout.cpp): decode sharing, parts, the ring lent and the batches.
   DevicePlan lay_out(std::vector<Leaf>& leaves, std::span<const std::uintptr_t> streams,
                      bool may_stream_order, const ReadsInFlight& in_flight);
-  // run: fetch batches on the pool ahead of their transfer, decode and placement, finish them
-  // and hand outputs on as they complete; then settle and report to the read's observer.
+  // run (read_run.cpp): fetch batches on the pool ahead of their transfer, decode and placement,
+  // finish them and hand outputs on as they complete; then settle and report to the read's
+  // observer.
+  class Run;  // the state of one run, and its steps
   void run(std::span<const device_read::ReadTarget> targets, std::vector<Leaf>& leaves,
            DevicePlan& plan, std::span<const std::uintptr_t> streams, bool may_stream_order,
            const std::function<void(std::size_t)>& completed, ReadTrace& trace);

@@ -42,18 +42,18 @@ nlohmann::json measure_decode(const Array& array, std::span<const DimSlice> sele
   auto leaves = device_read::plan_reads(
       {&target, 1}, present_decoders(nvcomp_), options.gpu_decode, pool_, workers_,
       device_read::PlanSizes::kNow);  // stages the stored bytes itself, by their sizes
-  std::erase_if(leaves, [](const Leaf& l) { return l.route != Route::kDeviceDecode; });
+  std::erase_if(leaves, [](const Leaf& l) { return l.decoding.route != Route::kDeviceDecode; });
   if (leaves.empty()) throw UsageError("no chunk of the selection is decoded on the GPU");
-  const GpuCodec codec = leaves.front().codec;
-  std::erase_if(leaves, [&](const Leaf& l) { return l.codec != codec; });
+  const GpuCodec codec = leaves.front().decoding.codec;
+  std::erase_if(leaves, [&](const Leaf& l) { return l.decoding.codec != codec; });
   const auto* d = nvcomp_.decompressor(codec);
   std::size_t in_bytes = 0;
   std::size_t out_bytes = 0;
   for (auto& leaf : leaves) {
-    leaf.staging = in_bytes;
-    in_bytes += align_up(leaf.length, kStagingAlignment);
-    leaf.scratch = out_bytes;
-    out_bytes += align_up(leaf.spec->nbytes(), kStagingAlignment);
+    leaf.staging.offset = in_bytes;
+    in_bytes += align_up(leaf.stored.length, kStagingAlignment);
+    leaf.staging.scratch = out_bytes;
+    out_bytes += align_up(leaf.planned().spec->nbytes(), kStagingAlignment);
   }
   const auto gpu = get_device("cuda", device_);
   DeviceScratch input(gpu), output(gpu), temp(gpu), arrays(gpu);
@@ -63,9 +63,12 @@ nlohmann::json measure_decode(const Array& array, std::span<const DimSlice> sele
     std::vector<std::byte> host(in_bytes);
     pool_.parallel_for(leaves.size(), workers_, [&](std::size_t i) {
       const auto& leaf = leaves[i];
-      const auto got = array.store()->get_range_into(leaf.key, leaf.offset,
-                                                     {host.data() + leaf.staging, leaf.length});
-      if (!got || *got != leaf.length) throw CodecError(leaf.where() + ": short read");
+      const auto got =
+          array.store()->get_range_into(leaf.planned().key, leaf.stored.offset,
+                                        {host.data() + leaf.staging.offset, leaf.stored.length});
+      if (!got || *got != leaf.stored.length) {
+        throw CodecError(leaf.planned().where() + ": short read");
+      }
     });
     ZD_CUDA_CHECK(cudaMemcpy(in, host.data(), in_bytes, cudaMemcpyHostToDevice));
   }
@@ -76,10 +79,10 @@ nlohmann::json measure_decode(const Array& array, std::span<const DimSlice> sele
   std::size_t max_chunk = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const auto& leaf = leaves[i];
-    inputs[i] = in + leaf.staging + leaf.header;
-    input_sizes[i] = leaf.length - leaf.header - leaf.trailer;
-    capacities[i] = leaf.spec->nbytes();
-    outputs[i] = out + leaf.scratch;
+    inputs[i] = in + leaf.staging.offset + leaf.decoding.header;
+    input_sizes[i] = leaf.stored.length - leaf.decoding.header - leaf.decoding.trailer;
+    capacities[i] = leaf.planned().spec->nbytes();
+    outputs[i] = out + leaf.staging.scratch;
     max_chunk = std::max(max_chunk, capacities[i]);
   }
   std::byte* dev = arrays.reserve(n * (5 * sizeof(void*) + sizeof(int)) + 64);
@@ -178,9 +181,9 @@ nlohmann::json measure_decode(const Array& array, std::span<const DimSlice> sele
   ZD_CUDA_CHECK(cudaMemcpy(statuses.data(), d_statuses, n * sizeof(int), cudaMemcpyDeviceToHost));
   const auto failed = std::count_if(statuses.begin(), statuses.end(), [](int s) { return s != 0; });
   std::size_t decoded = 0;
-  for (const auto& leaf : leaves) decoded += leaf.spec->nbytes();
+  for (const auto& leaf : leaves) decoded += leaf.planned().spec->nbytes();
   std::size_t compressed = 0;
-  for (const auto& leaf : leaves) compressed += leaf.length;
+  for (const auto& leaf : leaves) compressed += leaf.stored.length;
   return {{"seconds", best},
           {"chunks", n},
           {"compressed_bytes", compressed},

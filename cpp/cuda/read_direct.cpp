@@ -24,27 +24,29 @@ std::vector<Leaf> Reader::read_from_files(std::vector<Leaf> leaves) {
   std::map<FileKey, std::unique_ptr<CuFile::File>> opened;
   std::map<FileKey, const Leaf*> first_leaf;
   for (const auto& leaf : leaves) {
-    opened.emplace(FileKey{leaf.array, leaf.key}, nullptr);
-    first_leaf.emplace(FileKey{leaf.array, leaf.key}, &leaf);
+    opened.emplace(FileKey{leaf.planned().array, leaf.planned().key}, nullptr);
+    first_leaf.emplace(FileKey{leaf.planned().array, leaf.planned().key}, &leaf);
   }
   std::vector<std::map<FileKey, std::unique_ptr<CuFile::File>>::iterator> slots;
   for (auto it = opened.begin(); it != opened.end(); ++it) slots.push_back(it);
   pool_.parallel_for(slots.size(), workers_, [&](std::size_t i) {
     const Leaf& leaf = *first_leaf.at(slots[i]->first);
-    const auto* files = dynamic_cast<const FileBacked*>(leaf.array->store().get());
+    const auto* files = dynamic_cast<const FileBacked*>(leaf.planned().array->store().get());
     // GPUDirect needs O_DIRECT; file systems without it (tmpfs) still work in compat mode. A
     // shard's chunks come from the version whose index was read; a chunk's file must still be
     // the size planned.
-    const int fd = leaf.value ? leaf.value->open_file(true) : files->open_file(leaf.key, true);
+    const int fd = leaf.stored.value ? leaf.stored.value->open_file(true)
+                                     : files->open_file(leaf.planned().key, true);
     if (fd < 0) return;
     struct stat st {};
-    if (!leaf.value &&
-        (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != leaf.length)) {
+    if (!leaf.stored.value &&
+        (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != leaf.stored.length)) {
       ::close(fd);
-      throw device_read::ValueChanged(leaf.where() + ": the chunk was replaced while it was read");
+      throw device_read::ValueChanged(leaf.planned().where() +
+                                      ": the chunk was replaced while it was read");
     }
     try {
-      slots[i]->second = cufile.open(fd, leaf.key);
+      slots[i]->second = cufile.open(fd, leaf.planned().key);
     } catch (const Error&) {
       // Not registrable (file system, driver): those chunks take the staging ring instead.
     }
@@ -56,9 +58,9 @@ std::vector<Leaf> Reader::read_from_files(std::vector<Leaf> leaves) {
   };
   std::vector<Piece> pieces;
   for (std::size_t i = 0; i < leaves.size(); ++i) {
-    if (!opened[{leaves[i].array, leaves[i].key}]) continue;
-    for (std::uint64_t o = 0; o < leaves[i].length; o += kGdsPiece) {
-      pieces.push_back({i, o, std::min(kGdsPiece, leaves[i].length - o)});
+    if (!opened[{leaves[i].planned().array, leaves[i].planned().key}]) continue;
+    for (std::uint64_t o = 0; o < leaves[i].stored.length; o += kGdsPiece) {
+      pieces.push_back({i, o, std::min(kGdsPiece, leaves[i].stored.length - o)});
     }
   }
   ZD_CUDA_CHECK(cudaSetDevice(device_));
@@ -67,19 +69,19 @@ std::vector<Leaf> Reader::read_from_files(std::vector<Leaf> leaves) {
     const auto& leaf = leaves[piece.leaf];
     try {
       ZD_CUDA_CHECK(cudaSetDevice(device_));
-      const std::size_t got = opened.at({leaf.array, leaf.key})
-                                  ->read(leaf.destination.data, piece.length,
-                                         static_cast<off_t>(leaf.offset + piece.offset),
+      const std::size_t got = opened.at({leaf.planned().array, leaf.planned().key})
+                                  ->read(leaf.planned().destination.data, piece.length,
+                                         static_cast<off_t>(leaf.stored.offset + piece.offset),
                                          static_cast<off_t>(piece.offset));
       if (got != piece.length) throw CodecError("chunk changed or vanished while it was read");
     } catch (Error& e) {
-      e.add_context(leaf.where());
+      e.add_context(leaf.planned().where());
       throw;
     }
   });
   std::vector<Leaf> rest;
   for (auto& leaf : leaves) {
-    if (!opened[{leaf.array, leaf.key}]) rest.push_back(std::move(leaf));
+    if (!opened[{leaf.planned().array, leaf.planned().key}]) rest.push_back(std::move(leaf));
   }
   return rest;
 }

@@ -33,10 +33,13 @@ std::vector<Leaf> Reader::route(std::span<const device_read::ReadTarget> targets
     std::vector<Leaf> staged;
     for (auto& leaf : leaves) {
       // (A chunk planned without its size may not be stored: its fetch finds out.)
-      const bool eligible = gds_files(*leaf.array) && leaf.sized && leaf.route == Route::kCopy &&
-                            leaf.crc32c == 0 && !leaf.swap && leaf.length == leaf.spec->nbytes() &&
-                            place::is_full(leaf.selection, leaf.spec->shape) &&
-                            place::is_c_contiguous(leaf.destination, leaf.spec->dtype->size);
+      const auto& planned = leaf.planned();
+      const ChunkSpec& spec = *planned.spec;
+      const bool eligible = gds_files(*planned.array) && leaf.stored.sized &&
+                            leaf.decoding.route == Route::kCopy && leaf.decoding.crc32c == 0 &&
+                            !leaf.decoding.swap && leaf.stored.length == spec.nbytes() &&
+                            place::is_full(planned.selection, spec.shape) &&
+                            place::is_c_contiguous(planned.destination, spec.dtype->size);
       (eligible ? direct : staged).push_back(std::move(leaf));
     }
     if (!direct.empty()) {
@@ -84,8 +87,9 @@ DevicePlan Reader::lay_out(std::vector<Leaf>& leaves, std::span<const std::uintp
   auto& ctx = **plan.context;
   plan.base = ctx.start_batch();  // batch b takes slot (base + b) % slots
   const std::size_t base = plan.base;
-  plan.decodes = std::any_of(leaves.begin(), leaves.end(),
-                             [](const Leaf& leaf) { return leaf.route == Route::kDeviceDecode; });
+  plan.decodes = std::any_of(leaves.begin(), leaves.end(), [](const Leaf& leaf) {
+    return leaf.decoding.route == Route::kDeviceDecode;
+  });
   // The outputs may have been freed and reallocated on the consumers' streams, so the read's
   // writes wait for the work queued there. A read that does not wait for its decodes must not
   // make them wait too: the consumers' streams then wait for the previous such read, and its

@@ -72,19 +72,22 @@ void place_from_scratch(std::span<Leaf> batch, std::span<const std::size_t> memb
                         const std::function<void()>& before_writing) {
   for (const std::size_t m : members) {
     auto& leaf = batch[m];
-    if (leaf.scratch == kInPlace) continue;
+    if (leaf.staging.scratch == kInPlace) continue;
     before_writing();
-    if (!leaf.swap && place::is_full(leaf.selection, leaf.spec->shape) &&
-        place::is_c_contiguous(leaf.destination, leaf.spec->dtype->size)) {
+    const auto& planned = leaf.planned();
+    const ChunkSpec& spec = *planned.spec;
+    const std::byte* decoded = scratch + leaf.staging.scratch;
+    if (!leaf.decoding.swap && place::is_full(planned.selection, spec.shape) &&
+        place::is_c_contiguous(planned.destination, spec.dtype->size)) {
       // Chunks decoded side by side into the scratch for adjacent places (a tensor's rows) move
       // in one copy, not one per chunk.
-      copies.add(leaf.destination.data, scratch + leaf.scratch, leaf.spec->nbytes(), leaf.target);
+      copies.add(planned.destination.data, decoded, spec.nbytes(), planned.target);
     } else {
       copies.flush();
-      place_on_device(scratch + leaf.scratch, *leaf.spec, leaf.selection, leaf.destination,
-                      leaf.swap, copies.stream);
+      place_on_device(decoded, spec, planned.selection, planned.destination, leaf.decoding.swap,
+                      copies.stream);
     }
-    leaf.scratch = kPlaced;
+    leaf.staging.scratch = kPlaced;
   }
   copies.flush();
 }
@@ -94,15 +97,16 @@ void place_from_scratch(std::span<Leaf> batch, std::span<const std::size_t> memb
 void place_staged(std::span<Leaf> batch, const std::byte* staged_copy, CopyMerger& copies) {
   const cudaStream_t stream = copies.stream;
   for (auto& leaf : batch) {
-    if (leaf.scratch == kPlaced) continue;
-    const std::byte* staged = staged_copy + leaf.staging;
-    const std::size_t es = leaf.spec->dtype->size;
-    switch (leaf.route) {
+    if (leaf.staging.scratch == kPlaced) continue;
+    const std::byte* staged = staged_copy + leaf.staging.offset;
+    const auto& planned = leaf.planned();
+    const std::size_t es = planned.spec->dtype->size;
+    switch (leaf.decoding.route) {
       case Route::kFill: {
-        const auto& fill = leaf.chain->spec().fill_value;
+        const auto& fill = planned.chain->spec().fill_value;
         const bool zero =
             std::all_of(fill.begin(), fill.end(), [](std::byte b) { return b == std::byte{0}; });
-        const auto& dst = leaf.decoded_destination();
+        const auto& dst = planned.decoded_destination();
         if (zero && place::is_c_contiguous(dst, es)) {
           std::size_t n = es;
           for (auto e : dst.shape) n *= static_cast<std::size_t>(e);
@@ -115,21 +119,22 @@ void place_staged(std::span<Leaf> batch, const std::byte* staged_copy, CopyMerge
         break;
       }
       case Route::kCopy:
-        if (!leaf.swap && place::is_full(leaf.selection, leaf.spec->shape) &&
-            place::is_c_contiguous(leaf.destination, es)) {
-          copies.add(leaf.destination.data, staged, leaf.spec->nbytes(), leaf.target);
+        if (!leaf.decoding.swap && place::is_full(planned.selection, planned.spec->shape) &&
+            place::is_c_contiguous(planned.destination, es)) {
+          copies.add(planned.destination.data, staged, planned.spec->nbytes(), planned.target);
           break;
         }
-        place_on_device(staged, *leaf.spec, leaf.selection, leaf.destination, leaf.swap, stream);
+        place_on_device(staged, *planned.spec, planned.selection, planned.destination,
+                        leaf.decoding.swap, stream);
         break;
       case Route::kDeviceDecode:  // decoded in place or placed after its call
         break;
       case Route::kCpuDecode: {
         const auto [counts, strides] = staged_layout(leaf);
-        const auto& dst = leaf.decoded_destination();
+        const auto& dst = planned.decoded_destination();
         if (place::is_c_contiguous(dst, es)) {
-          ZD_CUDA_CHECK(
-              cudaMemcpyAsync(dst.data, staged, leaf.staged, cudaMemcpyDeviceToDevice, stream));
+          ZD_CUDA_CHECK(cudaMemcpyAsync(dst.data, staged, leaf.staging.bytes,
+                                        cudaMemcpyDeviceToDevice, stream));
         } else {
           launch_strided_copy(plan_strided_copy(staged, strides, dst, es, false, 1), stream);
           ZD_CUDA_CHECK(cudaGetLastError());
@@ -145,8 +150,10 @@ void place_staged(std::span<Leaf> batch, const std::byte* staged_copy, CopyMerge
 std::map<GpuCodec, std::vector<std::size_t>> decodes_by_codec(std::span<const Leaf> batch) {
   std::map<GpuCodec, std::vector<std::size_t>> decodes;
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    if (batch[i].route != Route::kDeviceDecode || batch[i].scratch == kPlaced) continue;
-    decodes[batch[i].codec].push_back(i);
+    if (batch[i].decoding.route != Route::kDeviceDecode || batch[i].staging.scratch == kPlaced) {
+      continue;
+    }
+    decodes[batch[i].decoding.codec].push_back(i);
   }
   return decodes;
 }
@@ -164,9 +171,9 @@ void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in
   std::size_t max_chunk = 0;
   std::array<bool, DeviceDecoding::kKinds> present{};
   for (const auto& leaf : leaves) {
-    if (leaf.route != Route::kDeviceDecode) continue;
-    max_chunk = std::max(max_chunk, leaf.spec->nbytes());
-    present[static_cast<std::size_t>(leaf.codec)] = true;
+    if (leaf.decoding.route != Route::kDeviceDecode) continue;
+    max_chunk = std::max(max_chunk, leaf.planned().spec->nbytes());
+    present[static_cast<std::size_t>(leaf.decoding.codec)] = true;
   }
   off_slot_ = false;
   if (max_chunk == 0) return;
@@ -207,7 +214,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
                     std::size_t region_index) {
   // 3. One transfer of the slot's data, then decode and place on the GPU.
   std::size_t used = 0;
-  for (const auto& leaf : batch) used = std::max(used, leaf.staging + leaf.staged);
+  for (const auto& leaf : batch) used = std::max(used, leaf.staging.offset + leaf.staging.bytes);
   ZD_CUDA_CHECK(cudaSetDevice(device_));
   std::byte* const device_copy = ctx.device_copy(slot);
   ZD_CUDA_CHECK(cudaMemcpyAsync(device_copy, slot.host, used, cudaMemcpyHostToDevice, slot.stream));
@@ -232,7 +239,9 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
     const std::vector<std::size_t>& members = group.second;  // named: the lambda below uses it
     const auto* d = nvcomp_.decompressor(codec);
     std::size_t max_chunk = 0;
-    for (std::size_t i : members) max_chunk = std::max(max_chunk, batch[i].spec->nbytes());
+    for (std::size_t i : members) {
+      max_chunk = std::max(max_chunk, batch[i].planned().spec->nbytes());
+    }
     struct Call {
       std::size_t begin, end;  // in members
       std::size_t temp_bytes;  // then the scratch, from align_up(temp_bytes)
@@ -251,9 +260,9 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
         std::size_t scratch = 0;
         for (; e < members.size() && e - b < most; ++e) {
           auto& leaf = batch[members[e]];
-          const std::size_t own = leaf.decode_scratch;
+          const std::size_t own = leaf.staging.scratch_bytes;
           if (e > b && cost.region(e - b + 1, scratch + own) > ctx.decode_budget) break;
-          leaf.scratch = own ? scratch : kInPlace;
+          leaf.staging.scratch = own ? scratch : kInPlace;
           scratch += own;
         }
         const std::size_t temp = d->temp_size(e - b, max_chunk, (e - b) * max_chunk);
@@ -271,14 +280,15 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
       std::byte* scratch = memory + align_up(call.temp_bytes, kStagingAlignment);
       for (std::size_t m = call.begin; m < call.end; ++m, ++next) {
         const auto& leaf = batch[members[m]];
-        const std::size_t expected = leaf.spec->nbytes();
-        host_arrays.inputs[next] = device_copy + leaf.staging + leaf.header;
-        host_arrays.input_sizes[next] = leaf.length - leaf.header - leaf.trailer;
+        const std::size_t expected = leaf.planned().spec->nbytes();
+        host_arrays.inputs[next] = device_copy + leaf.staging.offset + leaf.decoding.header;
+        host_arrays.input_sizes[next] =
+            leaf.stored.length - leaf.decoding.header - leaf.decoding.trailer;
         host_arrays.capacities[next] = expected;
-        host_arrays.outputs[next] = leaf.scratch == kInPlace
-                                        ? static_cast<void*>(leaf.destination.data)
-                                        : scratch + leaf.scratch;
-        slot.checks.push_back({leaf.where(), next, expected});
+        host_arrays.outputs[next] = leaf.staging.scratch == kInPlace
+                                        ? static_cast<void*>(leaf.planned().destination.data)
+                                        : scratch + leaf.staging.scratch;
+        slot.checks.push_back({leaf.planned().where(), next, expected});
       }
     }
     const std::size_t count = next - first;
@@ -327,7 +337,7 @@ AwaitedBatch Reader::submit_off_slot(DeviceContext& ctx, Slot& slot, std::span<L
   // 3'. The slot's bytes cross into the decode arena, and the batch decodes and lands there, on a
   // stream of its own: the slot is free again once its bytes and arrays are across.
   std::size_t used = 0;
-  for (const auto& leaf : batch) used = std::max(used, leaf.staging + leaf.staged);
+  for (const auto& leaf : batch) used = std::max(used, leaf.staging.offset + leaf.staging.bytes);
   ZD_CUDA_CHECK(cudaSetDevice(device_));
   const auto [stream_index, handle] = ctx.next_decode_stream(off_slot_streams_);
   auto* stream = static_cast<cudaStream_t>(handle);
@@ -339,7 +349,7 @@ AwaitedBatch Reader::submit_off_slot(DeviceContext& ctx, Slot& slot, std::span<L
   const auto decodes = decodes_by_codec(batch);
   std::size_t count = 0;
   for (const auto& [codec, members] : decodes) count += members.size();
-  const std::string where = batch.front().where();
+  const std::string where = batch.front().planned().where();
   // nvCOMP's memory sized from the frames where they are, in the pinned slot (the device reads
   // them across PCIe), on a stream of its own, before any of the arena is taken: sized on the
   // decode stream, the host would wait for every decode queued there and for the arena's earlier
@@ -360,10 +370,11 @@ AwaitedBatch Reader::submit_off_slot(DeviceContext& ctx, Slot& slot, std::span<L
       std::size_t total = 0;
       for (std::size_t m = 0; m < members.size(); ++m) {
         const auto& leaf = batch[members[m]];
-        max_chunk = std::max(max_chunk, leaf.spec->nbytes());
-        total += leaf.spec->nbytes();
-        slot.host_arrays.inputs[at + m] = slot.host + leaf.staging + leaf.header;
-        slot.host_arrays.input_sizes[at + m] = leaf.length - leaf.header - leaf.trailer;
+        max_chunk = std::max(max_chunk, leaf.planned().spec->nbytes());
+        total += leaf.planned().spec->nbytes();
+        slot.host_arrays.inputs[at + m] = slot.host + leaf.staging.offset + leaf.decoding.header;
+        slot.host_arrays.input_sizes[at + m] =
+            leaf.stored.length - leaf.decoding.header - leaf.decoding.trailer;
       }
       const std::size_t temp =
           d->temp_size_of(slot.host_arrays.inputs + at, slot.host_arrays.input_sizes + at,
@@ -391,13 +402,14 @@ AwaitedBatch Reader::submit_off_slot(DeviceContext& ctx, Slot& slot, std::span<L
     const std::size_t first = next;
     for (const std::size_t i : members) {
       const auto& leaf = batch[i];
-      const std::size_t expected = leaf.spec->nbytes();
+      const std::size_t expected = leaf.planned().spec->nbytes();
       max_chunk = std::max(max_chunk, expected);
       total += expected;
-      host_arrays.inputs[next] = copy + leaf.staging + leaf.header;
-      host_arrays.input_sizes[next] = leaf.length - leaf.header - leaf.trailer;
+      host_arrays.inputs[next] = copy + leaf.staging.offset + leaf.decoding.header;
+      host_arrays.input_sizes[next] =
+          leaf.stored.length - leaf.decoding.header - leaf.decoding.trailer;
       host_arrays.capacities[next] = expected;
-      checks.push_back({leaf.where(), next, expected});
+      checks.push_back({leaf.planned().where(), next, expected});
       ++next;
     }
     const std::size_t n = next - first;
@@ -426,16 +438,16 @@ AwaitedBatch Reader::submit_off_slot(DeviceContext& ctx, Slot& slot, std::span<L
     std::size_t scratch = 0;
     for (const std::size_t i : members) {
       auto& leaf = batch[i];
-      leaf.scratch = leaf.decode_scratch ? scratch : kInPlace;
-      scratch += leaf.decode_scratch;
+      leaf.staging.scratch = leaf.staging.scratch_bytes ? scratch : kInPlace;
+      scratch += leaf.staging.scratch_bytes;
     }
     std::byte* memory = arena.take(align_up(temp, kStagingAlignment) + scratch, stream, where);
     std::byte* scratch_at = memory + align_up(temp, kStagingAlignment);
     for (std::size_t m = 0; m < n; ++m) {
       const auto& leaf = batch[members[m]];
-      host_arrays.outputs[first + m] = leaf.scratch == kInPlace
-                                           ? static_cast<void*>(leaf.destination.data)
-                                           : scratch_at + leaf.scratch;
+      host_arrays.outputs[first + m] = leaf.staging.scratch == kInPlace
+                                           ? static_cast<void*>(leaf.planned().destination.data)
+                                           : scratch_at + leaf.staging.scratch;
     }
     ZD_CUDA_CHECK(cudaMemcpyAsync(device_arrays.outputs + first, host_arrays.outputs + first,
                                   n * sizeof(void*), cudaMemcpyHostToDevice, stream));

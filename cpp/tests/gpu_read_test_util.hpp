@@ -5,6 +5,7 @@
 
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device_read/read_plan.hpp"
@@ -60,12 +61,15 @@ inline std::vector<Leaf> plan(std::span<const ReadTarget> targets,
   return plan_reads(targets, decoders, policy, engine::ThreadPool::shared(2), 2);
 }
 
-inline Leaf sized_leaf(Route route, std::size_t length, const ChunkSpec& spec) {
-  Leaf leaf;
-  leaf.route = route;
-  leaf.length = length;
-  leaf.spec = &spec;
-  leaf.key = "k";
+// A leaf of `spec` stored in `length` bytes, planned as `planned` says besides (key "k" unless it
+// says otherwise).
+inline Leaf sized_leaf(Route route, std::size_t length, const ChunkSpec& spec,
+                       PlannedChunk planned = {}) {
+  planned.spec = &spec;
+  if (planned.key.empty()) planned.key = "k";
+  Leaf leaf(std::move(planned));
+  leaf.decoding.route = route;
+  leaf.stored.length = length;
   return leaf;
 }
 

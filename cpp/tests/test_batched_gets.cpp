@@ -308,7 +308,8 @@ TEST(BatchedGets, ChunksCutIntoPartsAreNotAskedForWhileCut) {
         device_read::fetch_batch(batch(b), slots[b].data(), engine::ThreadPool::shared(2), 2)
             .empty());
     for (const auto& leaf : batch(b)) {
-      std::memcpy(leaf.destination.data, slots[b].data() + leaf.staging, leaf.staged);
+      std::memcpy(leaf.planned().destination.data, slots[b].data() + leaf.staging.offset,
+                  leaf.staging.bytes);
     }
   }
   const auto values = counting(900000);
@@ -344,7 +345,7 @@ TEST(BatchedGets, TheGpuPathAsksForShardsInFewCalls) {
   EXPECT_EQ(store->gets.load(), 0);
   for (const std::size_t i : {std::size_t{0}, std::size_t{5}, std::size_t{15}}) {
     std::int32_t first = 0;
-    std::memcpy(&first, host.data() + leaves[i].staging, 4);
+    std::memcpy(&first, host.data() + leaves[i].staging.offset, 4);
     EXPECT_EQ(first, static_cast<std::int32_t>(i * 64 + 1)) << "leaf " << i;
   }
 }
@@ -375,7 +376,7 @@ TEST(BatchedGets, TheGpuStageFetchesABatchsChunksInOneCall) {
   // The plan asked for the chunks' sizes in one call, none of them one by one.
   EXPECT_EQ(store->size_calls, std::vector<std::size_t>{8});
   EXPECT_EQ(store->sizes.load(), 0);
-  EXPECT_EQ(leaves[1].length, 8U * 4 + 4);  // 8 int32 and a crc32c
+  EXPECT_EQ(leaves[1].stored.length, 8U * 4 + 4);  // 8 int32 and a crc32c
   store->windows.clear();
   store->gets = 0;
   std::vector<std::byte> host;
@@ -383,7 +384,7 @@ TEST(BatchedGets, TheGpuStageFetchesABatchsChunksInOneCall) {
   EXPECT_EQ(store->windows, std::vector<std::size_t>{8});
   EXPECT_EQ(store->gets.load(), 0);
   std::int32_t ninth = 0;
-  std::memcpy(&ninth, host.data() + leaves[1].staging, 4);
+  std::memcpy(&ninth, host.data() + leaves[1].staging.offset, 4);
   EXPECT_EQ(ninth, 9);
   // A chunk gone since the plan: the read starts again, as with any store.
   store->erase("g/c/1");

@@ -32,8 +32,9 @@ DecodeRates scaled_rates(std::size_t threads, std::size_t lanes) {
 }
 
 std::size_t on_cpu(std::span<const Leaf> leaves) {
-  return static_cast<std::size_t>(std::count_if(
-      leaves.begin(), leaves.end(), [](const Leaf& l) { return l.route == Route::kCpuDecode; }));
+  return static_cast<std::size_t>(std::count_if(leaves.begin(), leaves.end(), [](const Leaf& l) {
+    return l.decoding.route == Route::kCpuDecode;
+  }));
 }
 
 TEST(GpuDecodeShare, AFewChunksDecodeOnTheCpu) {

@@ -49,8 +49,9 @@ struct Staged {
   void place() {
     for (std::size_t b = 0; b < batches.size(); ++b) {
       for (const auto& leaf : batch(b)) {
-        ASSERT_TRUE(leaf.parts);
-        std::memcpy(leaf.destination.data, slots[b].data() + leaf.staging, leaf.staged);
+        ASSERT_TRUE(leaf.part.chunk);
+        std::memcpy(leaf.planned().destination.data, slots[b].data() + leaf.staging.offset,
+                    leaf.staging.bytes);
       }
     }
   }
@@ -93,13 +94,13 @@ TEST(GpuLeafParts, ChunksAreCutInPartsThatFitASlotAndInterleave) {
   for (const auto& leaf : leaves) EXPECT_LE(staged_bytes(leaf), kSlot);
   // A copied chunk's parts in order; the decoded chunks' interleaved (up to 2 x 2 threads' worth:
   // all three here).
-  for (std::size_t p = 0; p < 4; ++p) EXPECT_EQ(leaves[p].parts, leaves[0].parts);
-  EXPECT_EQ(leaves[12].route, Route::kCpuDecode);
-  EXPECT_NE(leaves[12].parts, leaves[13].parts);
-  EXPECT_NE(leaves[13].parts, leaves[14].parts);
-  EXPECT_EQ(leaves[12].parts, leaves[15].parts);
-  EXPECT_EQ(leaves[15].part, 1u);
-  EXPECT_FALSE(leaves.back().parts);
+  for (std::size_t p = 0; p < 4; ++p) EXPECT_EQ(leaves[p].part.chunk, leaves[0].part.chunk);
+  EXPECT_EQ(leaves[12].decoding.route, Route::kCpuDecode);
+  EXPECT_NE(leaves[12].part.chunk, leaves[13].part.chunk);
+  EXPECT_NE(leaves[13].part.chunk, leaves[14].part.chunk);
+  EXPECT_EQ(leaves[12].part.chunk, leaves[15].part.chunk);
+  EXPECT_EQ(leaves[15].part.index, 1u);
+  EXPECT_FALSE(leaves.back().part.chunk);
 }
 
 // Chunks whose decoders' memory (history and a stored piece each) would pass the window budget
@@ -114,10 +115,10 @@ TEST(GpuLeafParts, GroupsKeepToTheWindowBudget) {
   tight.window_budget = std::size_t{6} << 20;  // two chunks' 800 KB history and 2 MiB piece each
   EXPECT_EQ(cut_into_parts(leaves, tight), 3u);
   ASSERT_EQ(leaves.size(), 12u);
-  EXPECT_NE(leaves[0].parts, leaves[1].parts);
-  EXPECT_EQ(leaves[0].parts, leaves[2].parts);  // A0 B0 A1 B1 ...
-  EXPECT_EQ(leaves[8].parts, leaves[9].parts);  // ... then C0 C1 C2 C3
-  EXPECT_EQ(leaves[9].part, 1u);
+  EXPECT_NE(leaves[0].part.chunk, leaves[1].part.chunk);
+  EXPECT_EQ(leaves[0].part.chunk, leaves[2].part.chunk);  // A0 B0 A1 B1 ...
+  EXPECT_EQ(leaves[8].part.chunk, leaves[9].part.chunk);  // ... then C0 C1 C2 C3
+  EXPECT_EQ(leaves[9].part.index, 1u);
   Staged staged(std::move(leaves));
   for (std::size_t b = 0; b < staged.batches.size(); ++b) staged.fetch(b);
   staged.place();
@@ -168,14 +169,14 @@ TEST(GpuLeafParts, DeviceDecodesNoSlotHoldsAreDecodedOnTheCpuInParts) {
   const ReadTarget target = whole(big, out);
   auto leaves = plan_sized({&target, 1});
   ASSERT_EQ(leaves.size(), 1u);
-  ASSERT_EQ(leaves[0].route, Route::kDeviceDecode);
+  ASSERT_EQ(leaves[0].decoding.route, Route::kDeviceDecode);
   PartSizes roomy = kSizes;
-  roomy.staging.bytes = leaves[0].length;
+  roomy.staging.bytes = leaves[0].stored.length;
   EXPECT_FALSE(staged_in_parts(leaves[0], roomy));  // a ring that holds it: the device's
   PartSizes tight = kSizes;
-  tight.staging.bytes = leaves[0].length - 1;
+  tight.staging.bytes = leaves[0].stored.length - 1;
   EXPECT_EQ(cut_into_parts(leaves, tight), 1u);
-  EXPECT_EQ(leaves[0].route, Route::kCpuDecode);
+  EXPECT_EQ(leaves[0].decoding.route, Route::kCpuDecode);
   Staged staged(std::move(leaves));
   for (std::size_t b = 0; b < staged.batches.size(); ++b) staged.fetch(b);
   staged.place();
@@ -236,10 +237,10 @@ TEST(GpuLeafParts, SelectionsOfChunksLargerThanTheStagingAreReadInParts) {
       // whole chunk in one pass.
       const bool stretch = (codecs == kPlain || codecs == kPlainCrc) &&
                            (selection[1].count == 1000 || selection[0].count == 1);
-      EXPECT_EQ(leaves.front().route, stretch ? Route::kCopy : Route::kCpuDecode);
+      EXPECT_EQ(leaves.front().decoding.route, stretch ? Route::kCopy : Route::kCpuDecode);
       if (stretch) {
         std::size_t read = 0;
-        for (const auto& leaf : leaves) read += leaf.length;
+        for (const auto& leaf : leaves) read += leaf.stored.length;
         EXPECT_EQ(read, expected.size() * 4);
       }
       // A stretch under a crc32c: its parts' fetches checksum the bytes around it, CPU work

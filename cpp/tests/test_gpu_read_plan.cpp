@@ -52,18 +52,19 @@ TEST(GpuReadPlan, RoutesByWhatCodecsDeclare) {
     const ReadTarget target = whole(array, out);
     const auto leaves = plan({&target, 1}, c.policy);
     ASSERT_EQ(leaves.size(), 1u);
-    EXPECT_EQ(leaves[0].route, c.route);
-    EXPECT_EQ(leaves[0].crc32c, c.crc32c);
+    EXPECT_EQ(leaves[0].decoding.route, c.route);
+    EXPECT_EQ(leaves[0].decoding.crc32c, c.crc32c);
     if (c.route == Route::kDeviceDecode) {
-      EXPECT_EQ(leaves[0].header, c.header);
-      EXPECT_EQ(leaves[0].trailer, c.trailer);
+      EXPECT_EQ(leaves[0].decoding.header, c.header);
+      EXPECT_EQ(leaves[0].decoding.trailer, c.trailer);
     }
   }
   // No device decoder present: the CPU decodes.
   auto array = make_array(store, "none", {8}, {8}, kZstdCrc);
   std::vector<std::byte> out;
   const ReadTarget target = whole(array, out);
-  EXPECT_EQ(plan({&target, 1}, GpuDecode::kTrusted, DeviceDecoders{})[0].route, Route::kCpuDecode);
+  EXPECT_EQ(plan({&target, 1}, GpuDecode::kTrusted, DeviceDecoders{})[0].decoding.route,
+            Route::kCpuDecode);
 }
 
 // A leaf keeps its selection and destination as they were before array->array codecs only where
@@ -81,23 +82,23 @@ TEST(GpuReadPlan, LeavesKeepTheirPlaceBeforeArrayCodecsWhereThereAreAny) {
   const auto leaves = plan(targets);
   ASSERT_EQ(leaves.size(), 8u);
   for (const auto& leaf : leaves) {
-    SCOPED_TRACE(leaf.where());
-    const bool is_turned = leaf.array == turned.get();
-    EXPECT_EQ(leaf.has_array_codecs(), is_turned);
-    ASSERT_EQ(leaf.decoded_selection().size(), 2u);
-    EXPECT_EQ(leaf.decoded_selection()[0].count, 2);
-    EXPECT_EQ(leaf.decoded_selection()[1].count, 3);
-    EXPECT_EQ(leaf.decoded_destination().shape, (std::vector<std::int64_t>{2, 3}));
+    SCOPED_TRACE(leaf.planned().where());
+    const bool is_turned = leaf.planned().array == turned.get();
+    EXPECT_EQ(leaf.planned().has_array_codecs(), is_turned);
+    ASSERT_EQ(leaf.planned().decoded_selection().size(), 2u);
+    EXPECT_EQ(leaf.planned().decoded_selection()[0].count, 2);
+    EXPECT_EQ(leaf.planned().decoded_selection()[1].count, 3);
+    EXPECT_EQ(leaf.planned().decoded_destination().shape, (std::vector<std::int64_t>{2, 3}));
     if (!is_turned) {
-      EXPECT_TRUE(leaf.selection_before_codecs.empty());
-      EXPECT_EQ(&leaf.decoded_selection(), &leaf.selection);
+      EXPECT_TRUE(leaf.planned().selection_before_codecs.empty());
+      EXPECT_EQ(&leaf.planned().decoded_selection(), &leaf.planned().selection);
       continue;
     }
     // After the transpose: the chunk's axes swapped.
-    EXPECT_EQ(leaf.selection[0].count, 3);
-    EXPECT_EQ(leaf.selection[1].count, 2);
-    EXPECT_EQ(leaf.destination.shape, (std::vector<std::int64_t>{3, 2}));
-    EXPECT_EQ(leaf.destination.byte_strides,
+    EXPECT_EQ(leaf.planned().selection[0].count, 3);
+    EXPECT_EQ(leaf.planned().selection[1].count, 2);
+    EXPECT_EQ(leaf.planned().destination.shape, (std::vector<std::int64_t>{3, 2}));
+    EXPECT_EQ(leaf.planned().destination.byte_strides,
               (std::vector<std::int64_t>{4, 24}));  // the output's, swapped
   }
 }
@@ -112,34 +113,34 @@ TEST(GpuReadPlan, ManyArraysOfMixedLayoutsAreOneList) {
   const auto leaves = plan(targets);
   ASSERT_EQ(leaves.size(), 2u + 2u + 4u);
   for (std::size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ(leaves[i].array, plain.get());
-    EXPECT_EQ(leaves[i].route, Route::kCopy);
-    EXPECT_EQ(leaves[i].length, 3u * 4 * 4);
-    EXPECT_EQ(leaves[i].destination.data, a.data() + i * 48);
+    EXPECT_EQ(leaves[i].planned().array, plain.get());
+    EXPECT_EQ(leaves[i].decoding.route, Route::kCopy);
+    EXPECT_EQ(leaves[i].stored.length, 3u * 4 * 4);
+    EXPECT_EQ(leaves[i].planned().destination.data, a.data() + i * 48);
   }
-  EXPECT_EQ(leaves[0].key, "plain/c/0/0");
-  EXPECT_EQ(leaves[1].target, 0u);  // which output each lands in (copies never span two)
-  EXPECT_EQ(leaves[2].target, 1u);
-  EXPECT_EQ(leaves[7].target, 2u);
+  EXPECT_EQ(leaves[0].planned().key, "plain/c/0/0");
+  EXPECT_EQ(leaves[1].planned().target, 0u);  // which output each lands in (copies never span two)
+  EXPECT_EQ(leaves[2].planned().target, 1u);
+  EXPECT_EQ(leaves[7].planned().target, 2u);
   // Chunks this small are sized by their fetch, which finds these not stored (see
   // GpuReadStaging.SmallChunksAreSizedWhenOpened): planned as stored, in their bound.
   for (std::size_t i = 2; i < 4; ++i) {
-    EXPECT_FALSE(leaves[i].sized);
-    EXPECT_EQ(leaves[i].length, empty->chain().max_stored_size());
+    EXPECT_FALSE(leaves[i].stored.sized);
+    EXPECT_EQ(leaves[i].stored.length, empty->chain().max_stored_size());
   }
-  for (std::size_t i = 0; i < 2; ++i) EXPECT_FALSE(leaves[i].sized);  // exact: no compressor
+  for (std::size_t i = 0; i < 2; ++i) EXPECT_FALSE(leaves[i].stored.sized);  // exact: no compressor
   for (std::size_t i = 4; i < 8; ++i) {
     const auto& leaf = leaves[i];
-    EXPECT_EQ(leaf.array, shards.get());
-    EXPECT_EQ(leaf.key, "shards/c/0/0");
-    EXPECT_EQ(leaf.route, Route::kDeviceDecode);
-    EXPECT_EQ(leaf.codec, DecodeKind::kZstd);
-    ASSERT_TRUE(leaf.value);  // the shard's one open version, shared
-    EXPECT_EQ(leaf.value, leaves[4].value);
+    EXPECT_EQ(leaf.planned().array, shards.get());
+    EXPECT_EQ(leaf.planned().key, "shards/c/0/0");
+    EXPECT_EQ(leaf.decoding.route, Route::kDeviceDecode);
+    EXPECT_EQ(leaf.decoding.codec, DecodeKind::kZstd);
+    ASSERT_TRUE(leaf.stored.value);  // the shard's one open version, shared
+    EXPECT_EQ(leaf.stored.value, leaves[4].stored.value);
   }
   // Inner chunks land in their quarter of the output: (0,0), (0,4), (4,0), (4,4).
-  EXPECT_EQ(leaves[5].destination.data, c.data() + 4 * 4);
-  EXPECT_EQ(leaves[6].destination.data, c.data() + 4 * 8 * 4);
+  EXPECT_EQ(leaves[5].planned().destination.data, c.data() + 4 * 4);
+  EXPECT_EQ(leaves[6].planned().destination.data, c.data() + 4 * 8 * 4);
 }
 
 TEST(GpuReadPlan, ErrorsNameTheArrayAndChunk) {
@@ -176,26 +177,23 @@ TEST(GpuReadPlan, FramingChecksBeforeTheDeviceSeesBytes) {
 
 TEST(GpuReadBatches, SlotsAndDecodeRegionsCutBatches) {
   const auto spec = test::make_spec({1024}, "uint8");
-  std::vector<Leaf> leaves;
-  for (int i = 0; i < 10; ++i) leaves.push_back(sized_leaf(Route::kCopy, 1000, spec));
+  std::vector<Leaf> leaves(10, sized_leaf(Route::kCopy, 1000, spec));
   auto batches = pack_batches(leaves, 4096, 4096, DecodeCosts{}, 0);
   // Leaves of 1000 bytes at 1024-byte steps (the slot alignment is 256): 4 per 4 KiB slot.
   ASSERT_EQ(batches.size(), 3u);
   EXPECT_EQ(batches[0].end, 4u);
-  EXPECT_EQ(leaves[1].staging, 1024u);
+  EXPECT_EQ(leaves[1].staging.offset, 1024u);
   EXPECT_EQ(batches.back().end, 10u);
   // Device decodes also stop at the decode region's budget.
-  std::vector<Leaf> decodes;
-  for (int i = 0; i < 10; ++i) decodes.push_back(sized_leaf(Route::kDeviceDecode, 100, spec));
+  std::vector<Leaf> decodes(10, sized_leaf(Route::kDeviceDecode, 100, spec));
   DecodeCosts costs{};
   costs[static_cast<std::size_t>(DecodeKind::kZstd)] = {1000, 1000};
   batches = pack_batches(decodes, 1 << 20, 1 << 20, costs, 3100);  // 3 chunks' temporary memory
   ASSERT_EQ(batches.size(), 4u);
   EXPECT_EQ(batches[0].end - batches[0].begin, 3u);
   // A leaf larger than a slot cannot be read this way: a typed error that says what to do.
-  std::vector<Leaf> huge = {sized_leaf(Route::kCopy, 5000, spec)};
   auto array = Array::create(make_memory_store(), "h", test::array_doc({4}, {4}, "uint8"), false);
-  huge[0].array = array.get();
+  std::vector<Leaf> huge = {sized_leaf(Route::kCopy, 5000, spec, {.array = array.get()})};
   EXPECT_THROW((void)pack_batches(huge, 4096, 4096, DecodeCosts{}, 0), OutOfMemoryError);
 }
 
@@ -204,28 +202,23 @@ TEST(GpuReadBatches, SmallReadsAreCutIntoSmallBatches) {
   // fetch: a small read is cut finer than the slots, a large one fills them.
   const auto spec = test::make_spec({1 << 20}, "uint8");
   constexpr std::size_t kSlot = std::size_t{64} << 20;
-  std::vector<Leaf> small;
-  for (int i = 0; i < 32; ++i) small.push_back(sized_leaf(Route::kCopy, 1 << 20, spec));
+  std::vector<Leaf> small(32, sized_leaf(Route::kCopy, 1 << 20, spec));
   const std::size_t target = batch_target(staging_need(small), kSlot, 12);
   EXPECT_EQ(target, kMinBatchBytes);
   const auto batches = pack_batches(small, kSlot, target, DecodeCosts{}, 0);
   ASSERT_EQ(batches.size(), 8u);
   EXPECT_EQ(batches[0].end, 4u);
-  std::vector<Leaf> large;
-  for (int i = 0; i < 4096; ++i) large.push_back(sized_leaf(Route::kCopy, 1 << 20, spec));
+  std::vector<Leaf> large(4096, sized_leaf(Route::kCopy, 1 << 20, spec));
   EXPECT_EQ(batch_target(staging_need(large), kSlot, 12), kCopyBatchBytes);
   EXPECT_EQ(batch_target(staging_need(large), 2 << 20, 12),
             std::size_t{2} << 20);  // never more than a slot
   // Batches with device decodes fill their slot: the decoder's speed follows its chunks in flight.
-  std::vector<Leaf> decodes;
-  for (int i = 0; i < 32; ++i) decodes.push_back(sized_leaf(Route::kDeviceDecode, 1 << 20, spec));
+  std::vector<Leaf> decodes(32, sized_leaf(Route::kDeviceDecode, 1 << 20, spec));
   EXPECT_EQ(pack_batches(decodes, kSlot, kMinBatchBytes, DecodeCosts{}, SIZE_MAX).size(), 1u);
-  // So do batches of chunks decoded on CPU threads: a batch's chunks are decoded at once.
-  std::vector<Leaf> cpu;
-  for (int i = 0; i < 32; ++i) {
-    cpu.push_back(sized_leaf(Route::kCpuDecode, 1 << 19, spec));
-    cpu.back().selection = test::full_selection(spec.shape);  // 1 MiB decoded each
-  }
+  // So do batches of chunks decoded on CPU threads (1 MiB decoded each): a batch's chunks are
+  // decoded at once.
+  std::vector<Leaf> cpu(32, sized_leaf(Route::kCpuDecode, 1 << 19, spec,
+                                       {.selection = test::full_selection(spec.shape)}));
   EXPECT_EQ(pack_batches(cpu, kSlot, kMinBatchBytes, DecodeCosts{}, SIZE_MAX).size(), 1u);
   // A chunk larger than the target still goes alone into a slot that holds it.
   const auto big_spec = test::make_spec({std::size_t{20} << 20}, "uint8");
@@ -243,11 +236,8 @@ TEST(GpuReadBatches, ReadsThatWaitForTheirDecodesCutThemFiner) {
   constexpr std::size_t kMiB = std::size_t{1} << 20;
   constexpr std::size_t kSlot = 64 * kMiB;
   const auto spec = test::make_spec({2 * kMiB}, "uint8");
-  std::vector<Leaf> tensor;
-  for (int i = 0; i < 32; ++i) {
-    tensor.push_back(sized_leaf(Route::kDeviceDecode, 3 * kMiB / 2, spec));
-    tensor.back().selection = test::full_selection(spec.shape);
-  }
+  std::vector<Leaf> tensor(32, sized_leaf(Route::kDeviceDecode, 3 * kMiB / 2, spec,
+                                          {.selection = test::full_selection(spec.shape)}));
   const auto need = staging_need(tensor);
   // A read that does not wait (non_blocking) is overlapped by the next one: not cut.
   EXPECT_EQ(decode_batch_target(need, kSlot, false), kSlot);
@@ -256,19 +246,19 @@ TEST(GpuReadBatches, ReadsThatWaitForTheirDecodesCutThemFiner) {
                               decode_batch_target(need, kSlot, true));
   ASSERT_EQ(batches.size(), 4u);
   EXPECT_EQ(batches[0].end, 8u);
-  EXPECT_EQ(tensor[8].staging, 0u);  // each batch starts its own slot
+  EXPECT_EQ(tensor[8].staging.offset, 0u);  // each batch starts its own slot
   EXPECT_EQ(pack_batches(tensor, kSlot, kMinBatchBytes, DecodeCosts{}, SIZE_MAX,
                          decode_batch_target(need, kSlot, false))
                 .size(),
             1u);
   // Never below kMinDecodeBatchBytes, nor finer than the slots for a read that fills them.
-  const std::vector<Leaf> small(tensor.begin(), tensor.begin() + 4);
+  std::vector<Leaf> small(tensor.begin(), tensor.begin() + 4);
   EXPECT_EQ(decode_batch_target(staging_need(small), kSlot, true), kMinDecodeBatchBytes);
   std::vector<Leaf> large(400, tensor[0]);
   EXPECT_EQ(decode_batch_target(staging_need(large), kSlot, true), kSlot);
   // Chunks decoded on CPU threads still fill their slot, waiting or not.
   std::vector<Leaf> cpu = tensor;
-  for (auto& leaf : cpu) leaf.route = Route::kCpuDecode;
+  for (auto& leaf : cpu) leaf.decoding.route = Route::kCpuDecode;
   EXPECT_EQ(pack_batches(cpu, kSlot, kMinBatchBytes, DecodeCosts{}, SIZE_MAX, 12 * kMiB).size(),
             1u);
   // The decode regions follow the batches: four of eight chunks decode at once, not one of 32.
@@ -301,14 +291,12 @@ TEST(GpuReadBatches, BatchesDecodedOnTheCpuAreFetchedFurtherAhead) {
 
 TEST(GpuReadBatches, DecodeRegionsFollowTheData) {
   const auto spec = test::make_spec({1 << 18}, "uint8");
-  std::vector<Leaf> leaves;
-  for (int i = 0; i < 8; ++i) {
-    Leaf leaf = sized_leaf(Route::kDeviceDecode, 1 << 17, spec);
-    leaf.selection = test::full_selection(spec.shape);
-    // A destination the decoder's output cannot start at (misaligned): decoded into scratch.
-    leaf.destination = {reinterpret_cast<std::byte*>(std::uintptr_t{1}), spec.shape, {1}};
-    leaves.push_back(leaf);
-  }
+  // A destination the decoder's output cannot start at (misaligned): decoded into scratch.
+  std::vector<Leaf> leaves(
+      8, sized_leaf(
+             Route::kDeviceDecode, 1 << 17, spec,
+             {.selection = test::full_selection(spec.shape),
+              .destination = {reinterpret_cast<std::byte*>(std::uintptr_t{1}), spec.shape, {1}}}));
   DecodeCosts costs{};
   costs[static_cast<std::size_t>(DecodeKind::kZstd)] = {1 << 20, 1 << 18};
   PerKind alignment{};
@@ -320,7 +308,7 @@ TEST(GpuReadBatches, DecodeRegionsFollowTheData) {
   constexpr std::size_t kSlot = std::size_t{1} << 18;
   constexpr std::size_t kMemory = std::size_t{4} << 20;
   EXPECT_EQ(plan_decode_regions(leaves, costs, alignment, 12, kSlot, kMemory), 2u);
-  EXPECT_EQ(leaves[0].decode_scratch, std::size_t{1} << 18);
+  EXPECT_EQ(leaves[0].staging.scratch_bytes, std::size_t{1} << 18);
   EXPECT_EQ(plan_decode_regions(leaves, costs, alignment, 1, kSlot, kMemory), 1u);  // the slots
   // Plenty of memory and slots that hold every chunk: one region, one call for all of them.
   EXPECT_EQ(plan_decode_regions(leaves, costs, alignment, 12, kSlot * 8, kMemory * 64), 1u);
@@ -347,13 +335,9 @@ TEST(GpuReadBatches, DecodesCanBeKeptOutOfPlace) {
   // Chunks that could be decoded straight into their output go through scratch when asked.
   const auto spec = test::make_spec({1 << 18}, "uint8");
   alignas(256) static std::byte output[1 << 18];
-  std::vector<Leaf> leaves;
-  for (int i = 0; i < 4; ++i) {
-    Leaf leaf = sized_leaf(Route::kDeviceDecode, 1 << 17, spec);
-    leaf.selection = test::full_selection(spec.shape);
-    leaf.destination = {output, spec.shape, {1}};
-    leaves.push_back(leaf);
-  }
+  std::vector<Leaf> leaves(4, sized_leaf(Route::kDeviceDecode, 1 << 17, spec,
+                                         {.selection = test::full_selection(spec.shape),
+                                          .destination = {output, spec.shape, {1}}}));
   DecodeCosts costs{};
   costs[static_cast<std::size_t>(DecodeKind::kZstd)] = {1 << 20, 1 << 18};
   PerKind alignment{};
@@ -361,9 +345,9 @@ TEST(GpuReadBatches, DecodesCanBeKeptOutOfPlace) {
   constexpr std::size_t kSlot = std::size_t{1} << 20;
   constexpr std::size_t kMemory = std::size_t{4} << 20;
   plan_decode_regions(leaves, costs, alignment, 12, kSlot, kMemory);
-  EXPECT_EQ(leaves[0].decode_scratch, 0u);  // in place
+  EXPECT_EQ(leaves[0].staging.scratch_bytes, 0u);  // in place
   plan_decode_regions(leaves, costs, alignment, 12, kSlot, kMemory, false);
-  EXPECT_EQ(leaves[0].decode_scratch, std::size_t{1} << 18);
+  EXPECT_EQ(leaves[0].staging.scratch_bytes, std::size_t{1} << 18);
 }
 
 TEST(GpuReadBatches, ChunksASlotHoldsFewOfDecodeOffTheirSlots) {

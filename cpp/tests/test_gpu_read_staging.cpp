@@ -24,15 +24,15 @@ TEST(GpuReadStaging, PiecesHoldWholeAdjacentLeavesOfOneValue) {
   std::vector<Leaf> batch;
   std::size_t at = 0;
   for (int i = 0; i < 4; ++i) {
-    Leaf leaf = sized_leaf(Route::kCopy, 256, spec);
-    leaf.offset = static_cast<std::uint64_t>(i) * 256;
-    leaf.staging = at;
+    // The last of another value: a piece of its own.
+    Leaf leaf = sized_leaf(Route::kCopy, 256, spec, {.key = i == 3 ? "other" : "k"});
+    leaf.stored.offset = static_cast<std::uint64_t>(i) * 256;
+    leaf.staging.offset = at;
     at += 256;
     batch.push_back(leaf);
   }
-  batch[3].key = "other";  // another value: a piece of its own
   batch.push_back(sized_leaf(Route::kCopy, kPieceBytes * 2 + 5, spec));
-  batch.back().staging = at;
+  batch.back().staging.offset = at;
   const auto pieces = plan_pieces(batch);
   ASSERT_EQ(pieces.size(), 2u + 3u);
   EXPECT_EQ(pieces[0].first, 0u);
@@ -56,9 +56,9 @@ TEST(GpuReadStaging, FetchReadsChecksAndNamesTheChunk) {
   std::vector<std::byte> host(1 << 20);
   EXPECT_TRUE(fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2).empty());
   std::int32_t second = 0;
-  std::memcpy(&second, host.data() + leaves[1].staging, 4);
-  EXPECT_EQ(second, 9);           // the first element of chunk 1
-  EXPECT_FALSE(leaves[0].value);  // whole chunks' versions are let go with the batch
+  std::memcpy(&second, host.data() + leaves[1].staging.offset, 4);
+  EXPECT_EQ(second, 9);                  // the first element of chunk 1
+  EXPECT_FALSE(leaves[0].stored.value);  // whole chunks' versions are let go with the batch
 
   // A checksum that fails is a ChecksumError naming the array and the chunk.
   auto stored = store->get("good/c/1");
@@ -99,7 +99,7 @@ TEST(GpuReadStaging, LargeChunksDecodedOnTheCpuAreReadInPieces) {
                           StridedView{out.data(), shape, test::c_strides(shape, 2)}};
   auto leaves = plan({&target, 1});
   ASSERT_EQ(leaves.size(), 2u);
-  for (const auto& leaf : leaves) ASSERT_EQ(leaf.route, Route::kCpuDecode);
+  for (const auto& leaf : leaves) ASSERT_EQ(leaf.decoding.route, Route::kCpuDecode);
   constexpr std::size_t kSlot = std::size_t{32} << 20;
   ASSERT_EQ(pack_batches(leaves, kSlot, kSlot, DecodeCosts{}, 0).size(), 1u);
   std::vector<std::byte> host(kSlot);
@@ -109,7 +109,7 @@ TEST(GpuReadStaging, LargeChunksDecodedOnTheCpuAreReadInPieces) {
   EXPECT_GT(recording->largest_read.load(), 0u);
   const std::size_t chunk_bytes = values.size();  // half the values, two bytes each
   for (std::size_t c = 0; c < 2; ++c) {
-    EXPECT_EQ(std::memcmp(host.data() + leaves[c].staging,
+    EXPECT_EQ(std::memcmp(host.data() + leaves[c].staging.offset,
                           reinterpret_cast<const std::byte*>(values.data()) + c * chunk_bytes,
                           chunk_bytes),
               0)
@@ -134,28 +134,28 @@ void small_chunks_are_sized_when_opened(bool through_view) {
   const std::size_t bound = z->chain().max_stored_size();
   auto planned = [&](const ReadTarget& t) {
     auto leaves = plan({&t, 1});
-    for (const auto& leaf : leaves) EXPECT_FALSE(leaf.sized);
+    for (const auto& leaf : leaves) EXPECT_FALSE(leaf.stored.sized);
     EXPECT_EQ(pack_batches(leaves, 1 << 20, 1 << 20, DecodeCosts{}, 0).size(), 1u);
     return leaves;
   };
   auto leaves = planned(target);
   ASSERT_EQ(leaves.size(), 3u);
   for (const auto& leaf : leaves) {
-    EXPECT_EQ(leaf.length, bound);
-    EXPECT_EQ(leaf.route, Route::kDeviceDecode);
+    EXPECT_EQ(leaf.stored.length, bound);
+    EXPECT_EQ(leaf.decoding.route, Route::kDeviceDecode);
   }
   std::vector<std::byte> host(1 << 20);
   EXPECT_TRUE(fetch_batch(leaves, host.data(), engine::ThreadPool::shared(2), 2).empty());
-  EXPECT_TRUE(leaves[0].sized);
-  EXPECT_EQ(leaves[0].length, store->get("z/c/0")->size());
-  EXPECT_EQ(leaves[0].route, Route::kDeviceDecode);
+  EXPECT_TRUE(leaves[0].stored.sized);
+  EXPECT_EQ(leaves[0].stored.length, store->get("z/c/0")->size());
+  EXPECT_EQ(leaves[0].decoding.route, Route::kDeviceDecode);
   const auto stored = store->get("z/c/0");
-  EXPECT_EQ(std::memcmp(host.data() + leaves[0].staging, stored->data(), stored->size()), 0);
-  EXPECT_EQ(leaves[1].route, Route::kFill);
+  EXPECT_EQ(std::memcmp(host.data() + leaves[0].staging.offset, stored->data(), stored->size()), 0);
+  EXPECT_EQ(leaves[1].decoding.route, Route::kFill);
   std::int32_t fill = -1;
-  std::memcpy(&fill, host.data() + leaves[1].staging, 4);
+  std::memcpy(&fill, host.data() + leaves[1].staging.offset, 4);
   EXPECT_EQ(fill, 0);
-  EXPECT_EQ(leaves[2].length, store->get("z/c/2")->size());
+  EXPECT_EQ(leaves[2].stored.length, store->get("z/c/2")->size());
 
   auto expect_refused = [&](const ReadTarget& t, const std::string& chunk,
                             const std::string& says) {
@@ -248,12 +248,12 @@ TEST(GpuReadStaging, ManySmallChunkFilesKeepFewOpen) {
     // (compressed chunks for the device are checked by their crc32c).
     EXPECT_TRUE(decoded.empty());
     const auto& last = leaves.back();
-    if (last.route != Route::kDeviceDecode) {
+    if (last.decoding.route != Route::kDeviceDecode) {
       std::int32_t first = 0;
-      std::memcpy(&first, host.data() + last.staging, 4);
+      std::memcpy(&first, host.data() + last.staging.offset, 4);
       EXPECT_EQ(first, (kChunks - 1) * 4 + 1);
     }
-    for (const auto& leaf : leaves) EXPECT_FALSE(leaf.value);
+    for (const auto& leaf : leaves) EXPECT_FALSE(leaf.stored.value);
   }
 }
 

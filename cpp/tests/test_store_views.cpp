@@ -205,7 +205,7 @@ TEST(StoreViews, TheGpuPlanAndFetchReadThroughTheReadsView) {
   auto leaves = device_read::plan_reads({&target, 1}, device_read::DeviceDecoders{},
                                         GpuDecode::kChecked, engine::ThreadPool::shared(2), 2);
   ASSERT_EQ(leaves.size(), 10U);
-  for (const auto& leaf : leaves) EXPECT_EQ(&leaf.source(), target.store);
+  for (const auto& leaf : leaves) EXPECT_EQ(&leaf.planned().source(), target.store);
   // Chunks this small are sized as their fetch opens them: the plan asks for no size.
   EXPECT_EQ(store->counts->sizes_through_views.load(), 0);
   (void)device_read::pack_batches(leaves, 1 << 20, 1 << 20, device_read::DecodeCosts{}, 0);

@@ -14,8 +14,9 @@ namespace zarr_device::device_read {
 namespace {
 
 std::vector<Leaf> leaves_of(const std::vector<std::size_t>& targets) {
-  std::vector<Leaf> leaves(targets.size());
-  for (std::size_t i = 0; i < targets.size(); ++i) leaves[i].target = targets[i];
+  std::vector<Leaf> leaves;
+  leaves.reserve(targets.size());
+  for (const std::size_t target : targets) leaves.emplace_back(PlannedChunk{.target = target});
   return leaves;
 }
 
@@ -59,12 +60,10 @@ TEST(AnnounceLongRanges, AnnouncesConsecutiveLeavesOfOneValueAsOneStretch) {
   NeedRecordingStore store(make_memory_store());
   constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
   auto leaf = [&](const char* key, std::uint64_t offset, std::uint64_t length, Route route) {
-    Leaf l;
-    l.store = &store;
-    l.key = key;
-    l.offset = offset;
-    l.length = length;
-    l.route = route;
+    Leaf l(PlannedChunk{.key = key, .store = &store});
+    l.stored.offset = offset;
+    l.stored.length = length;
+    l.decoding.route = route;
     return l;
   };
   const std::vector<Leaf> batch = {

@@ -51,35 +51,42 @@ std::size_t hardware_queues(const char* max_connections) {
 double device_chunk_rate(std::span<const Leaf> leaves, DecodeKind kind, const DecodeRates& rates) {
   const Leaf* largest = nullptr;
   for (const auto& leaf : leaves) {
-    if (leaf.route != Route::kDeviceDecode || leaf.codec != kind || leaf.parts) continue;
-    if (!largest || leaf.spec->nbytes() > largest->spec->nbytes()) largest = &leaf;
+    if (leaf.decoding.route != Route::kDeviceDecode || leaf.decoding.codec != kind ||
+        leaf.part.chunk)
+      continue;
+    if (!largest || leaf.planned().spec->nbytes() > largest->planned().spec->nbytes()) {
+      largest = &leaf;
+    }
   }
   // Nothing is moved past largest_shared whatever the rate; a store whose requests wait on a round
   // trip (BatchedGets) is not asked for a chunk's first bytes while the read is planned.
-  if (largest == nullptr || largest->chain == nullptr ||
-      largest->spec->nbytes() > rates.largest_shared ||
-      dynamic_cast<const BatchedGets*>(largest->array->store().get()) != nullptr) {
+  if (largest == nullptr || largest->planned().chain == nullptr ||
+      largest->planned().spec->nbytes() > rates.largest_shared ||
+      dynamic_cast<const BatchedGets*>(largest->planned().array->store().get()) != nullptr) {
     return rates.device_chunk;
   }
   const Leaf& leaf = *largest;
-  const auto codecs = leaf.chain->bytes_to_bytes();
+  const auto& planned = leaf.planned();
+  const auto codecs = planned.chain->bytes_to_bytes();
   const auto decoding = codecs.empty() ? std::nullopt : codecs.front()->device_decoding();
   if (!decoding || decoding->first_block == nullptr) return rates.device_chunk;
   try {
-    std::uint64_t stored = leaf.length;
-    std::shared_ptr<const ValueReader> value = leaf.value;
-    if (!leaf.sized) {  // (a chunk sized by its fetch: its file's size)
-      value = leaf.source().open(leaf.key);
+    std::uint64_t stored = leaf.stored.length;
+    std::shared_ptr<const ValueReader> value = leaf.stored.value;
+    if (!leaf.stored.sized) {  // (a chunk sized by its fetch: its file's size)
+      value = planned.source().open(planned.key);
       if (!value) return rates.device_chunk;
-      stored = value->size() - leaf.offset;
+      stored = value->size() - leaf.stored.offset;
     }
-    if (!value) value = key_reader(leaf.source(), leaf.key, leaf.offset + leaf.length);
+    if (!value) {
+      value = key_reader(planned.source(), planned.key, leaf.stored.offset + leaf.stored.length);
+    }
     std::array<std::byte, 32> head{};
     const std::size_t got = value->read_into(
-        leaf.offset + leaf.header,
+        leaf.stored.offset + leaf.decoding.header,
         {head.data(), static_cast<std::size_t>(std::min<std::uint64_t>(head.size(), stored))});
     const std::size_t block = decoding->first_block({head.data(), got});
-    const double ratio = static_cast<double>(stored) / static_cast<double>(leaf.spec->nbytes());
+    const double ratio = static_cast<double>(stored) / static_cast<double>(planned.spec->nbytes());
     if (block == 0 || ratio < kSmallBlockRatio ||
         static_cast<double>(block) / ratio > kSmallBlockBytes) {
       return rates.device_chunk;
@@ -95,9 +102,9 @@ std::size_t share_decodes(std::span<Leaf> leaves, DecodeKind kind, const DecodeR
   double largest = 0;
   double fetched = 0;
   for (const auto& leaf : leaves) {
-    fetched += static_cast<double>(leaf.length);
-    if (leaf.route != Route::kDeviceDecode || leaf.codec != kind) continue;
-    const auto decoded = static_cast<double>(leaf.spec->nbytes());
+    fetched += static_cast<double>(leaf.stored.length);
+    if (leaf.decoding.route != Route::kDeviceDecode || leaf.decoding.codec != kind) continue;
+    const auto decoded = static_cast<double>(leaf.planned().spec->nbytes());
     total += decoded;
     largest = std::max(largest, decoded);
   }
@@ -108,8 +115,8 @@ std::size_t share_decodes(std::span<Leaf> leaves, DecodeKind kind, const DecodeR
   }
   std::size_t moved = 0;
   for (auto& leaf : leaves) {
-    if (leaf.route != Route::kDeviceDecode || leaf.codec != kind) continue;
-    leaf.route = Route::kCpuDecode;
+    if (leaf.decoding.route != Route::kDeviceDecode || leaf.decoding.codec != kind) continue;
+    leaf.decoding.route = Route::kCpuDecode;
     ++moved;
   }
   return moved;

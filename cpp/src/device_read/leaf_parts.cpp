@@ -60,28 +60,36 @@ struct ChunkParts {
 
 namespace {
 
-std::size_t element_size(const Leaf& leaf) { return leaf.spec->dtype->size; }
+std::size_t element_size(const Leaf& leaf) { return leaf.planned().spec->dtype->size; }
 
 // Whether a leaf lands whole and contiguous in its destination, as stored (as a device decode
 // straight into place does, whatever the alignment).
-bool lands_whole(const Leaf& leaf) { return !leaf.has_array_codecs() && decodes_in_place(leaf, 1); }
+bool lands_whole(const Leaf& leaf) {
+  return !leaf.planned().has_array_codecs() && decodes_in_place(leaf, 1);
+}
 
 bool copies_in_parts(const Leaf& leaf) {
-  return lands_whole(leaf) && leaf.crc32c <= 1 &&
-         leaf.length == leaf.spec->nbytes() + 4 * static_cast<std::size_t>(leaf.crc32c);
+  return lands_whole(leaf) && leaf.decoding.crc32c <= 1 &&
+         leaf.stored.length ==
+             leaf.planned().spec->nbytes() + 4 * static_cast<std::size_t>(leaf.decoding.crc32c);
 }
 
 bool decodes_in_parts(const Leaf& leaf) {
+  const auto& planned = leaf.planned();
   return lands_whole(leaf) &&
-         leaf.chain->stream_target(leaf.selection, leaf.destination).has_value();
+         planned.chain->stream_target(planned.selection, planned.destination).has_value();
 }
 
-bool cuts_chunk(const Leaf& leaf) { return !place::is_full(leaf.selection, leaf.spec->shape); }
+bool cuts_chunk(const Leaf& leaf) {
+  const auto& planned = leaf.planned();
+  return !place::is_full(planned.selection, planned.spec->shape);
+}
 
 // The elements of a chunk stored as they are (at most one crc32c after them), not decoded.
 bool stored_as_elements(const Leaf& leaf) {
-  return leaf.route == Route::kCopy && leaf.crc32c <= 1 &&
-         leaf.length == leaf.spec->nbytes() + 4 * static_cast<std::size_t>(leaf.crc32c);
+  return leaf.decoding.route == Route::kCopy && leaf.decoding.crc32c <= 1 &&
+         leaf.stored.length ==
+             leaf.planned().spec->nbytes() + 4 * static_cast<std::size_t>(leaf.decoding.crc32c);
 }
 
 // A selection that cuts a chunk too large for the whole staging (which would be refused, or
@@ -91,17 +99,17 @@ bool stored_as_elements(const Leaf& leaf) {
 bool selected_in_parts(const Leaf& leaf, const PartSizes& sizes) {
   // (A CPU decode stages only the selection, but decodes the whole chunk on the host.)
   const std::size_t staged =
-      leaf.route == Route::kCpuDecode ? leaf.spec->nbytes() : staged_bytes(leaf);
-  if (leaf.has_array_codecs() || leaf.swap || staged <= sizes.staging.bytes ||
-      !place::is_c_contiguous(leaf.destination, element_size(leaf))) {
+      leaf.decoding.route == Route::kCpuDecode ? leaf.planned().spec->nbytes() : staged_bytes(leaf);
+  if (leaf.planned().has_array_codecs() || leaf.decoding.swap || staged <= sizes.staging.bytes ||
+      !place::is_c_contiguous(leaf.planned().destination, element_size(leaf))) {
     return false;
   }
-  switch (leaf.route) {
+  switch (leaf.decoding.route) {
     case Route::kCopy:
       return stored_as_elements(leaf);
     case Route::kCpuDecode:
     case Route::kDeviceDecode:
-      return leaf.chain->decodes_as_stream();
+      return leaf.planned().chain->decodes_as_stream();
     case Route::kFill:
       return false;
   }
@@ -116,9 +124,9 @@ std::size_t in_elements(std::size_t bytes, std::size_t element) {
 std::shared_ptr<ChunkParts> parts_of(Leaf whole, std::size_t part_bytes,
                                      std::uint64_t stored_end = 0) {
   auto parts = std::make_shared<ChunkParts>();
-  parts->stored_end = stored_end ? stored_end : whole.offset + whole.length;
+  parts->stored_end = stored_end ? stored_end : whole.stored.offset + whole.stored.length;
   const std::size_t total = selection_bytes(whole);
-  parts->checksum_at = whole.offset + total;
+  parts->checksum_at = whole.stored.offset + total;
   parts->part_bytes = in_elements(part_bytes, element_size(whole));
   parts->count = (total + parts->part_bytes - 1) / parts->part_bytes;
   parts->staging.assign(parts->count, nullptr);
@@ -127,8 +135,8 @@ std::shared_ptr<ChunkParts> parts_of(Leaf whole, std::size_t part_bytes,
        {parts->part_bytes, total - parts->part_bytes * (parts->count - 1)}) {
     ChunkSpec spec;
     spec.shape = {static_cast<std::int64_t>(bytes / element_size(whole))};
-    spec.dtype = whole.spec->dtype;
-    spec.fill_value = whole.spec->fill_value;
+    spec.dtype = whole.planned().spec->dtype;
+    spec.fill_value = whole.planned().spec->fill_value;
     parts->specs.push_back(std::move(spec));
   }
   parts->whole = std::move(whole);
@@ -138,7 +146,8 @@ std::shared_ptr<ChunkParts> parts_of(Leaf whole, std::size_t part_bytes,
 // Cuts the stored elements of a chunk [chunk_at, elements_end) around the stretch its parts
 // stage into about one piece for each part (at least a piece of a read's, kDecodePieceBytes).
 void check_around(ChunkParts& parts, std::uint64_t chunk_at, std::uint64_t elements_end) {
-  const engine::ByteStretch stretch{parts.whole.offset - chunk_at, parts.whole.length};
+  const engine::ByteStretch stretch{parts.whole.stored.offset - chunk_at,
+                                    parts.whole.stored.length};
   const std::uint64_t total = elements_end - chunk_at;
   const std::uint64_t piece = std::max<std::uint64_t>(
       engine::kDecodePieceBytes, (total - stretch.bytes + parts.count - 1) / parts.count);
@@ -149,27 +158,46 @@ void check_around(ChunkParts& parts, std::uint64_t chunk_at, std::uint64_t eleme
   parts.before = around.before;
 }
 
+// A part of a chunk: a leaf planned anew for its stretch of the chunk's decoded bytes, as a
+// one-dimensional array, that takes its route from the chunk and nothing else of its framing (its
+// fetch checks and decodes the whole chunk: fetch_part).
 Leaf part_leaf(const std::shared_ptr<ChunkParts>& parts, std::size_t index) {
   const Leaf& whole = parts->whole;
-  Leaf part;
-  part.array = whole.array;
-  part.target = whole.target;
-  part.key = whole.key;
-  part.store = whole.store;
-  part.chain = whole.chain;
-  part.route = whole.route;
-  part.spec = &parts->specs[index + 1 < parts->count ? 0 : 1];
+  const PlannedChunk& chunk = whole.planned();
+  const std::size_t element = element_size(whole);
   const std::size_t at = index * parts->part_bytes;
   const std::size_t bytes = parts->bytes_of(index);
-  const auto elements = static_cast<std::int64_t>(bytes / element_size(whole));
-  part.selection = {DimSlice{0, 1, elements}};
-  part.destination = StridedView{
-      whole.destination.data + at, {elements}, {static_cast<std::int64_t>(element_size(whole))}};
-  part.offset = whole.offset + at;  // a copy's bytes in the stored value
-  part.length = bytes;
-  part.parts = parts;
-  part.part = index;
+  const auto elements = static_cast<std::int64_t>(bytes / element);
+  PlannedChunk planned;
+  planned.array = chunk.array;
+  planned.target = chunk.target;
+  planned.key = chunk.key;
+  planned.store = chunk.store;
+  planned.chain = chunk.chain;
+  planned.spec = &parts->specs[index + 1 < parts->count ? 0 : 1];
+  planned.selection = {DimSlice{0, 1, elements}};
+  planned.destination =
+      StridedView{chunk.destination.data + at, {elements}, {static_cast<std::int64_t>(element)}};
+  Leaf part(std::move(planned));
+  part.decoding.route = whole.decoding.route;
+  part.stored.offset = whole.stored.offset + at;  // a copy's bytes in the stored value
+  part.stored.length = bytes;
+  part.part = {parts, index};
   return part;
+}
+
+// The stretch of a chunk's stored elements that its selection covers, as the leaf that its parts
+// are cut from: the chunk's plan but for a one-dimensional selection of the stretch's elements.
+Leaf stretch_leaf(const Leaf& leaf, const engine::ByteStretch& stretch) {
+  PlannedChunk planned = leaf.planned();
+  planned.selection = {
+      DimSlice{0, 1, static_cast<std::int64_t>(stretch.bytes / element_size(leaf))}};
+  Leaf rows(std::move(planned));
+  rows.stored = leaf.stored;
+  rows.stored.offset += stretch.offset;
+  rows.stored.length = stretch.bytes;
+  rows.decoding = leaf.decoding;
+  return rows;
 }
 
 [[noreturn]] void fail_again(const ChunkParts& parts) {
@@ -190,10 +218,11 @@ Leaf part_leaf(const std::shared_ptr<ChunkParts>& parts, std::size_t index) {
 // The chunk's one open version, opened by the first part to need it (`parts.mutex` held).
 void open_value(ChunkParts& parts) {
   if (!parts.value) {
-    const Leaf& whole = parts.whole;
-    parts.value = whole.value ? whole.value : whole.source().open(whole.key);
-    if (!parts.value || (!whole.value && parts.value->size() != parts.stored_end)) {
-      throw ValueChanged(whole.where() + ": the chunk was replaced while it was read");
+    const auto& planned = parts.whole.planned();
+    const auto& stored = parts.whole.stored;
+    parts.value = stored.value ? stored.value : planned.source().open(planned.key);
+    if (!parts.value || (!stored.value && parts.value->size() != parts.stored_end)) {
+      throw ValueChanged(planned.where() + ": the chunk was replaced while it was read");
     }
   }
 }
@@ -207,11 +236,11 @@ void fetch_copied(ChunkParts& parts, std::size_t index, std::byte* staged) {
     value = parts.value;
   }
   const std::size_t bytes = parts.bytes_of(index);
-  const std::uint64_t at = parts.whole.offset + index * parts.part_bytes;
+  const std::uint64_t at = parts.whole.stored.offset + index * parts.part_bytes;
   if (value->read_into(at, {staged, bytes}) != bytes) {
     throw CodecError("chunk is shorter than its shard index says");
   }
-  const std::uint32_t crc = parts.whole.crc32c ? codecs::crc32c({staged, bytes}) : 0;
+  const std::uint32_t crc = parts.whole.decoding.crc32c ? codecs::crc32c({staged, bytes}) : 0;
   // This part's share of the bytes around a stretch (nobody else touches these pieces).
   for (std::size_t p = index; p < parts.around.size(); p += parts.count) {
     const auto checked =
@@ -222,7 +251,7 @@ void fetch_copied(ChunkParts& parts, std::size_t index, std::byte* staged) {
   std::lock_guard guard(parts.mutex);
   parts.crcs[index] = crc;
   if (++parts.done < parts.count) return;
-  if (parts.whole.crc32c) {
+  if (parts.whole.decoding.crc32c) {
     // The pieces in stored order: those before the stretch, its parts, those after.
     codecs::Crc32cJoin joined;
     for (std::size_t p = 0; p < parts.before; ++p) {
@@ -249,20 +278,22 @@ bool fetch_decoded(ChunkParts& parts, std::size_t index, bool wait) {
     if (parts.done > 0) return true;  // all decoded (the decoder is let go with the last part)
     open_value(parts);
     const Leaf& whole = parts.whole;
-    const std::uint64_t offset = whole.offset;
+    const auto& planned = whole.planned();
+    const std::uint64_t offset = whole.stored.offset;
+    const std::uint64_t length = whole.stored.length;
     auto decoder = [&] {
-      return whole.chain->stream_decoder(whole.length,
-                                         engine::stored_pieces(parts.value, offset, whole.length));
+      return planned.chain->stream_decoder(length,
+                                           engine::stored_pieces(parts.value, offset, length));
     };
     if (!cuts_chunk(whole)) {
       parts.decoder = decoder();
     } else {
-      auto bytes =
-          whole.chain->decodes_as_stream()
-              ? engine::decoded_bytes(decoder())
-              : engine::stored_bytes(parts.value, offset, whole.spec->nbytes(), whole.crc32c > 0);
+      auto bytes = planned.chain->decodes_as_stream()
+                       ? engine::decoded_bytes(decoder())
+                       : engine::stored_bytes(parts.value, offset, planned.spec->nbytes(),
+                                              whole.decoding.crc32c > 0);
       parts.selected = std::make_unique<engine::SelectionStream>(
-          whole.spec->shape, whole.selection, element_size(whole), std::move(bytes),
+          planned.spec->shape, planned.selection, element_size(whole), std::move(bytes),
           engine::kDecodePieceBytes);
     }
   }
@@ -301,18 +332,21 @@ std::size_t memory_in_parts(const Leaf& leaf) {
   // A selection's stream keeps a window of the chunk besides.
   const std::size_t window = cuts_chunk(leaf) ? engine::kDecodePieceBytes : 0;
   if (stored_as_elements(leaf)) return window + engine::kDecodePieceBytes;
-  std::size_t history = leaf.spec->nbytes();
-  if (dynamic_cast<const BatchedGets*>(leaf.array->store().get()) != nullptr) {
+  const auto& planned = leaf.planned();
+  const auto& stored = leaf.stored;
+  std::size_t history = planned.spec->nbytes();
+  if (dynamic_cast<const BatchedGets*>(planned.array->store().get()) != nullptr) {
     return std::min(history, kRemoteHistory) + engine::kDecodePieceBytes + window;
   }
   try {
     const auto value =
-        leaf.value ? leaf.value : key_reader(leaf.source(), leaf.key, leaf.offset + leaf.length);
+        stored.value ? stored.value
+                     : key_reader(planned.source(), planned.key, stored.offset + stored.length);
     std::array<std::byte, 32> head{};
     const std::size_t got = value->read_into(
-        leaf.offset,
-        {head.data(), static_cast<std::size_t>(std::min<std::uint64_t>(head.size(), leaf.length))});
-    history = leaf.chain->window_memory({head.data(), got});
+        stored.offset, {head.data(), static_cast<std::size_t>(
+                                         std::min<std::uint64_t>(head.size(), stored.length))});
+    history = planned.chain->window_memory({head.data(), got});
   } catch (const Error&) {  // NOLINT(bugprone-empty-catch): counted at its size, as said above
   }
   return history + engine::kDecodePieceBytes + window;
@@ -327,10 +361,10 @@ std::size_t decoded_part_bytes(const PartSizes& sizes) {
 }
 
 bool staged_in_parts(const Leaf& leaf, const PartSizes& sizes) {
-  if (!leaf.sized || leaf.parts || leaf.chain == nullptr) return false;
+  if (!leaf.stored.sized || leaf.part.chunk || leaf.planned().chain == nullptr) return false;
   if (cuts_chunk(leaf)) return selected_in_parts(leaf, sizes);
   const std::size_t staged = staged_bytes(leaf);
-  switch (leaf.route) {
+  switch (leaf.decoding.route) {
     case Route::kCopy:
       return staged > sizes.staging.slot_bytes && copies_in_parts(leaf);
     case Route::kCpuDecode: {
@@ -377,22 +411,18 @@ std::size_t cut_into_parts(std::vector<Leaf>& leaves, const PartSizes& sizes) {
       out.push_back(std::move(leaf));
       continue;
     }
-    if (leaf.route == Route::kCopy && cuts_chunk(leaf)) {
+    if (leaf.decoding.route == Route::kCopy && cuts_chunk(leaf)) {
       // Rows of a chunk stored as they are (a tensor-parallel rank's share of a chunk stored
       // whole): only they are staged, in parts read apart; under a crc32c the parts' fetches
       // also checksum the rest of the chunk, each a share.
-      if (const auto stretch =
-              engine::contiguous_stretch(leaf.spec->shape, leaf.selection, element_size(leaf))) {
+      if (const auto stretch = engine::contiguous_stretch(
+              leaf.planned().spec->shape, leaf.planned().selection, element_size(leaf))) {
         flush();
-        const std::uint64_t chunk_at = leaf.offset;
-        const std::uint64_t stored_end = leaf.offset + leaf.length;
-        const std::uint64_t elements_end = chunk_at + leaf.spec->nbytes();
-        leaf.offset += stretch->offset;
-        leaf.length = stretch->bytes;
-        leaf.selection = {
-            DimSlice{0, 1, static_cast<std::int64_t>(stretch->bytes / element_size(leaf))}};
-        const auto parts = parts_of(std::move(leaf), copy_part, stored_end);
-        if (parts->whole.crc32c) {
+        const std::uint64_t chunk_at = leaf.stored.offset;
+        const std::uint64_t stored_end = leaf.stored.offset + leaf.stored.length;
+        const std::uint64_t elements_end = chunk_at + leaf.planned().spec->nbytes();
+        const auto parts = parts_of(stretch_leaf(leaf, *stretch), copy_part, stored_end);
+        if (parts->whole.decoding.crc32c) {
           parts->checksum_at = elements_end;
           check_around(*parts, chunk_at, elements_end);
         }
@@ -400,14 +430,15 @@ std::size_t cut_into_parts(std::vector<Leaf>& leaves, const PartSizes& sizes) {
         continue;
       }
     }
-    if (leaf.route == Route::kCopy && !cuts_chunk(leaf)) {
+    if (leaf.decoding.route == Route::kCopy && !cuts_chunk(leaf)) {
       flush();
       const auto parts = parts_of(std::move(leaf), copy_part);
       for (std::size_t p = 0; p < parts->count; ++p) out.push_back(part_leaf(parts, p));
       continue;
     }
     const std::size_t memory = memory_in_parts(leaf);
-    leaf.route = Route::kCpuDecode;  // (a device decode no slot holds, a selection's elements)
+    leaf.decoding.route =
+        Route::kCpuDecode;  // (a device decode no slot holds, a selection's elements)
     if (!group.empty() && group_memory + memory > sizes.window_budget) flush();
     group_memory += memory;
     group.push_back(parts_of(std::move(leaf), decode_part));
@@ -420,26 +451,26 @@ std::size_t cut_into_parts(std::vector<Leaf>& leaves, const PartSizes& sizes) {
 
 void lend_part_staging(std::span<Leaf> batch, std::byte* host) {
   for (const auto& leaf : batch) {
-    if (!leaf.parts) continue;
-    std::lock_guard guard(leaf.parts->mutex);
-    leaf.parts->staging[leaf.part] = host + leaf.staging;
+    if (!leaf.part.chunk) continue;
+    std::lock_guard guard(leaf.part.chunk->mutex);
+    leaf.part.chunk->staging[leaf.part.index] = host + leaf.staging.offset;
   }
 }
 
-bool checks_around(const Leaf& leaf) { return leaf.parts && !leaf.parts->around.empty(); }
+bool checks_around(const Leaf& leaf) { return leaf.part.chunk && !leaf.part.chunk->around.empty(); }
 
 bool fetch_part(const Leaf& part, std::byte* staged, bool wait) {
-  ChunkParts& parts = *part.parts;
+  ChunkParts& parts = *part.part.chunk;
   try {
-    if (part.route == Route::kCopy) {
-      fetch_copied(parts, part.part, staged);
+    if (part.decoding.route == Route::kCopy) {
+      fetch_copied(parts, part.part.index, staged);
       return true;
     }
     {
       std::lock_guard guard(parts.mutex);
-      if (!parts.staging[part.part]) parts.staging[part.part] = staged;
+      if (!parts.staging[part.part.index]) parts.staging[part.part.index] = staged;
     }
-    return fetch_decoded(parts, part.part, wait);
+    return fetch_decoded(parts, part.part.index, wait);
   } catch (const Error& e) {
     std::lock_guard guard(parts.mutex);
     if (!parts.failed) {

@@ -12,8 +12,8 @@ double device_decodes_per_slot(std::span<const Leaf> leaves, std::size_t capacit
   double staged = 0;
   std::size_t chunks = 0;
   for (const auto& leaf : leaves) {
-    if (leaf.route != Route::kDeviceDecode) continue;
-    staged += static_cast<double>(align_up(leaf.length, kStagingAlignment));
+    if (leaf.decoding.route != Route::kDeviceDecode) continue;
+    staged += static_cast<double>(align_up(leaf.stored.length, kStagingAlignment));
     ++chunks;
   }
   if (chunks == 0) return std::numeric_limits<double>::infinity();
@@ -26,9 +26,9 @@ bool decodes_off_slots(std::span<const Leaf> leaves, std::size_t capacity,
   if (device_decodes_per_slot(leaves, capacity) >= kFewPerSlot) return false;
   std::size_t largest = 0;  // decode memory of the costliest chunk alone
   for (const auto& leaf : leaves) {
-    if (leaf.route != Route::kDeviceDecode) continue;
-    largest = std::max(largest,
-                       costs[static_cast<std::size_t>(leaf.codec)].region(1, leaf.decode_scratch));
+    if (leaf.decoding.route != Route::kDeviceDecode) continue;
+    largest = std::max(largest, costs[static_cast<std::size_t>(leaf.decoding.codec)].region(
+                                    1, leaf.staging.scratch_bytes));
   }
   return largest <= off_slot_decode_budget(capacity, decode_memory);
 }
@@ -44,8 +44,8 @@ std::size_t off_slot_streams(std::span<const Leaf> leaves, std::size_t decode_me
   double each = 0;  // stored and decoded bytes of a device decode, on average
   std::size_t chunks = 0;
   for (const auto& leaf : leaves) {
-    if (leaf.route != Route::kDeviceDecode) continue;
-    each += static_cast<double>(leaf.length + leaf.spec->nbytes());
+    if (leaf.decoding.route != Route::kDeviceDecode) continue;
+    each += static_cast<double>(leaf.stored.length + leaf.planned().spec->nbytes());
     ++chunks;
   }
   if (chunks == 0) return 1;
@@ -62,15 +62,15 @@ std::size_t plan_decode_regions(std::span<Leaf> leaves, const DecodeCosts& costs
   double first = 0;      // a call's first chunk costs more (the largest over the codecs present)
   double scratch = 0;    // scratch per chunk, on average
   for (auto& leaf : leaves) {
-    if (leaf.route != Route::kDeviceDecode) continue;
-    const auto kind = static_cast<std::size_t>(leaf.codec);
-    leaf.decode_scratch = in_place && decodes_in_place(leaf, output_alignment[kind])
-                              ? 0
-                              : align_up(leaf.spec->nbytes(), kStagingAlignment);
+    if (leaf.decoding.route != Route::kDeviceDecode) continue;
+    const auto kind = static_cast<std::size_t>(leaf.decoding.codec);
+    leaf.staging.scratch_bytes = in_place && decodes_in_place(leaf, output_alignment[kind])
+                                     ? 0
+                                     : align_up(leaf.planned().spec->nbytes(), kStagingAlignment);
     ++chunks;
     per_chunk += static_cast<double>(costs[kind].per_chunk);
     first = std::max(first, static_cast<double>(costs[kind].first));
-    scratch += static_cast<double>(leaf.decode_scratch);
+    scratch += static_cast<double>(leaf.staging.scratch_bytes);
   }
   if (chunks == 0) return 1;
   const auto n = static_cast<double>(chunks);
@@ -107,7 +107,8 @@ StagingNeed staging_need(std::span<const Leaf> leaves) {
     if (!largest || staged_bytes(leaf) > staged_bytes(*largest)) largest = &leaf;
   }
   if (!largest) return {};
-  return {staged_bytes(*largest), largest->array ? largest->where() : std::string(), total};
+  return {staged_bytes(*largest),
+          largest->planned().array ? largest->planned().where() : std::string(), total};
 }
 
 std::size_t batch_target(const StagingNeed& need, std::size_t capacity, std::size_t slots) {
@@ -125,8 +126,8 @@ std::size_t fetch_ahead(std::span<const Leaf> batch, std::size_t slots) {
   if (slots < 2) return 0;
   bool cpu = false;
   for (const auto& leaf : batch) {
-    if (leaf.route == Route::kDeviceDecode) return slots / 2;
-    cpu = cpu || leaf.route == Route::kCpuDecode || checks_around(leaf);
+    if (leaf.decoding.route == Route::kDeviceDecode) return slots / 2;
+    cpu = cpu || leaf.decoding.route == Route::kCpuDecode || checks_around(leaf);
   }
   return cpu ? slots - 1 : slots / 2;
 }
@@ -147,7 +148,7 @@ std::vector<Batch> pack_batches(std::span<Leaf> leaves, std::size_t capacity, st
       const std::size_t at = align_up(used, kStagingAlignment);
       if (at + need > capacity) {
         if (end == begin) {
-          throw OutOfMemoryError(leaf.where() + ": chunk of " + std::to_string(need) +
+          throw OutOfMemoryError(leaf.planned().where() + ": chunk of " + std::to_string(need) +
                                  " bytes is larger than a staging slot (" +
                                  std::to_string(capacity) + " bytes); raise staging_bytes");
         }
@@ -156,24 +157,25 @@ std::vector<Batch> pack_batches(std::span<Leaf> leaves, std::size_t capacity, st
       // Copies are cut at the target; batches with decodes (on the device or on CPU threads) fill
       // their slot: decoding is slow per chunk and fast only with many chunks at once, and a CPU
       // batch's chunks are decoded by as many threads as it holds chunks.
-      const bool decoding = decodes > 0 || cpu_decodes > 0 || leaf.route == Route::kDeviceDecode ||
-                            leaf.route == Route::kCpuDecode;
+      const bool decoding = decodes > 0 || cpu_decodes > 0 ||
+                            leaf.decoding.route == Route::kDeviceDecode ||
+                            leaf.decoding.route == Route::kCpuDecode;
       if (end > begin && !decoding && at + need > target) break;
       // A read that waits for its device decodes cuts them finer (decode_batch_target).
-      const bool on_cpu = cpu_decodes > 0 || leaf.route == Route::kCpuDecode;
+      const bool on_cpu = cpu_decodes > 0 || leaf.decoding.route == Route::kCpuDecode;
       if (end > begin && decoding && !on_cpu && at + need > decode_target) break;
-      if (leaf.route == Route::kCpuDecode) ++cpu_decodes;
-      if (leaf.route == Route::kDeviceDecode) {
-        const auto& cost = costs[static_cast<std::size_t>(leaf.codec)];
+      if (leaf.decoding.route == Route::kCpuDecode) ++cpu_decodes;
+      if (leaf.decoding.route == Route::kDeviceDecode) {
+        const auto& cost = costs[static_cast<std::size_t>(leaf.decoding.codec)];
         if (decodes > 0 &&
-            cost.region(decodes + 1, scratch + leaf.decode_scratch) > decode_budget) {
+            cost.region(decodes + 1, scratch + leaf.staging.scratch_bytes) > decode_budget) {
           break;
         }
         ++decodes;
-        scratch += leaf.decode_scratch;
+        scratch += leaf.staging.scratch_bytes;
       }
-      leaf.staging = at;
-      leaf.staged = need;
+      leaf.staging.offset = at;
+      leaf.staging.bytes = need;
       used = at + need;
       ++end;
     }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,20 +35,15 @@ struct ChunkParts;  // device_read/leaf_parts.hpp
 inline constexpr std::size_t kInPlace = SIZE_MAX;     // decoded straight into its destination
 inline constexpr std::size_t kPlaced = SIZE_MAX - 1;  // already in its destination
 
-struct Leaf {
+// What the planner fixed of a leaf (plan_reads; cut_into_parts makes a part's own, of its stretch
+// of the chunk's decoded bytes as a one-dimensional array). No stage changes it afterwards: a leaf
+// holds it by value and lends it only by const reference (Leaf::planned()), and a leaf with other
+// planned values is a new leaf.
+struct PlannedChunk {
   const Array* array = nullptr;  // whose chunk (for messages)
   std::size_t target = 0;        // which output of the read it lands in
   std::string key;
   const Store* store = nullptr;  // what its bytes are read from: its target's store (source())
-  // The version of the stored value read: a shard's, opened when its index was read and shared
-  // by its inner chunks; a whole chunk's, opened for its batch.
-  std::shared_ptr<const ValueReader> value;
-  std::uint64_t offset = 0;  // byte range of the stored value to fetch
-  std::uint64_t length = 0;
-  // false: `length` is the most the chunk can be stored in (its codecs' bound), and whether it is
-  // stored at all is unknown; the fetch learns both when it opens the chunk (read_plan.hpp says
-  // which chunks are planned so).
-  bool sized = true;
   const codecs::CodecChain* chain = nullptr;
   const ChunkSpec* spec = nullptr;  // the array the array->bytes codec sees
   std::vector<DimSlice> selection;  // inside that array (after array->array codecs)
@@ -56,23 +52,6 @@ struct Leaf {
   // copies of the two above for every chunk were an allocation each to make and to free.
   std::vector<DimSlice> selection_before_codecs;
   StridedView destination_before_codecs;
-  Route route = Route::kFill;
-  DecodeKind codec = DecodeKind::kZstd;
-  bool (*accepts)(std::span<const std::byte>, std::size_t) = nullptr;  // the codec's framing check
-  std::size_t header = 0;   // framing bytes the device decoder does not take (zlib, lz4)
-  std::size_t trailer = 0;  // checksum and framing bytes at the end
-  int crc32c = 0;           // crc32c codecs to verify (on the CPU) and strip
-  bool swap = false;        // big-endian elements
-  // A part of a chunk staged a part at a time (device_read/leaf_parts.hpp), and which; null for a
-  // whole chunk. A part's selection, destination and spec are those of its stretch of the chunk's
-  // decoded bytes, as a one-dimensional array.
-  std::shared_ptr<ChunkParts> parts;
-  std::size_t part = 0;
-  // Filled while batching:
-  std::size_t staging = 0;         // offset in the slot
-  std::size_t staged = 0;          // bytes in the slot
-  std::size_t scratch = kInPlace;  // device decodes: offset in the decode scratch, or one of these
-  std::size_t decode_scratch = 0;  // device decodes: bytes of decode scratch (0: decoded in place)
 
   // The selection and destination before array->array codecs.
   [[nodiscard]] bool has_array_codecs() const {
@@ -89,6 +68,67 @@ struct Leaf {
   [[nodiscard]] const Store& source() const { return store ? *store : *array->store(); }
   // "array 'x' in file:///..., chunk 'c/0'", for messages.
   [[nodiscard]] std::string where() const { return array->describe() + ", chunk '" + key + "'"; }
+};
+
+// Where a leaf's stored bytes are. Planned; completed by the fetch (fetch_batch), which opens the
+// version of a whole chunk that is read and sizes a chunk planned without its size.
+struct StoredBytes {
+  // The version of the stored value read: a shard's, opened when its index was read and shared
+  // by its inner chunks; a whole chunk's, opened for its batch.
+  std::shared_ptr<const ValueReader> value;
+  std::uint64_t offset = 0;  // byte range of the stored value to fetch
+  std::uint64_t length = 0;
+  // false: `length` is the most the chunk can be stored in (its codecs' bound), and whether it is
+  // stored at all is unknown; the fetch learns both when it opens the chunk (read_plan.hpp says
+  // which chunks are planned so).
+  bool sized = true;
+};
+
+// How a leaf's stored bytes become its elements: chosen by choose_route as the leaf is planned.
+// Later stages only move a leaf to another route (the CPU decoder for what the device is not given,
+// a fill for a chunk its fetch finds not stored); its framing stays as chosen.
+struct Decoding {
+  Route route = Route::kFill;
+  DecodeKind codec = DecodeKind::kZstd;
+  bool (*accepts)(std::span<const std::byte>, std::size_t) = nullptr;  // the codec's framing check
+  std::size_t header = 0;   // framing bytes the device decoder does not take (zlib, lz4)
+  std::size_t trailer = 0;  // checksum and framing bytes at the end
+  int crc32c = 0;           // crc32c codecs to verify (on the CPU) and strip
+  bool swap = false;        // big-endian elements
+};
+
+// Where a leaf is staged: its place in a slot, set as it is batched (pack_batches), its decode
+// scratch, sized by the decode plan (plan_decode_regions) and placed in a decode call by the run.
+struct StagingPlace {
+  std::size_t offset = 0;          // in the slot
+  std::size_t bytes = 0;           // in the slot
+  std::size_t scratch = kInPlace;  // device decodes: offset in the decode scratch, or one of these
+  std::size_t scratch_bytes = 0;   // device decodes: bytes of decode scratch (0: decoded in place)
+};
+
+// A part of a chunk staged a part at a time (device_read/leaf_parts.hpp), and which; set by
+// cut_into_parts. A whole chunk's is empty.
+struct ChunkPart {
+  std::shared_ptr<ChunkParts> chunk;  // what the chunk's parts share; null for a whole chunk
+  std::size_t index = 0;
+};
+
+// A leaf's fields, grouped by the stage that fills them: what the planner fixed (planned(), for
+// good), where its stored bytes are (stored), how they are decoded (decoding), and where it is
+// staged (staging, part).
+struct Leaf {
+  Leaf() = default;  // planned nothing: a place for a leaf still to be planned
+  explicit Leaf(PlannedChunk planned) : planned_(std::move(planned)) {}
+
+  [[nodiscard]] const PlannedChunk& planned() const { return planned_; }
+
+  StoredBytes stored;
+  Decoding decoding;
+  StagingPlace staging;
+  ChunkPart part;
+
+ private:
+  PlannedChunk planned_;
 };
 
 // The decoded selection's shape and its C-contiguous strides (CPU decodes stage data so).

@@ -15,22 +15,23 @@ namespace {
 
 // (By value and moved in: a read of 65536 small chunks makes as many leaves, and a copy of each
 // vector is an allocation now and a free when the read ends.)
-Leaf make_leaf(const Array& array, const Store& store, std::string key,
+Leaf make_leaf(const Array& array, std::size_t target, const Store& store, std::string key,
                const codecs::CodecChain& chain, std::vector<DimSlice> selection,
                StridedView destination) {
-  Leaf leaf;
-  leaf.array = &array;
-  leaf.store = &store;
-  leaf.key = std::move(key);
-  leaf.chain = &chain;
-  if (leaf.has_array_codecs()) {
-    leaf.selection_before_codecs = selection;
-    leaf.destination_before_codecs = destination;
+  PlannedChunk planned;
+  planned.array = &array;
+  planned.target = target;
+  planned.store = &store;
+  planned.key = std::move(key);
+  planned.chain = &chain;
+  if (planned.has_array_codecs()) {
+    planned.selection_before_codecs = selection;
+    planned.destination_before_codecs = destination;
   }
-  leaf.selection = std::move(selection);
-  leaf.destination = std::move(destination);
-  leaf.spec = &chain.map_to_encoded(leaf.selection, leaf.destination);
-  return leaf;
+  planned.selection = std::move(selection);
+  planned.destination = std::move(destination);
+  planned.spec = &chain.map_to_encoded(planned.selection, planned.destination);
+  return Leaf(std::move(planned));
 }
 
 // What was asked for already of a chunk of a store that answers many requests in one call: its
@@ -48,19 +49,19 @@ Leaf plan_chunk(const read::ReadPlan& plan, std::size_t t,
   const Array& array = plan.array(t);
   const auto& chain = array.chain();
   const Store& store = plan.store(t);
-  Leaf leaf = make_leaf(array, store, plan.chunk_key(t, item.chunk), chain, item.within,
+  Leaf leaf = make_leaf(array, t, store, plan.chunk_key(t, item.chunk), chain, item.within,
                         place::subview(plan.target(t).out, item.out_offset, item.count));
   if (!prefetched && sizes == PlanSizes::kAtFetch &&
       chain.max_stored_size() <= kSizedAtFetchBytes) {
-    leaf.length = chain.max_stored_size();
-    leaf.sized = false;
-    choose_route(leaf, decoders, policy);
+    leaf.stored.length = chain.max_stored_size();
+    leaf.stored.sized = false;
+    leaf.decoding = choose_route(leaf.planned(), decoders, policy);
     return leaf;
   }
   // Sized for the plan only: the fetch opens the chunk and checks this size (ValueChanged).
-  if (const auto size = prefetched ? prefetched->size : store.size_to_plan(leaf.key)) {
-    leaf.length = *size;
-    choose_route(leaf, decoders, policy);
+  if (const auto size = prefetched ? prefetched->size : store.size_to_plan(leaf.planned().key)) {
+    leaf.stored.length = *size;
+    leaf.decoding = choose_route(leaf.planned(), decoders, policy);
   }
   return leaf;
 }
@@ -81,7 +82,7 @@ void plan_shard(const read::ReadPlan& plan, std::size_t t,
                      : prefetched->size ? key_reader(store, key, *prefetched->size)
                                         : nullptr;
   if (!value) {
-    leaves.push_back(make_leaf(array, store, key, chain, item.within, region));
+    leaves.push_back(make_leaf(array, t, store, key, chain, item.within, region));
     return;
   }
   const ByteRange index_range =
@@ -97,13 +98,13 @@ void plan_shard(const read::ReadPlan& plan, std::size_t t,
   codecs::InnerChunks::Chunk chunk;
   for (std::size_t j = 0; j < chunks.size(); ++j) {
     chunks.at(j, chunk);
-    Leaf leaf = make_leaf(array, store, key, shard->inner(), chunk.within,
+    Leaf leaf = make_leaf(array, t, store, key, shard->inner(), chunk.within,
                           codecs::InnerChunks::region(region, chunk));
     if (const auto& entry = index[chunk.index]) {
-      leaf.value = value;
-      leaf.offset = entry->offset;
-      leaf.length = entry->nbytes;
-      choose_route(leaf, decoders, policy);
+      leaf.stored.value = value;
+      leaf.stored.offset = entry->offset;
+      leaf.stored.length = entry->nbytes;
+      leaf.decoding = choose_route(leaf.planned(), decoders, policy);
     }
     leaves.push_back(std::move(leaf));
   }
@@ -113,24 +114,24 @@ void plan_shard(const read::ReadPlan& plan, std::size_t t,
 
 std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> staged_layout(const Leaf& leaf) {
   std::vector<std::int64_t> counts;
-  for (const auto& s : leaf.decoded_selection()) counts.push_back(s.count);
-  auto strides = place::c_strides(counts, leaf.spec->dtype->size);
+  for (const auto& s : leaf.planned().decoded_selection()) counts.push_back(s.count);
+  auto strides = place::c_strides(counts, leaf.planned().spec->dtype->size);
   return {std::move(counts), std::move(strides)};
 }
 
 std::size_t selection_bytes(const Leaf& leaf) {
-  std::size_t n = leaf.spec->dtype->size;
-  for (const auto& s : leaf.selection) n *= static_cast<std::size_t>(s.count);
+  std::size_t n = leaf.planned().spec->dtype->size;
+  for (const auto& s : leaf.planned().selection) n *= static_cast<std::size_t>(s.count);
   return n;
 }
 
 std::size_t staged_bytes(const Leaf& leaf) {
-  switch (leaf.route) {
+  switch (leaf.decoding.route) {
     case Route::kFill:
-      return leaf.spec->dtype->size;
+      return leaf.planned().spec->dtype->size;
     case Route::kCopy:
     case Route::kDeviceDecode:
-      return leaf.length;
+      return leaf.stored.length;
     case Route::kCpuDecode:
       return selection_bytes(leaf);
   }
@@ -138,19 +139,22 @@ std::size_t staged_bytes(const Leaf& leaf) {
 }
 
 bool decodes_in_place(const Leaf& leaf, std::size_t alignment) {
-  return !leaf.swap && place::is_full(leaf.selection, leaf.spec->shape) &&
-         place::is_c_contiguous(leaf.destination, leaf.spec->dtype->size) &&
-         reinterpret_cast<std::uintptr_t>(leaf.destination.data) % alignment == 0;
+  return !leaf.decoding.swap &&
+         place::is_full(leaf.planned().selection, leaf.planned().spec->shape) &&
+         place::is_c_contiguous(leaf.planned().destination, leaf.planned().spec->dtype->size) &&
+         reinterpret_cast<std::uintptr_t>(leaf.planned().destination.data) % alignment == 0;
 }
 
-void choose_route(Leaf& leaf, const DeviceDecoders& decoders, GpuDecode policy) {
-  const auto& chain = *leaf.chain;
+Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoders,
+                      GpuDecode policy) {
+  Decoding decoding;
+  const auto& chain = *planned.chain;
   const auto layout = chain.array_to_bytes().plain_layout();
   if (!layout) {
-    leaf.route = Route::kCpuDecode;
-    return;
+    decoding.route = Route::kCpuDecode;
+    return decoding;
   }
-  leaf.swap = *layout == Endian::kBig && leaf.spec->dtype->swap_unit > 1;
+  decoding.swap = *layout == Endian::kBig && planned.spec->dtype->swap_unit > 1;
   // Checksums at the end are verified on the CPU; what is left must be one codec the device
   // decodes (by its own declaration: no codec is recognised here by name).
   const auto b2b = chain.bytes_to_bytes();
@@ -158,31 +162,35 @@ void choose_route(Leaf& leaf, const DeviceDecoders& decoders, GpuDecode policy) 
   for (; n > 0; --n) {
     const auto d = b2b[n - 1]->device_decoding();
     if (!d || d->kind != DecodeKind::kChecksum) break;
-    ++leaf.crc32c;
-    leaf.trailer += d->trailer;
+    ++decoding.crc32c;
+    decoding.trailer += d->trailer;
   }
   if (n == 0) {
-    leaf.route = Route::kCopy;
-    return;
+    decoding.route = Route::kCopy;
+    return decoding;
   }
   const auto d = b2b[0]->device_decoding();
   if (n != 1 || !d || d->kind == DecodeKind::kChecksum) {
-    leaf.route = Route::kCpuDecode;
-    return;
+    decoding.route = Route::kCpuDecode;
+    return decoding;
   }
-  leaf.codec = d->kind;
-  leaf.accepts = d->accepts;
-  leaf.header = d->header;
-  leaf.trailer += d->trailer;
+  decoding.codec = d->kind;
+  decoding.accepts = d->accepts;
+  decoding.header = d->header;
+  decoding.trailer += d->trailer;
   const bool allowed =
-      policy == GpuDecode::kTrusted || (policy == GpuDecode::kChecked && leaf.crc32c > 0);
-  leaf.route = allowed && decoders.has(d->kind) ? Route::kDeviceDecode : Route::kCpuDecode;
+      policy == GpuDecode::kTrusted || (policy == GpuDecode::kChecked && decoding.crc32c > 0);
+  decoding.route = allowed && decoders.has(d->kind) ? Route::kDeviceDecode : Route::kCpuDecode;
+  return decoding;
 }
 
 bool device_can_take(const Leaf& leaf, std::span<const std::byte> stored) {
-  const std::size_t checksums = 4 * static_cast<std::size_t>(leaf.crc32c);
-  if (stored.size() < leaf.header + leaf.trailer || !leaf.accepts) return false;
-  return leaf.accepts(stored.first(stored.size() - checksums), leaf.spec->nbytes());
+  const std::size_t checksums = 4 * static_cast<std::size_t>(leaf.decoding.crc32c);
+  if (stored.size() < leaf.decoding.header + leaf.decoding.trailer || !leaf.decoding.accepts) {
+    return false;
+  }
+  return leaf.decoding.accepts(stored.first(stored.size() - checksums),
+                               leaf.planned().spec->nbytes());
 }
 
 std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDecoders& decoders,
@@ -273,7 +281,6 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
     try {
       if (!plan.shards(t)) {
         Leaf leaf = plan_chunk(plan, t, item, decoders, policy, known, sizes);
-        leaf.target = t;
         if (sharded) {
           per_chunk[i].push_back(std::move(leaf));
         } else {
@@ -282,7 +289,6 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
         return;
       }
       plan_shard(plan, t, item, decoders, policy, per_chunk[i], known);
-      for (auto& leaf : per_chunk[i]) leaf.target = t;
     } catch (Error& e) {
       e.add_context(plan.where(t, plan.chunk_key(t, item.chunk)));
       throw;

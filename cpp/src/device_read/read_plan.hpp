@@ -30,8 +30,8 @@ class ValueChanged : public StoreError {
 };
 
 // Chunks (not inner chunks of shards) whose codecs store them in at most this many bytes are
-// planned without asking the store for their size (Leaf::sized false, room for the most they can
-// be): the fetch opens each chunk anyway, and learns there whether and how large it is stored.
+// planned without asking the store for their size (StoredBytes::sized false, room for the most they
+// can be): the fetch opens each chunk anyway, and learns there whether and how large it is stored.
 // Finding a chunk's file is most of what planning it costs (a path walk: about 2 of 3 us a chunk
 // on one thread), and for small chunks that doubled the work per file of a read; a large chunk
 // pays it once against milliseconds of reading, and is sized exactly, so that its slot holds what
@@ -51,7 +51,8 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
 
 // Decides how a stored chunk travels: by what its codecs can do on the device, the decoders
 // present and the policy (kChecked: device decoding only under a crc32c).
-void choose_route(Leaf& leaf, const DeviceDecoders& decoders, GpuDecode policy);
+Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoders,
+                      GpuDecode policy);
 
 // Whether a device-decode leaf's stored bytes (crc32c trailers included) are of the plain form the
 // device decoder takes; false sends it to the CPU decoder, which raises on corruption.

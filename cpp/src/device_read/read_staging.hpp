@@ -41,10 +41,10 @@ struct CpuDecoded {
 
 // Reads and checks a batch into `host` (a staging slot) on `pool`: opens one version of each
 // whole chunk for the batch (shards keep the version their index came from), ValueChanged when a
-// chunk's size is not the one planned. A chunk planned without its size (Leaf::sized) is sized as
-// it is opened: one not stored becomes a fill (Route::kFill, its element staged), one stored in
-// more than its codecs' bound is decoded here. Raises the CPU's typed error, naming the chunk, for
-// what fails a check. Returns the leaves decoded here instead of on the device.
+// chunk's size is not the one planned. A chunk planned without its size (StoredBytes::sized) is
+// sized as it is opened: one not stored becomes a fill (Route::kFill, its element staged), one
+// stored in more than its codecs' bound is decoded here. Raises the CPU's typed error, naming the
+// chunk, for what fails a check. Returns the leaves decoded here instead of on the device.
 std::vector<CpuDecoded> fetch_batch(std::span<Leaf> batch, std::byte* host,
                                     engine::ThreadPool& pool, std::size_t workers);
 

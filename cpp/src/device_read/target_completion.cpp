@@ -11,7 +11,7 @@ TargetCompletion::TargetCompletion(std::span<const Leaf> leaves, std::span<const
     : last_batch_(targets, 0), by_completion_(targets), completed_(std::move(completed)) {
   for (std::size_t b = 0; b < batches.size(); ++b) {
     for (std::size_t i = batches[b].begin; i < batches[b].end; ++i) {
-      last_batch_[leaves[i].target] = b + 1;
+      last_batch_[leaves[i].planned().target] = b + 1;
     }
   }
   std::iota(by_completion_.begin(), by_completion_.end(), std::size_t{0});
@@ -31,15 +31,16 @@ void announce_long_ranges(std::span<const Leaf> batch, std::uint64_t min_bytes) 
   for (std::size_t i = 0; i < batch.size();) {
     const auto& leaf = batch[i];
     std::size_t j = i + 1;
-    std::uint64_t end = leaf.offset + leaf.length;
-    while (j < batch.size() && batch[j].array == leaf.array && batch[j].key == leaf.key &&
-           batch[j].offset == end) {
-      end += batch[j].length;
+    std::uint64_t end = leaf.stored.offset + leaf.stored.length;
+    while (j < batch.size() && batch[j].planned().array == leaf.planned().array &&
+           batch[j].planned().key == leaf.planned().key && batch[j].stored.offset == end) {
+      end += batch[j].stored.length;
       ++j;
     }
-    if ((leaf.route == Route::kCopy || leaf.route == Route::kDeviceDecode) &&
-        end - leaf.offset >= min_bytes) {
-      leaf.source().will_need(leaf.key, leaf.offset, end - leaf.offset);
+    if ((leaf.decoding.route == Route::kCopy || leaf.decoding.route == Route::kDeviceDecode) &&
+        end - leaf.stored.offset >= min_bytes) {
+      leaf.planned().source().will_need(leaf.planned().key, leaf.stored.offset,
+                                        end - leaf.stored.offset);
     }
     i = j;
   }

@@ -14,6 +14,15 @@ StreamDecoder::Source source_of(std::shared_ptr<StoredPieces> pieces) {
   return [pieces = std::move(pieces)] { return pieces->next(); };
 }
 
+// Reads of a stored value from `offset` on, through `value`: a shared_ptr where the reads may
+// outlive the caller (a stream decoder's source), a plain pointer where they do not.
+template <typename ValuePointer>
+StoredPieces::Read reads_from(ValuePointer value, std::uint64_t offset) {
+  return [value = std::move(value), offset](std::uint64_t at, std::span<std::byte> into) {
+    return value->read_into(offset + at, into);
+  };
+}
+
 }  // namespace
 
 StoredPieces::StoredPieces(Read read, std::uint64_t length, std::size_t piece_bytes)
@@ -37,11 +46,7 @@ std::span<const std::byte> StoredPieces::next() {
 
 StreamDecoder::Source stored_pieces(std::shared_ptr<const ValueReader> value, std::uint64_t offset,
                                     std::uint64_t length) {
-  return source_of(std::make_shared<StoredPieces>(
-      [value = std::move(value), offset](std::uint64_t at, std::span<std::byte> into) {
-        return value->read_into(offset + at, into);
-      },
-      length));
+  return source_of(std::make_shared<StoredPieces>(reads_from(std::move(value), offset), length));
 }
 
 PieceDecode decode_from_pieces(const codecs::CodecChain& chain, const ValueReader& value,
@@ -55,11 +60,7 @@ PieceDecode decode_from_pieces(const codecs::CodecChain& chain, const ValueReade
   if (!target) return PieceDecode::kNotInPieces;
   std::optional<BudgetLease> lease;
   if (budget) lease.emplace(*budget, kDecodePieceBytes);
-  const auto pieces = std::make_shared<StoredPieces>(
-      [&value, offset](std::uint64_t at, std::span<std::byte> into) {
-        return value.read_into(offset + at, into);
-      },
-      length);
+  const auto pieces = std::make_shared<StoredPieces>(reads_from(&value, offset), length);
   try {
     const auto decoder = chain.stream_decoder(length, source_of(pieces));
     decoder->fill(*target);
