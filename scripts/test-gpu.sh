@@ -50,6 +50,11 @@ if [ "$tests" = 1 ]; then
   gtest_status=0
   if [ -z "${SKIP_GTEST:-}" ]; then  # SKIP_GTEST=1: the Python suite only
     echo "== C++ device tests (GoogleTest filter Devices*:CudaDevice*)"
+    # The nvCOMP the Python package finds (its wheel), for the tests' decoder processes.
+    if [ -z "${ZARR_DEVICE_NVCOMP_LIBRARY:-}" ]; then
+      ZARR_DEVICE_NVCOMP_LIBRARY="$(python3 -c 'import zarr_device, os; print(os.environ.get("ZARR_DEVICE_NVCOMP_LIBRARY", ""))')"
+      export ZARR_DEVICE_NVCOMP_LIBRARY
+    fi
     { cmake -S . -B build/gpu-tests -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
       cmake --build build/gpu-tests -j "$(nproc)" --target zarr_device_tests; } > "$logs/gtest-build.log" 2>&1 &&
       build/gpu-tests/zarr_device_tests --gtest_filter='Devices*:CudaDevice*' 2>&1 | tee "$logs/gtest-gpu.log"

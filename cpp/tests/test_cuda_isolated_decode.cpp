@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../cuda/isolated_decoder.hpp"
+#include "../cuda/nvcomp_api.hpp"
 #include "zarr_device/cuda_io.hpp"
 
 namespace zarr_device::cuda {
@@ -54,6 +55,8 @@ IsolatedDecoder::Outcome decode(IsolatedDecoder& decoder, const std::vector<Byte
 
 TEST(CudaDeviceIsolatedDecode, DecodesValidFramesAsLibzstdDoes) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  // The decoder process finds nvCOMP as the caller does (it inherits the environment).
+  if (!Nvcomp::instance().loaded()) GTEST_SKIP() << Nvcomp::instance().error();
   IsolatedDecoder decoder(0, 16 << 20, 32 << 20, ZARR_DEVICE_DECODER_PROGRAM);
   const std::size_t capacity = 64 << 10;
   std::vector<Bytes> originals, frames;
@@ -77,6 +80,8 @@ TEST(CudaDeviceIsolatedDecode, DecodesValidFramesAsLibzstdDoes) {
 
 TEST(CudaDeviceIsolatedDecode, DamagedFramesLeaveTheCallersContextWhole) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  // The decoder process finds nvCOMP as the caller does (it inherits the environment).
+  if (!Nvcomp::instance().loaded()) GTEST_SKIP() << Nvcomp::instance().error();
   IsolatedDecoder decoder(0, 16 << 20, 32 << 20, ZARR_DEVICE_DECODER_PROGRAM);
   const std::size_t capacity = 64 << 10;
   std::mt19937_64 rng(11);
