@@ -199,6 +199,12 @@ def test_bench_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert list(tmp_path.iterdir()) == []  # the sample is removed
 
 
+def test_bench_size_smaller_than_a_chunk_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "bench", "--size", "10", "--chunk", "1MiB", "--quiet")
+    assert status == 1 and out == ""
+    assert "--size 10 B is smaller than one --chunk (1 MiB)" in err
+
+
 def test_bench_keep_and_both_codecs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("zarr")
     status, out, _ = run(

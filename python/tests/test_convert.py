@@ -268,6 +268,11 @@ def test_refusals(tmp_path: Path) -> None:
         zd.convert(tmp_path / "in.zarr", tmp_path / "out.zarr", level=40, progress=False)
     with pytest.raises(zd.UsageError, match="chunks"):
         zd.convert(tmp_path / "in.zarr", tmp_path / "out.zarr", chunks="big", progress=False)
+    # A shard holds whole chunks: one smaller than a chunk is a mistake to say, not to round up.
+    with pytest.raises(zd.UsageError, match=r"shards of 4 B are smaller than one of its chunks \(4,\) \(8 B\)"):
+        zd.convert(tmp_path / "in.zarr", tmp_path / "out.zarr", shards="4B", progress=False)
+    with pytest.raises(zd.UsageError, match="chunks of 1 B are smaller than one element"):
+        zd.convert(tmp_path / "in.zarr", tmp_path / "out.zarr", chunks="1B", progress=False)
     with pytest.raises(zd.NodeNotFoundError):
         zd.convert(tmp_path / "nothing.zarr", tmp_path / "out.zarr", progress=False)
     assert not (tmp_path / "out.zarr").exists() and leftovers(tmp_path) == []
@@ -384,7 +389,7 @@ def cases(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...], Any, Any, 
     ))
     shards = None
     if draw(st.booleans()):
-        shards = draw(st.one_of(st.integers(1, 400), st.just(tuple(-1 for _ in shape))))
+        shards = draw(st.one_of(st.integers(1, 4000), st.just(tuple(-1 for _ in shape))))
     dtype = draw(st.sampled_from(["bool", "uint8", "int32", "float64", "bfloat16", "complex64"]))
     return shape, source_chunks, chunks, shards, dtype
 
@@ -397,8 +402,15 @@ def test_property_round_trip(tmp_path: Path, case: tuple[Any, ...], seed: int) -
     folder = tmp_path / f"case-{seed}-{os.urandom(4).hex()}"
     values = random_values(dtype, shape, np.random.default_rng(seed))
     make_array(folder / "in.zarr", values, source_chunks)
-    zd.convert(folder / "in.zarr", folder / "out.zarr", chunks=chunks, shards=shards, max_bytes=64,
-               progress=False)
+    try:
+        zd.convert(folder / "in.zarr", folder / "out.zarr", chunks=chunks, shards=shards, max_bytes=64,
+                   progress=False)
+    except zd.UsageError as e:
+        # Only a byte size below one element (chunks) or one chunk (shards) is refused.
+        assert "are smaller than" in str(e), e
+        assert isinstance(shards if str(e).split(": ", 1)[1].startswith("shards") else chunks, int), e
+        assert not (folder / "out.zarr").exists()
+        return
     out = zd.open_array(folder / "out.zarr")
     assert_bits_equal(out[...], values, str(case))
     if out.shards is not None:

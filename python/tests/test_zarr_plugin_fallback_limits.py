@@ -22,6 +22,7 @@ import zarr.storage  # noqa: E402
 import zarr_device  # noqa: E402
 from zarr_device.errors import CodecError  # noqa: E402
 from zarr_device.zarr_plugin.fallback_limits import decoded_size_guard  # noqa: E402
+from zarr_device.zarr_plugin.pipeline import FallbackWarning  # noqa: E402
 
 CODECS = {
     "bz2": (lambda v2: (numcodecs_v2.BZ2 if v2 else numcodecs.BZ2)(level=1), bz2.compress),
@@ -64,6 +65,17 @@ def test_honest_chunks_read_as_without_the_plug_in(tmp_path: Path, kind: str) ->
     with zarr_device.enable(like="numpy"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         np.testing.assert_array_equal(np.asarray(zarr.open_array(store, path="a")[...]), values)
+
+
+def test_the_fallback_warning_names_the_users_store_only(tmp_path: Path) -> None:
+    store, _ = _array(tmp_path, "bz2")
+    with zarr_device.enable(like="numpy"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        zarr.open_array(store, path="a")[...]
+    (message,) = {str(w.message) for w in caught if issubclass(w.category, FallbackWarning)}
+    assert "memory://" not in message
+    assert str(tmp_path.as_uri()) in message or str(tmp_path) in message, message
+    assert "unknown codec 'numcodecs.bz2'" in message
 
 
 def test_only_chains_of_known_decoded_size_are_guarded(tmp_path: Path) -> None:

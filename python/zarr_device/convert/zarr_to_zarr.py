@@ -82,7 +82,15 @@ def _shape_in_units(spec: Layout, array: SourceArray, unit: tuple[int, ...], wha
     dimension, in whole units)."""
     grid = [-(-max(1, s) // u) for s, u in zip(array.shape, unit)]
     if isinstance(spec, str) or not isinstance(spec, Sequence):
-        per = chunks_for_bytes(grid, math.prod(unit) * array.itemsize, parse_size(spec, what=what))
+        target, unit_bytes = parse_size(spec, what=what), math.prod(unit) * array.itemsize
+        if target < unit_bytes:
+            # A shard holds whole chunks (and a chunk whole elements): one that small cannot be.
+            of = f"one of its chunks {unit}" if what == "shards" else "one element"
+            raise UsageError(
+                f"array '{array.path or '/'}': {what} of {format_bytes(target)} are smaller than "
+                f"{of} ({format_bytes(unit_bytes)}); give {what} of at least {format_bytes(unit_bytes)}"
+                + (", or smaller chunks" if what == "shards" else ""))
+        per = chunks_for_bytes(grid, unit_bytes, target)
         return tuple(n * u for n, u in zip(per, unit))
     try:
         given = tuple(int(v) for v in spec)

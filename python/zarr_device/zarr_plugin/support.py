@@ -6,6 +6,7 @@ it. Arrays it does not serve go to zarr-python's codecs."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
     from zarr.core.metadata import ArrayMetadata
 
 __all__ = ["unsupported_reason", "native_dtype"]
+
+# "array '' in memory://: " before the engine's reason.
+_STAND_IN_CONTEXT = re.compile(r"^array '[^']*' in memory://[^:]*: ")
 
 
 def native_dtype(metadata: ArrayMetadata) -> np.dtype[Any]:
@@ -72,7 +76,9 @@ def unsupported_reason(metadata: ArrayMetadata) -> str | None:
             store.handle.set(key, document.to_bytes())
         engine = open_array(store)
     except ZarrDeviceError as e:
-        return str(e)
+        # The engine names where it read the documents: this stand-in store, not the user's,
+        # which the caller's message names.
+        return _STAND_IN_CONTEXT.sub("", str(e), count=1)
     except (TypeError, ValueError) as e:  # metadata zarr-python cannot write out as JSON
         return f"metadata: {e}"
     if engine.dtype != dtype.newbyteorder("="):

@@ -21,6 +21,7 @@ import zarr_device as zd
 from zarr_device.tools.cli.common import compression_ratio, int_at_least, parse_size, progress
 from zarr_device.tools.cli.info import plural, shape_text, stored_bytes
 from zarr_device.basics.sizes import format_bytes
+from zarr_device.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -276,6 +277,10 @@ def _bench_header(layout: SampleLayout, args: argparse.Namespace) -> str:
 
 def run_bench(args: argparse.Namespace, out: TextIO) -> int:
     """``zarr-device bench``."""
+    if args.size < args.chunk:
+        raise UsageError(
+            f"--size {format_bytes(args.size)} is smaller than one --chunk "
+            f"({format_bytes(args.chunk)}): give a --size of at least one chunk, or a smaller --chunk")
     layout = sample_layout(args.size, args.chunk)
     if args.threads:
         zd.set_config(threads=args.threads)
