@@ -78,13 +78,22 @@ class PythonStore : public zd::Store {
   }
 
  protected:
+  static std::string first_line_of(const nb::python_error& e) {
+    std::string text = nb::str(e.value()).c_str();
+    text = text.substr(0, text.find('\n'));
+    const std::string kind = nb::cast<std::string>(e.type().attr("__name__"));
+    return text.empty() ? kind : text;
+  }
+
   template <typename... Args>
   nb::object call(const char* method, Args&&... args) const {
     try {
       return impl_.attr(method)(std::forward<Args>(args)...);
     } catch (nb::python_error& e) {
-      // Errors raised in Python code become store errors that keep the Python message.
-      throw zd::StoreError(std::string("store.") + method + " failed: " + e.what());
+      // Errors raised in Python code become store errors with the exception's own words: its
+      // first line, not the traceback nanobind's what() carries, nor the multi-line debug dumps
+      // some clients append (obstore's "Debug source: ...").
+      throw zd::StoreError(std::string("store.") + method + " failed: " + first_line_of(e));
     }
   }
 

@@ -169,6 +169,29 @@ def test_zarr_python_store_gets_shards_wanted_in_part_in_two_calls_of_ranges() -
     assert Counting.ranged_gets == 0  # nothing one request each
 
 
+def test_a_failing_store_is_a_store_error_in_its_own_words() -> None:
+    """What a zarr-python store raises reaches the user as StoreError naming the chunk and the
+    exception's first line: no Python traceback, no client debug dump after it."""
+    zarr = pytest.importorskip("zarr")
+
+    class Denied(zarr.storage.WrapperStore):  # type: ignore[misc]
+        async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+            if key.startswith("c/"):
+                raise PermissionError("The operation lacked valid authentication credentials for "
+                                      "path c/0\n\nDebug source:\nPermissionDenied { path: \"c/0\" }")
+            return await self._store.get(key, prototype, byte_range)
+
+    inner = zarr.storage.MemoryStore()
+    zarr.create_array(inner, shape=(4,), chunks=(2,), dtype="int32")[...] = np.arange(4)
+    with pytest.raises(zd.StoreError) as info:
+        zd.open_array(Denied(inner))[...]
+    message = str(info.value)
+    assert "PermissionError: The operation lacked valid authentication credentials" in message
+    assert "chunk 'c/0'" in message or "'c/0'" in message
+    assert "Traceback" not in message and "Debug source" not in message
+    assert "\n" not in message
+
+
 def test_read_into_out_and_errors(tmp_path: Path) -> None:
     arr = zd.create(tmp_path / "a.zarr", shape=(6, 5), dtype="float64", chunks=(4, 4))
     arr[:] = np.arange(30.0).reshape(6, 5)

@@ -9,6 +9,8 @@ succeeds once the server is back.
 
 from __future__ import annotations
 
+import re
+
 import time
 from collections.abc import Callable
 from typing import Any
@@ -76,6 +78,23 @@ def test_the_server_answers_only_with_its_credentials(s3_server: S3Server) -> No
     assert bytes(obstore.get(good, "hello").bytes()) == b"hi"
     with pytest.raises(Exception, match="(?i)forbidden|denied|signature|403"):
         obstore.get(bad, "hello")
+
+
+def test_a_wrong_secret_key_is_one_line_naming_the_refusal(s3_server: S3Server) -> None:
+    # The client's own words, first line: no Python traceback, no multi-line debug dump.
+    from obstore.store import S3Store
+    from zarr.storage import ObjectStore
+
+    zarr.create_array(s3_server.object_store("keyed"), shape=(4,), chunks=(2,), dtype="int32")[...] = 1
+    bad = S3Store(s3_server.bucket, prefix="keyed", endpoint=s3_server.endpoint,
+                  access_key_id=s3_server.access_key, secret_access_key="wrong",
+                  region=s3_server.region, client_options={"allow_http": True},
+                  retry_config={"max_retries": 0})
+    with pytest.raises(zd.ZarrDeviceError) as info:
+        zd.open_array(ObjectStore(bad, read_only=True))[...]
+    message = str(info.value)
+    assert re.search("(?i)forbidden|denied|signature|403|credentials", message), message
+    assert "Traceback" not in message and "\n" not in message, message
 
 
 # ----------------------------------------------------------------------------------------------
