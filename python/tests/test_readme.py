@@ -15,6 +15,12 @@ Conventions for README.md:
   tests' S3 server (s3_server.py; skipped without it), with the endpoint, region and credentials
   in the environment as S3 clients read them (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...).
   The server's bucket is named ``data``.
+- ``<!-- script -->`` marks a block shown as a whole script (a ``__main__`` guard, its own
+  imports): it runs as ``python script.py`` in the section's directory, in a process of its own,
+  as a reader would run it (multiprocessing's spawned workers import it, which ``exec`` inside
+  pytest never shows).
+- Sections that talk to S3 run twice, as a reader who runs them again would: what they create
+  must be created again without an error.
 - A block that imports torch, cupy, jax, xarray or dask, or reads with ``like="torch"``, ``"cupy"`` or
   ``"jax"``, is skipped with a reason where that package cannot be imported.
 
@@ -27,6 +33,8 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +49,7 @@ import zarr_device as zd
 README = Path(__file__).resolve().parents[2] / "README.md"
 GPU_MARKER = "<!-- gpu -->"
 S3_MARKER = "<!-- s3 -->"
+SCRIPT_MARKER = "<!-- script -->"
 OPTIONAL_PACKAGES = ("torch", "cupy", "jax", "xarray", "dask")
 _IMPORT = re.compile(r"^\s*(?:import|from)\s+(" + "|".join(OPTIONAL_PACKAGES) + r")\b", re.M)
 _LIKE = re.compile(r"""\blike\s*=\s*["'](""" + "|".join(OPTIONAL_PACKAGES) + r""")["']""")
@@ -52,6 +61,7 @@ class Block:
     code: str
     gpu: bool
     s3: bool = False
+    script: bool = False
 
     def packages(self) -> list[str]:
         found = set(_IMPORT.findall(self.code)) | set(_LIKE.findall(self.code))
@@ -88,7 +98,8 @@ def readme_sections(text: str) -> list[Section]:
                     sections.append(Section(title))
                 code = "\n".join(lines[start:i]) + "\n"
                 sections[-1].blocks.append(
-                    Block(start + 1, code, previous == GPU_MARKER, previous == S3_MARKER)
+                    Block(start + 1, code, previous == GPU_MARKER, previous == S3_MARKER,
+                          previous == SCRIPT_MARKER)
                 )
         elif re.match(r"#{1,2} ", lines[i]):
             title = lines[i].lstrip("#").strip()
@@ -141,6 +152,11 @@ def test_readme_section(
             "AWS_ALLOW_HTTP": "true",  # the test server speaks plain HTTP on loopback
         }.items():
             monkeypatch.setenv(name, value)
+    for _ in range(2 if any(b.s3 for b in section.blocks) else 1):
+        _run_section(section, tmp_path)
+
+
+def _run_section(section: Section, folder: Path) -> None:
     namespace: dict[str, Any] = {"__name__": "__readme__"}
     for n, block in enumerate(section.blocks):
         reason = _skip_reason(block)
@@ -151,4 +167,11 @@ def test_readme_section(
             )
         # Padded so that tracebacks give the README's line numbers.
         source = "\n" * (block.line - 1) + block.code
+        if block.script:
+            script = folder / f"readme_{block.line}.py"
+            script.write_text(source, encoding="utf-8")
+            done = subprocess.run([sys.executable, str(script)], cwd=folder, capture_output=True,
+                                  text=True, timeout=600)
+            assert done.returncode == 0, f"README.md:{block.line} as a script: {done.stderr[-4000:]}"
+            continue
         exec(compile(source, str(README), "exec"), namespace)  # noqa: S102 - the README's own code
