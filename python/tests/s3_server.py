@@ -17,6 +17,7 @@ that is killed at the end of the session; its data directory, logs and sockets g
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import os
 import shutil
@@ -29,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +146,8 @@ class S3Server:
         env = {**os.environ, "TMPDIR": str(self.workdir / "tmp")}
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                args, stdout=log, stderr=subprocess.STDOUT, env=env,
+                preexec_fn=_own_group_ending_with(os.getpid()),
             )
         try:
             self._wait_ready(timeout)
@@ -311,6 +313,24 @@ class S3Server:
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"S3Server({self.endpoint}, bucket={self.bucket!r}, {state})"
+
+
+def _own_group_ending_with(parent: int) -> Callable[[], None]:
+    """For the server's process, between fork and exec: a process group of its own (so that
+    ``stop()`` reaches all of it), and a SIGKILL when the test process ends, however it ends (a
+    killed test run must not leave a server behind; the server ignores SIGTERM anyway)."""
+
+    def run() -> None:
+        os.setsid()
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the test process ended before the line above
+            os._exit(1)
+
+    return run
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 @contextlib.contextmanager

