@@ -20,6 +20,20 @@ missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+
+# What this run is about to do, said before it does it (the first run downloads several GB).
+plan=()
+[ ${#missing[@]} -gt 0 ] && plan+=("apt-get install ${missing[*]} (apt may upgrade libraries they depend on, such as libzstd1)")
+[ -x "$venv/bin/python" ] || plan+=("a virtual environment at $venv with requirements-dev.txt: about 8 GB, most of it torch with its CUDA libraries")
+if [ -z "${SKIP_VLLM:-}" ] && ! cmp -s "$repo/requirements-vllm.txt" "$(dirname "$venv")/vllm-target/.requirements-vllm.txt"; then
+  plan+=("vLLM without its dependencies beside it: about 1 GB (SKIP_VLLM=1 leaves it out)")
+fi
+if [ ${#plan[@]} -gt 0 ]; then
+  echo "setup: this run installs:"
+  printf '  - %s\n' "${plan[@]}"
+  echo "  (ZARR_DEVICE_VENV=DIR puts the environment elsewhere)"
+fi
+
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing system packages: ${missing[*]}"
   sudo_cmd=""
