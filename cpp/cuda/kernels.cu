@@ -71,6 +71,22 @@ bool aligned(const StridedCopy& p, int alignment) {
   return true;
 }
 
+// One thread block per shuffled block; its threads walk the output in order (coalesced writes),
+// each gathering the bytes of its element from their streams.
+__global__ void byte_unshuffle_kernel(const UnshuffleBlock* blocks) {
+  const UnshuffleBlock b = blocks[blockIdx.x];
+  const std::uint64_t elements = b.bytes / b.typesize;
+  const std::uint64_t whole = elements * b.typesize;
+  const auto* in = reinterpret_cast<const unsigned char*>(b.shuffled);
+  auto* out = reinterpret_cast<unsigned char*>(b.out);
+  for (std::uint64_t k = threadIdx.x; k < whole; k += blockDim.x) {
+    const std::uint64_t element = k / b.typesize;
+    const std::uint64_t byte = k % b.typesize;
+    out[k] = in[byte * elements + element];
+  }
+  for (std::uint64_t k = whole + threadIdx.x; k < b.bytes; k += blockDim.x) out[k] = in[k];
+}
+
 }  // namespace
 
 void launch_strided_copy(const StridedCopy& copy, cudaStream_t stream) {
@@ -179,6 +195,11 @@ void launch_pack(const void* const* inputs, const std::size_t* sizes, std::size_
   if (count == 0) return;
   pack_kernel<<<static_cast<unsigned int>(count), 256, 0, stream>>>(
       inputs, sizes, reinterpret_cast<unsigned char*>(packed), offsets);
+}
+
+void launch_byte_unshuffle(const UnshuffleBlock* blocks, std::size_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  byte_unshuffle_kernel<<<static_cast<unsigned int>(count), 256, 0, stream>>>(blocks);
 }
 
 }  // namespace zarr_device::cuda

@@ -40,6 +40,20 @@ void launch_mark_non_fill(const void* const* inputs, const std::size_t* sizes, s
 void launch_pack(const void* const* inputs, const std::size_t* sizes, std::size_t count,
                  std::byte* packed, std::size_t* offsets, cudaStream_t stream);
 
+// One block of a byte-shuffled stream (Blosc's shuffle, numcodecs' Shuffle): `bytes` bytes of
+// `typesize`-byte elements at `shuffled`, byte j of element i at j * (bytes / typesize) + i, the
+// bytes past the last whole element as they are. Unshuffled into `out` (device memory).
+struct UnshuffleBlock {
+  const std::byte* shuffled = nullptr;
+  std::byte* out = nullptr;
+  std::uint64_t bytes = 0;
+  std::uint32_t typesize = 1;
+};
+
+// Undoes the shuffle of `count` blocks (a device array); codecs/blosc_frames.hpp's
+// blosc_byte_unshuffle is the CPU's version, which the GPU tests compare with.
+void launch_byte_unshuffle(const UnshuffleBlock* blocks, std::size_t count, cudaStream_t stream);
+
 // The kernel's arguments for copying elements laid out by `src_strides` (bytes) from `src` into
 // `dst`, swapping the bytes of each `swap_unit` when `swap`. Dimensions that are contiguous in
 // both are merged; UsageError when more than kMaxKernelRank remain.
