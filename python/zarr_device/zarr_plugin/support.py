@@ -26,6 +26,8 @@ __all__ = ["unsupported_reason", "native_dtype"]
 
 # "array '' in memory://: " before the engine's reason.
 _STAND_IN_CONTEXT = re.compile(r"^array '[^']*' in memory://[^:]*: ")
+# "'zarr.json' in memory:// is not valid JSON": the document's name is enough.
+_STAND_IN = re.compile(r" in memory://\d*")
 
 
 def native_dtype(metadata: ArrayMetadata) -> np.dtype[Any]:
@@ -78,7 +80,7 @@ def unsupported_reason(metadata: ArrayMetadata) -> str | None:
     except ZarrDeviceError as e:
         # The engine names where it read the documents: this stand-in store, not the user's,
         # which the caller's message names.
-        return _STAND_IN_CONTEXT.sub("", str(e), count=1)
+        return _STAND_IN.sub("", _STAND_IN_CONTEXT.sub("", str(e), count=1))
     except (TypeError, ValueError) as e:  # metadata zarr-python cannot write out as JSON
         return f"metadata: {e}"
     if engine.dtype != dtype.newbyteorder("="):
