@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 
+#include "codecs/compression_common.hpp"
+
 namespace zarr_device::codecs {
 
 namespace {
@@ -23,12 +25,6 @@ constexpr std::uint64_t kMinSplitElements = 128;
 // Blosc 1 buffers are at most 2^31 - 1 bytes (its sizes are int32).
 constexpr std::uint64_t kMostBytes = std::numeric_limits<std::int32_t>::max();
 
-std::uint32_t read_u32(std::span<const std::byte> b, std::size_t at) {
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint32_t>(b[at + i]);
-  return v;
-}
-
 }  // namespace
 
 std::optional<BloscLayout> blosc_layout(std::span<const std::byte> chunk,
@@ -41,9 +37,9 @@ std::optional<BloscLayout> blosc_layout(std::span<const std::byte> chunk,
   const auto flags = std::to_integer<std::uint8_t>(chunk[2]);
   BloscLayout layout;
   layout.typesize = std::to_integer<std::uint32_t>(chunk[3]);
-  layout.decoded_bytes = read_u32(chunk, 4);
-  const std::uint64_t blocksize = read_u32(chunk, 8);
-  const std::uint64_t cbytes = read_u32(chunk, 12);
+  layout.decoded_bytes = load_le32(chunk.data() + 4);
+  const std::uint64_t blocksize = load_le32(chunk.data() + 8);
+  const std::uint64_t cbytes = load_le32(chunk.data() + 12);
   if (version < 1 || version > 2) {
     why = "Blosc format version " + std::to_string(version) + " (this reading knows 1 and 2)";
     return std::nullopt;
@@ -104,7 +100,7 @@ std::optional<BloscLayout> blosc_layout(std::span<const std::byte> chunk,
     layout.blocks.push_back({b * blocksize, bytes});
     const std::uint64_t splits = may_split && !last_partial ? layout.typesize : 1;
     const std::uint64_t split_bytes = bytes / splits;
-    std::uint64_t at = read_u32(chunk, kBloscHeaderBytes + 4 * b);
+    std::uint64_t at = load_le32(chunk.data() + kBloscHeaderBytes + 4 * b);
     if (at < table_end) {
       why = "Blosc block " + std::to_string(b) + " starts inside the header or block table";
       return std::nullopt;
@@ -114,7 +110,7 @@ std::optional<BloscLayout> blosc_layout(std::span<const std::byte> chunk,
         why = "Blosc block " + std::to_string(b) + " runs past the end of the chunk";
         return std::nullopt;
       }
-      const std::uint64_t stream = read_u32(chunk, at);
+      const std::uint64_t stream = load_le32(chunk.data() + at);
       at += 4;
       if (stream > chunk.size() - at) {
         why = "a stream of Blosc block " + std::to_string(b) + " claims " + std::to_string(stream) +
