@@ -14,6 +14,7 @@
 #include "cufile_api.hpp"
 #include "nvcomp_api.hpp"
 #include "place/strided_copy.hpp"
+#include "shared_decoder.hpp"
 #include "write_ring.hpp"
 
 namespace zarr_device {
@@ -26,6 +27,20 @@ void release_cuda_memory(int device) {
   // left on its slots, keeping any failure for synchronize_cuda_reads.
   for (auto* rings : cuda::read_rings()) rings->release_idle(device);
   cuda::write_contexts().release_idle(device);
+  // The decoder processes end and their arenas are freed; the next read starts another.
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
+    cudaGetLastError();
+    devices = 0;
+  }
+  for (int d = 0; d < devices; ++d) {
+    if (device < 0 || d == device) cuda::SharedDecoder::of(d).release();
+  }
+}
+
+nlohmann::json isolated_decoding_info(int device) {
+  cuda::check_device(device);
+  return cuda::SharedDecoder::of(device).info();
 }
 
 int cuda_device_count() {
@@ -49,6 +64,8 @@ nlohmann::json cuda_info() {
   info["nvcomp"] = nvcomp.loaded() ? nlohmann::json(nvcomp.library()) : nlohmann::json(nullptr);
   if (!nvcomp.loaded()) info["nvcomp_error"] = nvcomp.error();
   info["nvcomp_zstd_compression"] = nvcomp.compressor(cuda::GpuCodec::kZstd) != nullptr;
+  const std::string decoder = cuda::decoder_program();
+  info["decoder_program"] = decoder.empty() ? nlohmann::json(nullptr) : nlohmann::json(decoder);
   const auto& cufile = cuda::CuFile::instance();
   info["cufile"] = cufile.available() ? nlohmann::json(cufile.library()) : nlohmann::json(nullptr);
   if (!cufile.available()) info["cufile_error"] = cufile.error();

@@ -22,14 +22,19 @@
 #include "device_memory.hpp"
 #include "device_read/read_staging.hpp"
 #include "kernels.hpp"
+#include "shared_decoder.hpp"
 
 namespace zarr_device {
 namespace cuda {
 
-device_read::DeviceDecoders present_decoders(const Nvcomp& nvcomp) {
+device_read::DeviceDecoders present_decoders(const Nvcomp& nvcomp, int device) {
   device_read::DeviceDecoders decoders;
+  // The decoder process loads the nvCOMP this process found (ZARR_DEVICE_NVCOMP_LIBRARY is
+  // inherited), so it decodes the same kinds.
+  const bool isolated = SharedDecoder::of(device).available();
   for (std::size_t k = 0; k < DeviceDecoding::kKinds; ++k) {
     decoders.present[k] = nvcomp.decompressor(static_cast<GpuCodec>(k)) != nullptr;
+    decoders.isolated[k] = isolated && decoders.present[k];
   }
   return decoders;
 }
@@ -43,23 +48,9 @@ void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
   if (decoded.empty()) return;
   ZD_CUDA_CHECK(cudaSetDevice(device_));
   for (const auto& d : decoded) {
-    auto& leaf = batch[d.leaf];
-    const std::size_t nbytes = d.bytes.size();
-    const DeviceBuffer tmp(ctx.gpu_, nbytes);
-    auto* dev = static_cast<std::byte*>(tmp.data());
     // On the slot's stream, idle while its batch is fetched: no other read waits for this.
-    ZD_CUDA_CHECK(
-        cudaMemcpyAsync(dev, d.bytes.data(), nbytes, cudaMemcpyHostToDevice, slot.stream));
-    const auto [counts, strides] = device_read::staged_layout(leaf);
     if (defer_consumers_) wait_for_consumers(ctx, slot.stream);
-    launch_strided_copy(plan_strided_copy(dev, strides, leaf.planned().decoded_destination(),
-                                          leaf.planned().spec->dtype->size, false, 1),
-                        slot.stream);
-    const cudaError_t launched = cudaGetLastError();
-    const cudaError_t synced = cudaStreamSynchronize(slot.stream);
-    ZD_CUDA_CHECK(launched);
-    ZD_CUDA_CHECK(synced);
-    leaf.staging.scratch = kPlaced;
+    place_cpu_decoded(ctx, slot.stream, batch[d.leaf], d.bytes);
   }
 }
 
@@ -73,8 +64,8 @@ void Reader::read(std::span<const device_read::ReadTarget> targets,
   check_device(device_);
   ZD_CUDA_CHECK(cudaSetDevice(device_));
   // Plan: the read's chunks (read::ReadPlan) laid out as leaves, each with its route.
-  auto leaves = device_read::plan_reads(targets, present_decoders(nvcomp_), options_.gpu_decode,
-                                        pool_, workers_);
+  auto leaves = device_read::plan_reads(targets, present_decoders(nvcomp_, device_),
+                                        options_.gpu_decode, pool_, workers_);
   trace.planned = std::chrono::steady_clock::now();
   // Route: what GPUDirect Storage reads straight from files, the rest through the ring.
   leaves = route(targets, std::move(leaves), streams);

@@ -29,8 +29,8 @@
 
 namespace zarr_device::cuda {
 
-// Which device decoders nvCOMP offers here.
-device_read::DeviceDecoders present_decoders(const Nvcomp& nvcomp);
+// Which device decoders nvCOMP offers here, in this process and in `device`'s decoder process.
+device_read::DeviceDecoders present_decoders(const Nvcomp& nvcomp, int device);
 
 // Attempts of a read whose chunks are replaced while it reads them.
 inline constexpr int kReadAttempts = 3;
@@ -153,6 +153,18 @@ class Reader {
   // across; the batch is awaited by what this returns.
   AwaitedBatch submit_off_slot(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
                                std::size_t batch_index);
+  // The batch's chunks for the decoder process (Route::kIsolatedDecode, read_isolated.cpp): their
+  // stored bytes (at `staged` on the device, at `host` in the slot) decoded there and placed on
+  // `stream` once checked; those it does not decode are decoded on the CPU (the codec's typed
+  // error naming the chunk where that fails too). `before_writing` runs before the first write
+  // into an output. Returns once the placements are done.
+  void decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const std::byte* host,
+                       const std::byte* staged, cudaStream_t stream,
+                       const std::function<void()>& before_writing);
+  // A chunk decoded on the CPU (`bytes`, in its staged layout) moved into place on `stream`
+  // through a temporary device buffer; synchronises `stream`.
+  void place_cpu_decoded(DeviceContext& ctx, cudaStream_t stream, Leaf& leaf,
+                         const ByteArray& bytes);
   void finish(Slot& slot);
   // After a failure: waits for the batches being fetched and drains what the read enqueued on the
   // device, so that nothing writes into the outputs once the error is raised.
@@ -169,6 +181,9 @@ class Reader {
   std::size_t decoded_chunks_ = 0;
   std::size_t sized_calls_ = 0;       // whose temporary memory was sized from the frames
   std::size_t sized_in_slots_ = 0;    // of those, sized from the frames in their pinned slot
+  std::size_t isolated_calls_ = 0;    // calls of the decoder process
+  std::size_t isolated_chunks_ = 0;   // chunks sent to it
+  std::size_t isolated_on_cpu_ = 0;   // chunks for it decoded on the CPU instead
   int host_pointers_on_device_ = -1;  // registered host memory at its own address: unknown (-1)
   // The read's batches decode in the decode arena, off their slots (submit_off_slot).
   bool off_slot_ = false;

@@ -40,7 +40,7 @@ nlohmann::json measure_decode(const Array& array, std::span<const DimSlice> sele
   const StridedView nowhere{nullptr, shape, place::c_strides(shape, array.metadata().dtype->size)};
   const device_read::ReadTarget target{&array, {selection.begin(), selection.end()}, nowhere};
   auto leaves = device_read::plan_reads(
-      {&target, 1}, present_decoders(nvcomp_), options.gpu_decode, pool_, workers_,
+      {&target, 1}, present_decoders(nvcomp_, device_), options.gpu_decode, pool_, workers_,
       device_read::PlanSizes::kNow);  // stages the stored bytes itself, by their sizes
   std::erase_if(leaves, [](const Leaf& l) { return l.decoding.route != Route::kDeviceDecode; });
   if (leaves.empty()) throw UsageError("no chunk of the selection is decoded on the GPU");

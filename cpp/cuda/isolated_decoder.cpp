@@ -122,7 +122,10 @@ IsolatedDecoder::Outcome IsolatedDecoder::decode(DeviceDecoding::Kind codec,
   }
   // The inputs' copies and the bands are in place before the process reads or writes.
   ZD_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (!ensure_process(outcome.why)) return outcome;
+  if (!ensure_process(outcome.why)) {
+    outcome.failed_to_start = true;
+    return outcome;
+  }
 
   isolated_decode::DecodeBatch batch{next_batch_++,
                                      static_cast<isolated_decode::CodecKind>(codec),

@@ -53,6 +53,7 @@ class IsolatedDecoder {
   struct Outcome {
     std::vector<bool> decoded;
     std::string why;  // where the process failed: what happened to it (then no chunk is decoded)
+    bool failed_to_start = false;  // no process could be started for the batch
   };
   // Decodes chunks whose stored bytes the caller has put in the input arena (their copies
   // complete, as `stream` orders them). Fills the guard bands, sends the batch, waits for the

@@ -19,6 +19,8 @@ int cuda_device_count() { return 0; }
 
 nlohmann::json cuda_info() { return {{"compiled", false}, {"devices", 0}}; }
 
+nlohmann::json isolated_decoding_info(int) { no_cuda(); }
+
 void read_to_cuda(const Array&, std::span<const DimSlice>, int, void*, std::size_t,
                   const ReadOptions&) {
   no_cuda();

@@ -298,6 +298,9 @@ void Reader::run(std::span<const device_read::ReadTarget> targets, std::vector<L
   trace.decoded_chunks = decoded_chunks_;
   trace.sized_calls = sized_calls_;
   trace.sized_in_slots = sized_in_slots_;
+  trace.isolated_calls = isolated_calls_;
+  trace.isolated_chunks = isolated_chunks_;
+  trace.isolated_on_cpu = isolated_on_cpu_;
   if (const auto& observe = read_observer()) observe(trace);
   if (!failure.empty()) throw CodecError(failure);
 }

@@ -127,7 +127,8 @@ void place_staged(std::span<Leaf> batch, const std::byte* staged_copy, CopyMerge
         place_on_device(staged, *planned.spec, planned.selection, planned.destination,
                         leaf.decoding.swap, stream);
         break;
-      case Route::kDeviceDecode:  // decoded in place or placed after its call
+      case Route::kDeviceDecode:    // decoded in place or placed after its call
+      case Route::kIsolatedDecode:  // placed from the decoder's memory (decode_isolated)
         break;
       case Route::kCpuDecode: {
         const auto [counts, strides] = staged_layout(leaf);
@@ -325,6 +326,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
                                   slot.stream));
   }
 
+  decode_isolated(ctx, batch, slot.host, device_copy, slot.stream, before_writing);
   before_writing();
   place_staged(batch, device_copy, copies);
   ZD_CUDA_CHECK(cudaEventRecord(slot.done, slot.stream));
@@ -461,6 +463,7 @@ AwaitedBatch Reader::submit_off_slot(DeviceContext& ctx, Slot& slot, std::span<L
                   device_arrays.statuses + first, stream);
     place_from_scratch(batch, members, scratch_at, copies, [] {});
   }
+  decode_isolated(ctx, batch, slot.host, copy, stream, [] {});
   if (decodes.empty()) ZD_CUDA_CHECK(cudaEventRecord(slot.done, stream));
   place_staged(batch, copy, copies);
   AwaitedBatch awaited(device_, stream, device_arrays.statuses, device_arrays.sizes,

@@ -14,16 +14,18 @@ double ms(ReadTrace::Clock::duration d) {
 }  // namespace
 
 std::string describe(const ReadTrace& t) {
-  char line[768];
+  char line[1024];
   std::snprintf(
       line, sizeof(line),
       "zarr-device read: %zu targets %zu leaves %zu batches (copies %zu B), %zu slots from %zu, "
       "fetched up to %zu ahead, %s, %zu decode calls of %zu chunks (%zu sized from their frames, "
-      "%zu in their slots), %zu shared with the CPU, %zu in parts; plan %.2f ms (chunks %.2f), "
+      "%zu in their slots), %zu decoder-process calls of %zu chunks (%zu then on the CPU), %zu "
+      "shared with the CPU, %zu in parts; plan %.2f ms (chunks %.2f), "
       "fetch waits %.2f ms, batches %.2f ms, drain %.2f ms, total %.2f ms, at %.3f ms",
       t.targets, t.leaves, t.batches, t.batch_target, t.slots, t.first_slot, t.most_ahead,
       t.decode_memory.c_str(), t.decode_calls, t.decoded_chunks, t.sized_calls, t.sized_in_slots,
-      t.shared, t.parted, ms(t.laid_out - t.start), ms(t.planned - t.start), t.fetch_waits * 1e3,
+      t.isolated_calls, t.isolated_chunks, t.isolated_on_cpu, t.shared, t.parted,
+      ms(t.laid_out - t.start), ms(t.planned - t.start), t.fetch_waits * 1e3,
       ms(t.queued - t.laid_out), ms(t.end - t.drain_from), ms(t.end - t.start),
       ms(t.start.time_since_epoch()));
   return line;

@@ -22,17 +22,20 @@ struct ReadTrace {
   std::string decode_memory;   // how device decodes were given memory
   std::size_t decode_calls = 0;
   std::size_t decoded_chunks = 0;
-  std::size_t sized_calls = 0;     // whose temporary memory was sized from the frames
-  std::size_t sized_in_slots = 0;  // of those, sized from the frames in their pinned slot
-  std::size_t shared = 0;          // device decodes left to the CPU
-  std::size_t parted = 0;          // chunks staged a part at a time
-  double fetch_waits = 0;          // seconds the pipeline waited for its CPU stage
-  Clock::time_point start;         // the read's call
-  Clock::time_point planned;       // its leaves planned
-  Clock::time_point laid_out;      // its device plan made and the ring lent
-  Clock::time_point queued;        // its last batch submitted
-  Clock::time_point drain_from;    // the ring given back
-  Clock::time_point end;           // every batch settled
+  std::size_t sized_calls = 0;      // whose temporary memory was sized from the frames
+  std::size_t sized_in_slots = 0;   // of those, sized from the frames in their pinned slot
+  std::size_t isolated_calls = 0;   // calls of the decoder process
+  std::size_t isolated_chunks = 0;  // chunks sent to it
+  std::size_t isolated_on_cpu = 0;  // chunks for it decoded on the CPU instead
+  std::size_t shared = 0;           // device decodes left to the CPU
+  std::size_t parted = 0;           // chunks staged a part at a time
+  double fetch_waits = 0;           // seconds the pipeline waited for its CPU stage
+  Clock::time_point start;          // the read's call
+  Clock::time_point planned;        // its leaves planned
+  Clock::time_point laid_out;       // its device plan made and the ring lent
+  Clock::time_point queued;         // its last batch submitted
+  Clock::time_point drain_from;     // the ring given back
+  Clock::time_point end;            // every batch settled
 };
 
 using ReadObserver = std::function<void(const ReadTrace&)>;

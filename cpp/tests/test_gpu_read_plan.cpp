@@ -67,6 +67,51 @@ TEST(GpuReadPlan, RoutesByWhatCodecsDeclare) {
             Route::kCpuDecode);
 }
 
+// Where the decoder process is installed, the policy says which chunks go to it: under 'checked'
+// those no crc32c vouches for, under 'isolated' every compressed chunk; never under 'trusted' or
+// 'off', and never a chunk no device decoder takes.
+TEST(GpuReadPlan, ChunksNoChecksumVouchesForGoToTheDecoderProcess) {
+  auto store = make_memory_store();
+  DeviceDecoders both = all_decoders();
+  both.isolated = both.present;
+  const json zstd = json::array({{{"name", "bytes"}}, {{"name", "zstd"}}});
+  const json lz4 = json::array({{{"name", "bytes"}}, {{"name", "numcodecs.lz4"}}});
+  const json blosc = json::array({{{"name", "bytes"}}, {{"name", "blosc"}}});
+  struct Case {
+    json codecs;
+    GpuDecode policy;
+    Route route;
+  };
+  const Case cases[] = {
+      {zstd, GpuDecode::kChecked, Route::kIsolatedDecode},
+      {lz4, GpuDecode::kChecked, Route::kIsolatedDecode},
+      {kZstdCrc, GpuDecode::kChecked, Route::kDeviceDecode},
+      {zstd, GpuDecode::kIsolated, Route::kIsolatedDecode},
+      {kZstdCrc, GpuDecode::kIsolated, Route::kIsolatedDecode},
+      {zstd, GpuDecode::kTrusted, Route::kDeviceDecode},
+      {zstd, GpuDecode::kOff, Route::kCpuDecode},
+      {kZstdCrc, GpuDecode::kOff, Route::kCpuDecode},
+      {blosc, GpuDecode::kIsolated, Route::kCpuDecode},
+      {json::array({{{"name", "bytes"}}}), GpuDecode::kIsolated, Route::kCopy},
+  };
+  int n = 0;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.codecs.dump() + " policy " + std::to_string(static_cast<int>(c.policy)));
+    auto array = make_array(store, "a" + std::to_string(n++), {8}, {8}, c.codecs);
+    std::vector<std::byte> out;
+    const ReadTarget target = whole(array, out);
+    EXPECT_EQ(plan({&target, 1}, c.policy, both)[0].decoding.route, c.route);
+  }
+  // Without the decoder process, unvouched chunks decode on the CPU (as without nvCOMP).
+  auto array = make_array(store, "none", {8}, {8}, zstd);
+  std::vector<std::byte> out;
+  const ReadTarget target = whole(array, out);
+  EXPECT_EQ(plan({&target, 1}, GpuDecode::kIsolated, all_decoders())[0].decoding.route,
+            Route::kCpuDecode);
+  EXPECT_EQ(plan({&target, 1}, GpuDecode::kChecked, all_decoders())[0].decoding.route,
+            Route::kCpuDecode);
+}
+
 // A leaf keeps its selection and destination as they were before array->array codecs only where
 // its chain has any (a transpose): otherwise they are the ones after, which no codec changed.
 TEST(GpuReadPlan, LeavesKeepTheirPlaceBeforeArrayCodecsWhereThereAreAny) {

@@ -159,7 +159,7 @@ TEST_F(Settings, CountsAndChoicesAreCheckedAgainstTheirRanges) {
   EXPECT_EQ(parse("gpu_decode", "trusted"), static_cast<std::uint64_t>(zd::GpuDecode::kTrusted));
   EXPECT_EQ(parse("gpu_encode", "off"), static_cast<std::uint64_t>(zd::GpuEncode::kOff));
   EXPECT_EQ(refusal("gpu_decode", "Checked"),
-            "gpu_decode must be 'checked' or 'trusted' or 'off', not 'Checked'");
+            "gpu_decode must be 'checked', 'trusted', 'off' or 'isolated', not 'Checked'");
 }
 
 TEST_F(Settings, TheEnvironmentOverridesDefaultsAndBadValuesNameTheVariable) {

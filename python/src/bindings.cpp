@@ -315,6 +315,10 @@ NB_MODULE(_core, m) {
 
   m.def("cuda_device_count", &zd::cuda_device_count);
   m.def("cuda_build_info", [] { return json_to_python(zd::cuda_info()); });
+  m.def(
+      "isolated_decoding_info",
+      [](int device) { return json_to_python(zd::isolated_decoding_info(device)); },
+      nb::arg("device"));
 
   nb::class_<zd::DeviceBuffer>(m, "DeviceBuffer")
       .def(nb::new_([](int device, std::size_t nbytes) {

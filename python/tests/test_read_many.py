@@ -144,7 +144,7 @@ gpu = pytest.mark.skipif(N_GPUS == 0, reason="no CUDA device visible to zarr_dev
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("gpu_decode", ["checked", "trusted", "off"])
+@pytest.mark.parametrize("gpu_decode", ["checked", "trusted", "off", "isolated"])
 def test_device_results_equal_the_host_reads(tmp_path: Path, gpu_decode: str) -> None:
     torch = pytest.importorskip("torch")
     arrays = _mixed_arrays(tmp_path / "g.zarr")

@@ -23,6 +23,12 @@ int cuda_device_count();
 // "nvcomp_error": why nvCOMP could not be loaded, ...}.
 nlohmann::json cuda_info();
 
+// What reads onto CUDA device `device` did with its decoder process (GpuDecode): {"available":
+// whether chunks are planned for it, "program": its path or null, "starts", "calls", "chunks",
+// "not_decoded": chunks it did not decode (decoded on the CPU instead), "failures": calls in which
+// the process failed, "last_failure": how}.
+nlohmann::json isolated_decoding_info(int device);
+
 // Reads `selection` of `array` into device memory: `out` on CUDA device `device`, C-contiguous,
 // `out_nbytes` long. Returns once the data is complete, or in stream order on
 // `options.consumer_stream` as read_many_to_cuda says. Decodes on the

@@ -15,13 +15,18 @@
 
 namespace zarr_device {
 
-// Which compressed chunks the GPU decodes. nvCOMP's decoders trust their input: a corrupt stream
-// can fault the GPU context (not just fail the read), and framing checks on the CPU cannot catch
-// damage inside a compressed block. (Numbered as the table lists the setting's choices.)
+// Which compressed chunks the GPU decodes, and where. nvCOMP's decoders trust their input: a
+// malformed frame can fault the GPU context, hang, or write past its output (docs/architecture.md,
+// "nvCOMP on malformed frames"), and framing checks on the CPU cannot catch damage inside a
+// compressed block. A decoder process of its own (one per GPU, isolated_decoder.hpp) keeps those
+// failures away from the caller's context and memory. (Numbered as the table lists the choices.)
 enum class GpuDecode {
-  kChecked = 0,  // only chunks whose bytes a checksum (crc32c) verified on the CPU vouches for
-  kTrusted = 1,  // every chunk nvCOMP can decode, after the CPU's framing checks
-  kOff = 2,      // none: decode on CPU threads, copy the result once
+  kChecked = 0,   // chunks a crc32c verified on the CPU vouches for decode in the caller's
+                  // process; the rest in the decoder process (on the CPU where there is none)
+  kTrusted = 1,   // every chunk nvCOMP can decode, in the caller's process
+  kOff = 2,       // none: decode on CPU threads, copy the result once
+  kIsolated = 3,  // every compressed chunk in the decoder process (on the CPU where there is
+                  // none): for data whose writer is not trusted, which a crc32c cannot vouch for
 };
 
 // Which chunks the GPU compresses when writing from device memory.

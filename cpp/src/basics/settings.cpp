@@ -17,12 +17,14 @@ namespace {
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 constexpr std::uint64_t kNoLimit = std::numeric_limits<std::size_t>::max();
 
-constexpr std::array<std::string_view, 3> kGpuDecodeChoices = {"checked", "trusted", "off"};
+constexpr std::array<std::string_view, 4> kGpuDecodeChoices = {"checked", "trusted", "off",
+                                                               "isolated"};
 constexpr std::array<std::string_view, 2> kGpuEncodeChoices = {"on", "off"};
 constexpr std::array<std::string_view, 2> kDecodeSharingChoices = {"auto", "off"};
 static_assert(static_cast<std::size_t>(GpuDecode::kChecked) == 0 &&
               static_cast<std::size_t>(GpuDecode::kTrusted) == 1 &&
-              static_cast<std::size_t>(GpuDecode::kOff) == 2);
+              static_cast<std::size_t>(GpuDecode::kOff) == 2 &&
+              static_cast<std::size_t>(GpuDecode::kIsolated) == 3);
 static_assert(static_cast<std::size_t>(GpuEncode::kOn) == 0 &&
               static_cast<std::size_t>(GpuEncode::kOff) == 1);
 
@@ -56,10 +58,16 @@ const std::array<SettingInfo, 9> kTable = {{
      [](Settings& s, std::uint64_t v) { s.max_inflight_bytes = v; }},
     {"gpu_decode", "ZARR_DEVICE_GPU_DECODE", SettingKind::kChoice, "checked", 0, 0,
      kGpuDecodeChoices,
-     "Which compressed chunks reads to a CUDA device decode on the GPU. nvCOMP trusts its input, "
-     "and corrupt data can fault the GPU context, so by default ('checked') only chunks a crc32c "
-     "checksum vouches for (verified on the CPU first) decode there; 'trusted' sends every chunk "
-     "nvCOMP can decode after framing checks (for data you trust); 'off' decodes on the CPU.",
+     "Which compressed chunks reads to a CUDA device decode on the GPU, and where. nvCOMP trusts "
+     "its input: a malformed chunk can fault the GPU context, hang or write past its output. By "
+     "default ('checked') chunks a crc32c checksum vouches for (verified on the CPU first) decode "
+     "in your process, and every other chunk in a decoder process of its own (one per GPU), where "
+     "a fault, a hang or a write past its output costs that process, not your CUDA context: the "
+     "chunk is then decoded on the CPU, and a chunk the CPU rejects too is an error naming it. "
+     "'isolated' sends every compressed chunk to the decoder process (for data whose writer you do "
+     "not trust: a crc32c guards against damage, not against a forger); 'trusted' decodes every "
+     "chunk nvCOMP can in your process (fastest, for data you trust); 'off' decodes on the CPU. "
+     "Where the decoder process cannot start, its chunks decode on the CPU.",
      [](const Settings& s) { return static_cast<std::uint64_t>(s.gpu_decode); },
      [](Settings& s, std::uint64_t v) { s.gpu_decode = static_cast<GpuDecode>(v); }},
     {"staging_bytes",
@@ -232,9 +240,11 @@ void check_value(const SettingInfo& setting, bool fits, std::uint64_t value, std
       return;
     case SettingKind::kChoice:
       if (!fits || value >= setting.choices.size()) {
+        // "'a' or 'b'", "'a', 'b' or 'c'"
         std::string names;
-        for (const auto& choice : setting.choices) {
-          names += (names.empty() ? "" : " or ") + quoted(choice);
+        for (std::size_t i = 0; i < setting.choices.size(); ++i) {
+          const bool last = i + 1 == setting.choices.size();
+          names += (i == 0 ? "" : last ? " or " : ", ") + quoted(setting.choices[i]);
         }
         throw UsageError(refused + names + given);
       }

@@ -109,6 +109,7 @@ bool selected_in_parts(const Leaf& leaf, const PartSizes& sizes) {
       return stored_as_elements(leaf);
     case Route::kCpuDecode:
     case Route::kDeviceDecode:
+    case Route::kIsolatedDecode:
       return leaf.planned().chain->decodes_as_stream();
     case Route::kFill:
       return false;
@@ -375,6 +376,7 @@ bool staged_in_parts(const Leaf& leaf, const PartSizes& sizes) {
       return (staged > sizes.staging.slot_bytes || slot_bound) && decodes_in_parts(leaf);
     }
     case Route::kDeviceDecode:
+    case Route::kIsolatedDecode:
       return staged > sizes.staging.bytes && decodes_in_parts(leaf);
     case Route::kFill:
       return false;

@@ -126,7 +126,7 @@ std::size_t fetch_ahead(std::span<const Leaf> batch, std::size_t slots) {
   if (slots < 2) return 0;
   bool cpu = false;
   for (const auto& leaf : batch) {
-    if (leaf.decoding.route == Route::kDeviceDecode) return slots / 2;
+    if (decodes_on_device(leaf.decoding.route)) return slots / 2;
     cpu = cpu || leaf.decoding.route == Route::kCpuDecode || checks_around(leaf);
   }
   return cpu ? slots - 1 : slots / 2;
@@ -158,7 +158,7 @@ std::vector<Batch> pack_batches(std::span<Leaf> leaves, std::size_t capacity, st
       // their slot: decoding is slow per chunk and fast only with many chunks at once, and a CPU
       // batch's chunks are decoded by as many threads as it holds chunks.
       const bool decoding = decodes > 0 || cpu_decodes > 0 ||
-                            leaf.decoding.route == Route::kDeviceDecode ||
+                            decodes_on_device(leaf.decoding.route) ||
                             leaf.decoding.route == Route::kCpuDecode;
       if (end > begin && !decoding && at + need > target) break;
       // A read that waits for its device decodes cuts them finer (decode_batch_target).

@@ -24,9 +24,17 @@ namespace zarr_device::device_read {
 enum class Route {
   kFill,          // not stored: fill value
   kCopy,          // stored bytes are the elements: copy or scatter from staging
-  kDeviceDecode,  // one compressor the device decodes, then copy or scatter
-  kCpuDecode,     // decoded on a CPU thread into staging, then copy or scatter
+  kDeviceDecode,  // one compressor the device decodes in the caller's process, then placed
+  // The same decoded in the decoder process (cuda/isolated_decoder.hpp), into memory of its own,
+  // then placed where it decoded as the metadata says; staged as kDeviceDecode is.
+  kIsolatedDecode,
+  kCpuDecode,  // decoded on a CPU thread into staging, then copy or scatter
 };
+
+// Whether a leaf's stored bytes are staged as they are, for the device to decode.
+inline bool decodes_on_device(Route route) {
+  return route == Route::kDeviceDecode || route == Route::kIsolatedDecode;
+}
 
 using DecodeKind = DeviceDecoding::Kind;
 

@@ -131,6 +131,7 @@ std::size_t staged_bytes(const Leaf& leaf) {
       return leaf.planned().spec->dtype->size;
     case Route::kCopy:
     case Route::kDeviceDecode:
+    case Route::kIsolatedDecode:
       return leaf.stored.length;
     case Route::kCpuDecode:
       return selection_bytes(leaf);
@@ -178,9 +179,18 @@ Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoder
   decoding.accepts = d->accepts;
   decoding.header = d->header;
   decoding.trailer += d->trailer;
-  const bool allowed =
-      policy == GpuDecode::kTrusted || (policy == GpuDecode::kChecked && decoding.crc32c > 0);
-  decoding.route = allowed && decoders.has(d->kind) ? Route::kDeviceDecode : Route::kCpuDecode;
+  const bool vouched = decoding.crc32c > 0;
+  const bool in_process =
+      policy == GpuDecode::kTrusted || (policy == GpuDecode::kChecked && vouched);
+  const bool isolated =
+      policy == GpuDecode::kIsolated || (policy == GpuDecode::kChecked && !vouched);
+  if (in_process && decoders.has(d->kind)) {
+    decoding.route = Route::kDeviceDecode;
+  } else if (isolated && decoders.has_isolated(d->kind)) {
+    decoding.route = Route::kIsolatedDecode;
+  } else {
+    decoding.route = Route::kCpuDecode;
+  }
   return decoding;
 }
 

@@ -16,10 +16,15 @@ namespace zarr_device::device_read {
 // The targets of a device read: their outputs are device memory.
 using read::ReadTarget;
 
-// The device decoders present (nvCOMP's, on this machine), by kind.
+// The device decoders present (nvCOMP's, on this machine), by kind: in the caller's process, and
+// in the decoder process (where its program is installed).
 struct DeviceDecoders {
   std::array<bool, DeviceDecoding::kKinds> present{};
+  std::array<bool, DeviceDecoding::kKinds> isolated{};
   [[nodiscard]] bool has(DecodeKind kind) const { return present[static_cast<std::size_t>(kind)]; }
+  [[nodiscard]] bool has_isolated(DecodeKind kind) const {
+    return isolated[static_cast<std::size_t>(kind)];
+  }
 };
 
 // A chunk changed between a read's plan and its fetch (a writer replaced it): the read starts
@@ -50,7 +55,8 @@ std::vector<Leaf> plan_reads(std::span<const ReadTarget> targets, const DeviceDe
                              PlanSizes sizes = PlanSizes::kAtFetch);
 
 // Decides how a stored chunk travels: by what its codecs can do on the device, the decoders
-// present and the policy (kChecked: device decoding only under a crc32c).
+// present and the policy (GpuDecode says which chunks decode in the caller's process, which in the
+// decoder process).
 Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoders,
                       GpuDecode policy);
 

@@ -19,8 +19,7 @@ namespace {
 
 // (A chunk's part is fetched by fetch_part, whatever its route.)
 bool staged_from_store(const Leaf& l) {
-  return !l.part.chunk &&
-         (l.decoding.route == Route::kCopy || l.decoding.route == Route::kDeviceDecode);
+  return !l.part.chunk && (l.decoding.route == Route::kCopy || decodes_on_device(l.decoding.route));
 }
 
 // Verifies a staged leaf's checksums and sizes. Returns false when a device decoder cannot take
@@ -40,11 +39,12 @@ bool check_staged(const Leaf& leaf, const std::byte* host) {
                      std::to_string(leaf.planned().spec->nbytes()) +
                      " for its shape and data type");
   }
-  return leaf.decoding.route != Route::kDeviceDecode ||
+  return !decodes_on_device(leaf.decoding.route) ||
          device_can_take(leaf, {host + leaf.staging.offset, leaf.stored.length});
 }
 
-// Decodes a leaf on the CPU into its staged layout (from its stored bytes in `stored`).
+}  // namespace
+
 ByteArray decode_on_cpu(const Leaf& leaf, const Buffer& stored) {
   ByteArray decoded(selection_bytes(leaf));
   auto [counts, strides] = staged_layout(leaf);
@@ -52,6 +52,8 @@ ByteArray decode_on_cpu(const Leaf& leaf, const Buffer& stored) {
                                     StridedView{decoded.data(), counts, strides});
   return decoded;
 }
+
+namespace {
 
 // What a chunk planned without its size (StoredBytes::sized) turns out to be once opened.
 enum class Opened {
@@ -75,7 +77,7 @@ Opened size_on_open(Leaf& leaf, std::byte* dst) {
                      std::to_string(leaf.stored.length) +
                      " for its shape, data type and checksums");
   }
-  const bool fits = leaf.decoding.route != Route::kDeviceDecode || size <= leaf.staging.bytes;
+  const bool fits = !decodes_on_device(leaf.decoding.route) || size <= leaf.staging.bytes;
   leaf.stored.length = size;
   leaf.stored.sized = true;
   return fits ? Opened::kStored : Opened::kTooLarge;

@@ -39,6 +39,10 @@ struct CpuDecoded {
   ByteArray bytes;
 };
 
+// Decodes a leaf on the CPU into its staged layout (from its stored bytes, `stored`): the codecs'
+// typed errors for bytes they reject.
+ByteArray decode_on_cpu(const Leaf& leaf, const Buffer& stored);
+
 // Reads and checks a batch into `host` (a staging slot) on `pool`: opens one version of each
 // whole chunk for the batch (shards keep the version their index came from), ValueChanged when a
 // chunk's size is not the one planned. A chunk planned without its size (StoredBytes::sized) is

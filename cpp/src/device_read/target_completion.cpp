@@ -37,7 +37,7 @@ void announce_long_ranges(std::span<const Leaf> batch, std::uint64_t min_bytes) 
       end += batch[j].stored.length;
       ++j;
     }
-    if ((leaf.decoding.route == Route::kCopy || leaf.decoding.route == Route::kDeviceDecode) &&
+    if ((leaf.decoding.route == Route::kCopy || decodes_on_device(leaf.decoding.route)) &&
         end - leaf.stored.offset >= min_bytes) {
       leaf.planned().source().will_need(leaf.planned().key, leaf.stored.offset,
                                         end - leaf.stored.offset);

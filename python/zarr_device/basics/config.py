@@ -52,7 +52,8 @@ def _size(minimum: int, maximum: int, zero_is_automatic: bool) -> Callable[[Any,
 def _choice(*choices: str) -> Callable[[Any, str], str]:
     def parse(value: Any, what: str) -> str:
         if value not in choices:
-            raise UsageError(f"{what} must be {' or '.join(map(repr, choices))}, not {value!r}")
+            names = ", ".join(map(repr, choices[:-1])) + " or " if len(choices) > 1 else ""
+            raise UsageError(f"{what} must be {names}{choices[-1]!r}, not {value!r}")
         return str(value)
 
     return parse
@@ -76,7 +77,7 @@ class IoConfig:
     # the engine's (see the docstring made below).
     threads: int = _TABLE["threads"]["default"]
     max_inflight_bytes: int = _TABLE["max_inflight_bytes"]["default"]
-    gpu_decode: Literal["checked", "trusted", "off"] = _TABLE["gpu_decode"]["default"]
+    gpu_decode: Literal["checked", "trusted", "off", "isolated"] = _TABLE["gpu_decode"]["default"]
     staging_bytes: int = _TABLE["staging_bytes"]["default"]
     decode_bytes: int = _TABLE["decode_bytes"]["default"]
     staging_slots: int = _TABLE["staging_slots"]["default"]

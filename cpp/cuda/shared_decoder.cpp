@@ -1,0 +1,73 @@
+#include "shared_decoder.hpp"
+
+#include <map>
+
+namespace zarr_device::cuda {
+
+SharedDecoder& SharedDecoder::of(int device) {
+  static std::mutex mutex;
+  static auto* const decoders = new std::map<int, std::unique_ptr<SharedDecoder>>();
+  const std::lock_guard guard(mutex);
+  auto& decoder = (*decoders)[device];
+  if (!decoder) decoder.reset(new SharedDecoder(device));
+  return *decoder;
+}
+
+bool SharedDecoder::available() const {
+  const std::lock_guard guard(mutex_);
+  if (failed_to_start_) return false;
+  if (looked_up_) return !program_.empty();
+  return !decoder_program().empty();
+}
+
+SharedDecoder::Lease SharedDecoder::lease() {
+  Lease lease{std::unique_lock(mutex_), nullptr};
+  if (!looked_up_) {
+    program_ = decoder_program();
+    looked_up_ = true;
+  }
+  if (failed_to_start_ || program_.empty()) return lease;
+  if (!decoder_) {
+    decoder_ = std::make_unique<IsolatedDecoder>(device_, kInputBytes, kOutputBytes, program_);
+  }
+  lease.decoder = decoder_.get();
+  return lease;
+}
+
+void SharedDecoder::record(const IsolatedDecoder::Outcome& outcome) {
+  // (Called with the lease's lock held.)
+  const std::size_t chunks = outcome.decoded.size();
+  ++calls_;
+  chunks_ += chunks;
+  std::size_t decoded = 0;
+  for (const bool d : outcome.decoded) decoded += d ? 1 : 0;
+  not_decoded_ += chunks - decoded;
+  if (!outcome.why.empty()) {
+    ++failures_;
+    last_failure_ = outcome.why;
+  }
+  failed_to_start_ = failed_to_start_ || outcome.failed_to_start;
+}
+
+nlohmann::json SharedDecoder::info() const {
+  const std::lock_guard guard(mutex_);
+  const std::string program = looked_up_ ? program_ : decoder_program();
+  return {{"available", !failed_to_start_ && !program.empty()},
+          {"program", program.empty() ? nlohmann::json(nullptr) : nlohmann::json(program)},
+          {"starts", starts_before_ + (decoder_ ? decoder_->starts() : 0)},
+          {"calls", calls_},
+          {"chunks", chunks_},
+          {"not_decoded", not_decoded_},
+          {"failures", failures_},
+          {"last_failure", last_failure_}};
+}
+
+void SharedDecoder::release() {
+  const std::lock_guard guard(mutex_);
+  if (decoder_) starts_before_ += decoder_->starts();
+  decoder_.reset();
+  failed_to_start_ = false;
+  looked_up_ = false;
+}
+
+}  // namespace zarr_device::cuda

@@ -1,0 +1,68 @@
+// The decoder process of each device (isolated_decoder.hpp), shared by every read of this process
+// onto it, one batch at a time: made on first use, kept until release_cuda_memory, and known
+// unavailable once it failed to start (its chunks are then planned for the CPU). Internal to
+// cpp/cuda.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "isolated_decoder.hpp"
+
+namespace zarr_device::cuda {
+
+class SharedDecoder {
+ public:
+  // Memory the engine lends each device's decoder process: the stored bytes of a call, and what
+  // they decode to (with a guard band after each chunk). A batch larger than these goes in several
+  // calls; a chunk larger alone decodes on the CPU.
+  static constexpr std::size_t kInputBytes = std::size_t{128} << 20;
+  static constexpr std::size_t kOutputBytes = std::size_t{256} << 20;
+
+  // The one of `device`. Never destroyed: its process ends with the caller's, whose end closes
+  // the socket the process reads from.
+  static SharedDecoder& of(int device);
+
+  // Whether reads may plan chunks for it: its program is installed and it has not failed to start.
+  [[nodiscard]] bool available() const;
+
+  // The decoder for one caller at a time, while the lease lives; null where it is unavailable.
+  struct Lease {
+    std::unique_lock<std::mutex> lock;
+    IsolatedDecoder* decoder = nullptr;
+  };
+  Lease lease();
+
+  // What a lease's holder got from one call of the decoder (its chunks, those it did not decode,
+  // how it failed); a failed start makes the decoder unavailable.
+  void record(const IsolatedDecoder::Outcome& outcome);
+
+  // {"available", "program", "starts", "calls", "chunks", "not_decoded", "failures",
+  //  "last_failure"}.
+  [[nodiscard]] nlohmann::json info() const;
+
+  // Ends the process and frees the arenas (the next use starts another), and forgets a failed
+  // start.
+  void release();
+
+ private:
+  explicit SharedDecoder(int device) : device_(device) {}
+
+  int device_;
+  mutable std::mutex mutex_;  // the decoder and every field below
+  std::unique_ptr<IsolatedDecoder> decoder_;
+  std::string program_;
+  bool looked_up_ = false;
+  bool failed_to_start_ = false;
+  std::size_t starts_before_ = 0;  // of decoders released
+  std::size_t calls_ = 0;
+  std::size_t chunks_ = 0;
+  std::size_t not_decoded_ = 0;
+  std::size_t failures_ = 0;
+  std::string last_failure_;
+};
+
+}  // namespace zarr_device::cuda

@@ -1,0 +1,182 @@
+"""Chunks no checksum vouches for, decoded on a GPU in the decoder process (marker ``gpu``): the
+data users have (zstd without a checksum, gzip, zlib, LZ4) read onto the GPU by default and equal
+to the host's read bit for bit; damaged chunks cost the decoder process, never the caller's CUDA
+context, and are reported as the CPU's decoders report them, naming the chunk."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import assert_bits_equal, lying_chunk_array
+
+import zarr_device as zd
+from zarr_device import _core
+
+N_GPUS = zd.cuda_device_count()
+gpu = pytest.mark.skipif(N_GPUS == 0, reason="no CUDA device visible to zarr_device (or a build without CUDA)")
+
+# The compressors users' data comes with, none of them with a checksum.
+UNCHECKED = {
+    "zstd": "zstd",
+    "gzip": "gzip",
+    "zlib": [{"name": "numcodecs.zlib", "configuration": {"level": 1}}],
+    "lz4": [{"name": "numcodecs.lz4", "configuration": {"acceleration": 1}}],
+}
+
+
+def _decoder() -> dict[str, Any]:
+    info: dict[str, Any] = _core.isolated_decoding_info(0)
+    return info
+
+
+@pytest.fixture
+def decoder_process() -> Iterator[None]:
+    """The decoder process is installed beside the engine (or the test skips); the default policy
+    is in force."""
+    if not _decoder()["available"]:
+        pytest.skip(f"no decoder process: {zd.cuda_build_info().get('decoder_program')}")
+    previous = zd.set_config(gpu_decode="checked", decode_sharing="off")
+    try:
+        yield
+    finally:
+        zd.set_config(gpu_decode=previous.gpu_decode, decode_sharing=previous.decode_sharing)
+
+
+def _array(root: Path, compressors: Any, *, shape: tuple[int, ...] = (96, 1000), chunks: tuple[int, ...] = (8, 1000),
+           shards: tuple[int, ...] | None = None, dtype: str = "float32", seed: int = 3) -> zd.Array:
+    rng = np.random.default_rng(seed)
+    arr = zd.create(root, shape=shape, dtype=dtype, chunks=chunks, shards=shards, compressors=compressors)
+    arr[...] = rng.integers(-40, 40, size=shape).astype(dtype)
+    return arr
+
+
+def _on_device(arr: zd.Array, selection: Any = Ellipsis) -> np.ndarray:
+    torch = pytest.importorskip("torch")
+    tensor = arr.read(selection, device="cuda:0", like="torch")
+    assert tensor.device.type == "cuda"
+    host: np.ndarray = tensor.cpu().contiguous().view(torch.uint8).numpy()
+    return host
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.usefixtures("decoder_process")
+@pytest.mark.parametrize("name", sorted(UNCHECKED))
+def test_unchecked_chunks_decode_in_the_decoder_process(tmp_path: Path, name: str) -> None:
+    arr = _array(tmp_path / "a.zarr", UNCHECKED[name])
+    before = _decoder()
+    got = _on_device(arr)
+    after = _decoder()
+    expected = np.ascontiguousarray(arr[...])
+    assert_bits_equal(got.view(expected.dtype).reshape(expected.shape), expected, name)
+    assert after["chunks"] - before["chunks"] == 12  # every chunk went to the decoder process
+    assert after["not_decoded"] == before["not_decoded"]
+    # A selection across chunks, sharded chunks and a big-endian type take the same route.
+    part = _on_device(arr, (slice(5, 61, 3), slice(17, 900)))
+    assert_bits_equal(part.view(expected.dtype).reshape(19, 883), expected[5:61:3, 17:900], name)
+    sharded = _array(tmp_path / "s.zarr", UNCHECKED[name], shards=(32, 1000), dtype=">i4")
+    want = np.ascontiguousarray(sharded[...])
+    assert_bits_equal(_on_device(sharded).view(want.dtype).reshape(want.shape), want, name)
+    assert _decoder()["chunks"] - after["chunks"] >= 12 + 12
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.usefixtures("decoder_process")
+def test_policies_choose_where_chunks_decode(tmp_path: Path) -> None:
+    checked = _array(tmp_path / "c.zarr", [{"name": "zstd"}, {"name": "crc32c"}])
+    unchecked = _array(tmp_path / "u.zarr", "zstd")
+    expected = {a: np.ascontiguousarray(a[...]) for a in (checked, unchecked)}
+
+    def sent(arr: zd.Array, policy: str) -> int:
+        zd.set_config(gpu_decode=policy)
+        before = _decoder()["chunks"]
+        got = _on_device(arr)
+        assert_bits_equal(got.view(np.float32).reshape(arr.shape), expected[arr], policy)
+        return int(_decoder()["chunks"] - before)
+
+    assert sent(checked, "checked") == 0  # a crc32c vouches: decoded in this process
+    assert sent(unchecked, "checked") == 12
+    assert sent(checked, "isolated") == 12  # no checksum vouches against a forger
+    assert sent(unchecked, "trusted") == 0
+    assert sent(unchecked, "off") == 0
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.usefixtures("decoder_process")
+def test_a_chunk_the_gpu_finds_short_is_the_cpus_error_under_isolated(tmp_path: Path) -> None:
+    bad = lying_chunk_array(tmp_path)  # valid crc32c, a frame shorter than it declares
+    zd.set_config(gpu_decode="isolated")
+    before = _decoder()
+    with pytest.raises(zd.CodecError, match="c/0"):
+        _on_device(bad)
+    after = _decoder()
+    assert after["not_decoded"] - before["not_decoded"] == 1  # the process refused it; so did the CPU
+
+
+def _damaged(frame: bytes, kind: str, rng: np.random.Generator) -> bytes:
+    """One way of damaging a stored chunk, as the fuzz campaign does (cpp/fuzz/nvcomp_cases.hpp)."""
+    data = bytearray(frame)
+    body = max(len(data) - 12, 1)
+    if kind == "flips":
+        for _ in range(int(rng.integers(1, 9))):
+            data[12 + int(rng.integers(0, body))] ^= 1 << int(rng.integers(0, 8))
+    elif kind == "span_zero":
+        at = 6 + int(rng.integers(0, max(len(data) - 6, 1)))
+        n = min(int(rng.integers(4, 64)), len(data) - at)
+        data[at:at + n] = bytes(n)
+    elif kind == "garbage":
+        at = 12 + int(rng.integers(0, body))
+        data[at:] = rng.integers(0, 256, size=len(data) - at, dtype=np.uint8).tobytes()
+    elif kind == "truncated":
+        data = data[: max(int(rng.integers(1, len(data))), 1)]
+    elif kind == "header_words":
+        for _ in range(4):
+            at = 4 + int(rng.integers(0, min(len(data) - 4, 24)))
+            data[at] = int(rng.integers(0, 256))
+    return bytes(data)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.usefixtures("decoder_process")
+@pytest.mark.parametrize("name", ["zstd", "gzip", "lz4"])
+def test_damaged_chunks_never_reach_the_callers_context(tmp_path: Path, name: str) -> None:
+    """Chunks damaged the ways that faulted, hung or wrote past their output in nvCOMP's campaign:
+    each read either raises the CPU's typed error naming the chunk or returns, and afterwards this
+    process's CUDA context still reads, copies and computes."""
+    torch = pytest.importorskip("torch")
+    arr = _array(tmp_path / "a.zarr", UNCHECKED[name], shape=(64, 4096), chunks=(4, 4096))
+    good = np.ascontiguousarray(arr[...])
+    frames = {i: (tmp_path / "a.zarr" / "c" / str(i) / "0").read_bytes() for i in range(16)}
+    rng = np.random.default_rng(2026)
+    errors = 0
+    for round_ in range(6):
+        damaged = {}
+        for i, kind in enumerate(["flips", "span_zero", "garbage", "truncated", "header_words"] * 3):
+            if i >= 16:
+                break
+            damaged[i] = _damaged(frames[i], kind, rng)
+            (tmp_path / "a.zarr" / "c" / str(i) / "0").write_bytes(damaged[i])
+        try:
+            host: np.ndarray | None = np.ascontiguousarray(arr[...])
+        except zd.CodecError:
+            host = None
+        try:
+            _on_device(arr)
+        except zd.CodecError as e:
+            errors += 1
+            assert "chunk 'c/" in str(e), str(e)
+            assert host is None, f"round {round_}: the GPU read raised where the host read did not: {e}"
+        for i, frame in frames.items():
+            (tmp_path / "a.zarr" / "c" / str(i) / "0").write_bytes(frame)
+        # The caller's context is whole: the same array reads right, and torch computes.
+        assert_bits_equal(_on_device(arr).view(good.dtype).reshape(good.shape), good, f"round {round_}")
+        x = torch.arange(1 << 20, device="cuda:0", dtype=torch.float32)
+        assert float(x.sum().item()) == float((1 << 20) * ((1 << 20) - 1) / 2)
+    assert errors > 0  # the damage was found at least once
