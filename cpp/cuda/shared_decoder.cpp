@@ -13,22 +13,32 @@ SharedDecoder& SharedDecoder::of(int device) {
   return *decoder;
 }
 
+const std::string& SharedDecoder::program() const {
+  if (!looked_up_) {  // once, not on every read's plan
+    program_ = decoder_program();
+    looked_up_ = true;
+  }
+  return program_;
+}
+
 bool SharedDecoder::available() const {
   const std::lock_guard guard(mutex_);
-  if (failed_to_start_) return false;
-  if (looked_up_) return !program_.empty();
-  return !decoder_program().empty();
+  return !failed_to_start_ && !program().empty();
 }
 
 SharedDecoder::Lease SharedDecoder::lease() {
   Lease lease{std::unique_lock(mutex_), nullptr};
-  if (!looked_up_) {
-    program_ = decoder_program();
-    looked_up_ = true;
-  }
-  if (failed_to_start_ || program_.empty()) return lease;
+  if (failed_to_start_ || program().empty()) return lease;
   if (!decoder_) {
-    decoder_ = std::make_unique<IsolatedDecoder>(device_, kInputBytes, kOutputBytes, program_);
+    try {
+      decoder_ = std::make_unique<IsolatedDecoder>(device_, kInputBytes, kOutputBytes, program_);
+    } catch (const Error& e) {
+      // No memory for its arenas: the chunks decode on the CPU, as where it is not installed.
+      failed_to_start_ = true;
+      ++failures_;
+      last_failure_ = e.what();
+      return lease;
+    }
   }
   lease.decoder = decoder_.get();
   return lease;
@@ -51,7 +61,7 @@ void SharedDecoder::record(const IsolatedDecoder::Outcome& outcome) {
 
 nlohmann::json SharedDecoder::info() const {
   const std::lock_guard guard(mutex_);
-  const std::string program = looked_up_ ? program_ : decoder_program();
+  const std::string& program = this->program();
   return {{"available", !failed_to_start_ && !program.empty()},
           {"program", program.empty() ? nlohmann::json(nullptr) : nlohmann::json(program)},
           {"starts", starts_before_ + (decoder_ ? decoder_->starts() : 0)},

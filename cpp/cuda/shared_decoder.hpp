@@ -50,12 +50,14 @@ class SharedDecoder {
 
  private:
   explicit SharedDecoder(int device) : device_(device) {}
+  // decoder_program(), looked up on first use (with mutex_ held).
+  const std::string& program() const;
 
   int device_;
   mutable std::mutex mutex_;  // the decoder and every field below
   std::unique_ptr<IsolatedDecoder> decoder_;
-  std::string program_;
-  bool looked_up_ = false;
+  mutable std::string program_;
+  mutable bool looked_up_ = false;
   bool failed_to_start_ = false;
   std::size_t starts_before_ = 0;  // of decoders released
   std::size_t calls_ = 0;

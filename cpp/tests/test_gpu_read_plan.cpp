@@ -77,6 +77,9 @@ TEST(GpuReadPlan, ChunksNoChecksumVouchesForGoToTheDecoderProcess) {
   const json zstd = json::array({{{"name", "bytes"}}, {{"name", "zstd"}}});
   const json lz4 = json::array({{{"name", "bytes"}}, {{"name", "numcodecs.lz4"}}});
   const json blosc = json::array({{{"name", "bytes"}}, {{"name", "blosc"}}});
+  const json gzip = json::array({{{"name", "bytes"}}, {{"name", "gzip"}}});
+  const json gzip_crc =
+      json::array({{{"name", "bytes"}}, {{"name", "gzip"}}, {{"name", "crc32c"}}});
   struct Case {
     json codecs;
     GpuDecode policy;
@@ -92,6 +95,12 @@ TEST(GpuReadPlan, ChunksNoChecksumVouchesForGoToTheDecoderProcess) {
       {zstd, GpuDecode::kOff, Route::kCpuDecode},
       {kZstdCrc, GpuDecode::kOff, Route::kCpuDecode},
       {blosc, GpuDecode::kIsolated, Route::kCpuDecode},
+      // gzip's CRC-32 and zlib's Adler-32 are not verified on the device: the CPU keeps them.
+      {gzip, GpuDecode::kChecked, Route::kCpuDecode},
+      {gzip, GpuDecode::kIsolated, Route::kCpuDecode},
+      {gzip_crc, GpuDecode::kChecked, Route::kDeviceDecode},
+      {gzip_crc, GpuDecode::kIsolated, Route::kIsolatedDecode},
+      {gzip, GpuDecode::kTrusted, Route::kDeviceDecode},
       {json::array({{{"name", "bytes"}}}), GpuDecode::kIsolated, Route::kCopy},
   };
   int n = 0;

@@ -1,7 +1,9 @@
 """Chunks no checksum vouches for, decoded on a GPU in the decoder process (marker ``gpu``): the
-data users have (zstd without a checksum, gzip, zlib, LZ4) read onto the GPU by default and equal
-to the host's read bit for bit; damaged chunks cost the decoder process, never the caller's CUDA
-context, and are reported as the CPU's decoders report them, naming the chunk."""
+data users have (zstd without a checksum, LZ4) read onto the GPU by default and equal to the
+host's read bit for bit; damaged chunks cost the decoder process, never the caller's CUDA context,
+and are reported as the CPU's decoders report them, naming the chunk. gzip and zlib chunks carry a
+check (CRC-32, Adler-32) the device does not verify: they decode on the CPU unless a crc32c
+vouches for them."""
 
 from __future__ import annotations
 
@@ -19,12 +21,15 @@ from zarr_device import _core
 N_GPUS = zd.cuda_device_count()
 gpu = pytest.mark.skipif(N_GPUS == 0, reason="no CUDA device visible to zarr_device (or a build without CUDA)")
 
-# The compressors users' data comes with, none of them with a checksum.
+# The compressors users' data comes with and the decoder process takes without a checksum.
 UNCHECKED = {
     "zstd": "zstd",
+    "lz4": [{"name": "numcodecs.lz4", "configuration": {"acceleration": 1}}],
+}
+# Those whose own check only the CPU verifies.
+SELF_CHECKED = {
     "gzip": "gzip",
     "zlib": [{"name": "numcodecs.zlib", "configuration": {"level": 1}}],
-    "lz4": [{"name": "numcodecs.lz4", "configuration": {"acceleration": 1}}],
 }
 
 
@@ -81,7 +86,7 @@ def test_unchecked_chunks_decode_in_the_decoder_process(tmp_path: Path, name: st
     sharded = _array(tmp_path / "s.zarr", UNCHECKED[name], shards=(32, 1000), dtype=">i4")
     want = np.ascontiguousarray(sharded[...])
     assert_bits_equal(_on_device(sharded).view(want.dtype).reshape(want.shape), want, name)
-    assert _decoder()["chunks"] - after["chunks"] >= 12 + 12
+    assert _decoder()["chunks"] - after["chunks"] == 8 + 12  # the selection's 8, the shards' 12
 
 
 @pytest.mark.gpu
@@ -90,13 +95,14 @@ def test_unchecked_chunks_decode_in_the_decoder_process(tmp_path: Path, name: st
 def test_policies_choose_where_chunks_decode(tmp_path: Path) -> None:
     checked = _array(tmp_path / "c.zarr", [{"name": "zstd"}, {"name": "crc32c"}])
     unchecked = _array(tmp_path / "u.zarr", "zstd")
-    expected = {a: np.ascontiguousarray(a[...]) for a in (checked, unchecked)}
 
     def sent(arr: zd.Array, policy: str) -> int:
+        """Chunks of a read of ``arr`` under ``policy`` that went to the decoder process."""
+        expected = np.ascontiguousarray(arr[...])
         zd.set_config(gpu_decode=policy)
         before = _decoder()["chunks"]
         got = _on_device(arr)
-        assert_bits_equal(got.view(np.float32).reshape(arr.shape), expected[arr], policy)
+        assert_bits_equal(got.view(expected.dtype).reshape(arr.shape), expected, policy)
         return int(_decoder()["chunks"] - before)
 
     assert sent(checked, "checked") == 0  # a crc32c vouches: decoded in this process
@@ -104,6 +110,13 @@ def test_policies_choose_where_chunks_decode(tmp_path: Path) -> None:
     assert sent(checked, "isolated") == 12  # no checksum vouches against a forger
     assert sent(unchecked, "trusted") == 0
     assert sent(unchecked, "off") == 0
+    for name, compressors in SELF_CHECKED.items():
+        own = _array(tmp_path / f"{name}.zarr", compressors)
+        assert sent(own, "checked") == 0, name  # its CRC-32 or Adler-32: verified on the CPU
+        assert sent(own, "isolated") == 0, name
+        chain = compressors if isinstance(compressors, list) else [{"name": compressors}]
+        vouched = _array(tmp_path / f"{name}-crc.zarr", [*chain, {"name": "crc32c"}])
+        assert sent(vouched, "isolated") == 12, name
 
 
 @pytest.mark.gpu
@@ -145,7 +158,7 @@ def _damaged(frame: bytes, kind: str, rng: np.random.Generator) -> bytes:
 @pytest.mark.gpu
 @gpu
 @pytest.mark.usefixtures("decoder_process")
-@pytest.mark.parametrize("name", ["zstd", "gzip", "lz4"])
+@pytest.mark.parametrize("name", sorted(UNCHECKED))
 def test_damaged_chunks_never_reach_the_callers_context(tmp_path: Path, name: str) -> None:
     """Chunks damaged the ways that faulted, hung or wrote past their output in nvCOMP's campaign:
     each read either raises the CPU's typed error naming the chunk or returns, and afterwards this

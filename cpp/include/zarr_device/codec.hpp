@@ -166,6 +166,10 @@ struct DeviceDecoding {
   // the stream is shorter); 0 where it is unknown or not a compressed block. How soon the device
   // decodes a chunk follows its blocks' size for zstd (device_read/decode_share.hpp).
   std::size_t (*first_block)(std::span<const std::byte> head) = nullptr;
+  // The stored form carries a check of the decoded bytes (gzip's CRC-32, zlib's Adler-32) that
+  // the device decoder does not verify, so only a chunk a crc32c vouches for decodes on the device
+  // unless the caller trusts its data: the CPU verifies the check where nothing else does.
+  bool skips_check = false;
 };
 
 // Decodes a codec's encoded bytes, pulled from a source as it needs them, into its decoded bytes,

@@ -136,9 +136,9 @@ class DeflateCodec final : public BytesToBytesCodec {
  public:
   [[nodiscard]] std::optional<DeviceDecoding> device_decoding() const override {
     if (wrapper_ == Wrapper::kGzip) {
-      return DeviceDecoding{DeviceDecoding::Kind::kGzip, 0, 0, &gzip_member_of};
+      return DeviceDecoding{DeviceDecoding::Kind::kGzip, 0, 0, &gzip_member_of, nullptr, true};
     }
-    return DeviceDecoding{DeviceDecoding::Kind::kDeflate, 2, 4, &zlib_stream};
+    return DeviceDecoding{DeviceDecoding::Kind::kDeflate, 2, 4, &zlib_stream, nullptr, true};
   }
 
   DeflateCodec(std::string name, MetadataStyle style, Wrapper wrapper, int default_level,

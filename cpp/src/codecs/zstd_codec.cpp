@@ -110,9 +110,14 @@ std::size_t first_compressed_block(std::span<const std::byte> head) {
   return ((block >> 1U) & 3U) == kCompressed ? block >> 3U : 0;
 }
 
-// One standard frame that declares exactly `decoded` bytes: what nvCOMP's zstd decoder takes.
+// One standard frame that declares exactly `decoded` bytes, without a content checksum: what
+// nvCOMP's zstd decoder takes. It does not verify a frame's checksum, so a frame with one decodes
+// on the CPU, which does.
 bool one_frame_of(std::span<const std::byte> stored, std::size_t decoded) {
-  return ZSTD_getFrameContentSize(stored.data(), stored.size()) == decoded &&
+  ZSTD_frameHeader header{};
+  return ZSTD_getFrameHeader(&header, stored.data(), stored.size()) == 0 &&
+         header.frameType == ZSTD_frame && header.checksumFlag == 0 &&
+         ZSTD_getFrameContentSize(stored.data(), stored.size()) == decoded &&
          ZSTD_findFrameCompressedSize(stored.data(), stored.size()) == stored.size();
 }
 

@@ -182,8 +182,10 @@ Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoder
   const bool vouched = decoding.crc32c > 0;
   const bool in_process =
       policy == GpuDecode::kTrusted || (policy == GpuDecode::kChecked && vouched);
+  // (A check the device skips leaves the CPU's the only one: such chunks stay there.)
   const bool isolated =
-      policy == GpuDecode::kIsolated || (policy == GpuDecode::kChecked && !vouched);
+      (vouched || !d->skips_check) &&
+      (policy == GpuDecode::kIsolated || (policy == GpuDecode::kChecked && !vouched));
   if (in_process && decoders.has(d->kind)) {
     decoding.route = Route::kDeviceDecode;
   } else if (isolated && decoders.has_isolated(d->kind)) {
