@@ -51,7 +51,7 @@ struct UnshuffleBlock {
 };
 
 // Undoes the shuffle of `count` blocks (a device array); codecs/blosc_frames.hpp's
-// blosc_byte_unshuffle is the CPU's version, which the GPU tests compare with.
+// byte_unshuffle is the CPU's version, which the GPU tests compare with.
 void launch_byte_unshuffle(const UnshuffleBlock* blocks, std::size_t count, cudaStream_t stream);
 
 // The kernel's arguments for copying elements laid out by `src_strides` (bytes) from `src` into

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "../cuda/kernels.hpp"
-#include "codecs/blosc_frames.hpp"
+#include "codecs/byte_shuffle.hpp"
 #include "zarr_device/cuda_io.hpp"
 
 namespace zarr_device::cuda {
@@ -53,8 +53,7 @@ TEST(CudaDeviceUnshuffle, MatchesTheCpusUnshuffle) {
   at = 0;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     std::vector<std::byte> expected(inputs[i].size());
-    codecs::blosc_byte_unshuffle(inputs[i].data(), expected.data(), expected.size(),
-                                 blocks[i].typesize);
+    codecs::byte_unshuffle(inputs[i].data(), expected.data(), expected.size(), blocks[i].typesize);
     std::vector<std::byte> got(inputs[i].size());
     ASSERT_EQ(cudaMemcpy(got.data(), device + total + at, got.size(), cudaMemcpyDeviceToHost),
               cudaSuccess);

@@ -74,6 +74,10 @@ def _shard(inner: list[int], codecs: list[dict[str, Any]], location: str = "end"
 
 CRC = {"name": "crc32c"}
 
+
+def _shuffle(elementsize: int) -> dict[str, Any]:
+    return {"name": "numcodecs.shuffle", "configuration": {"elementsize": elementsize}}
+
 # name -> builder(dtype, ndim) -> codecs; sharded chains also need inner chunks (see SHARDED)
 Chain = Callable[[np.dtype[Any], int], list[dict[str, Any]]]
 CHAINS: dict[str, Chain] = {
@@ -87,6 +91,11 @@ CHAINS: dict[str, Chain] = {
     "gzip": lambda dt, nd: [bytes_codec(dt), _gzip(5)],
     "crc32c": lambda dt, nd: [bytes_codec(dt), CRC],
     "zstd_crc32c": lambda dt, nd: [bytes_codec(dt), _zstd(3), CRC],
+    # numcodecs' shuffle (as zarr-python writes it), with its element size and without (the item
+    # size then), before zstd and alone.
+    "shuffle_zstd": lambda dt, nd: [bytes_codec(dt), _shuffle(dt.itemsize), {"name": "numcodecs.zstd", "configuration": {"level": 1}}],
+    "shuffle_default_zstd_crc32c": lambda dt, nd: [bytes_codec(dt), {"name": "numcodecs.shuffle", "configuration": {}}, _zstd(1), CRC],
+    "shuffle_2": lambda dt, nd: [bytes_codec(dt), _shuffle(2 if dt.itemsize % 2 == 0 else 1)],
     **{
         f"blosc_{cname}_{shuffle}": (lambda c, s: lambda dt, nd: [bytes_codec(dt), _blosc(c, s, dt.itemsize)])(
             cname, shuffle
@@ -108,10 +117,13 @@ SHARDED: dict[str, Chain] = {
     "shard_index_bytes_only": lambda dt, nd: [_shard(INNER, [bytes_codec(dt), _zstd(1)], "start", [bytes_codec("uint64")])],
     "shard_blosc_inner": lambda dt, nd: [_shard(INNER, [bytes_codec(dt), _blosc("lz4", "bitshuffle", dt.itemsize)], "end")],
     "shard_then_zstd": lambda dt, nd: [_shard(INNER, [bytes_codec(dt)], "end"), _zstd(1)],
+    "shard_shuffle_zstd": lambda dt, nd: [_shard(INNER, [bytes_codec(dt), _shuffle(dt.itemsize), _zstd(1)], "end")],
 }
 
-# Chains tensorstore does not open (a whole-shard compressor after sharding_indexed).
-TENSORSTORE_REFUSES = {"shard_then_zstd"}
+# Chains tensorstore does not open (a whole-shard compressor after sharding_indexed; numcodecs'
+# codecs).
+TENSORSTORE_REFUSES = {"shard_then_zstd", "shuffle_zstd", "shuffle_default_zstd_crc32c", "shuffle_2",
+                       "shard_shuffle_zstd"}
 
 # A few representative types for the full chain matrix, every type for a few chains.
 MATRIX_DTYPES = ["float32", "int16", "complex128", "bool"]

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "codecs/byte_shuffle.hpp"
 #include "codecs/compression_common.hpp"
 
 namespace zarr_device::codecs {
@@ -125,16 +126,6 @@ std::optional<BloscLayout> blosc_layout(std::span<const std::byte> chunk,
   return layout;
 }
 
-void blosc_byte_unshuffle(const std::byte* shuffled, std::byte* out, std::size_t bytes,
-                          std::size_t typesize) {
-  const std::size_t elements = bytes / typesize;
-  for (std::size_t i = 0; i < elements; ++i) {
-    for (std::size_t j = 0; j < typesize; ++j) out[i * typesize + j] = shuffled[j * elements + i];
-  }
-  const std::size_t whole = elements * typesize;
-  std::memcpy(out + whole, shuffled + whole, bytes - whole);
-}
-
 bool decode_blosc_with(const BloscLayout& layout, std::span<const std::byte> chunk,
                        std::span<std::byte> out, std::string& why) {
   if (out.size() != layout.decoded_bytes) {
@@ -192,7 +183,7 @@ bool decode_blosc_with(const BloscLayout& layout, std::span<const std::byte> chu
   }
   if (layout.shuffle == BloscShuffle::kByte) {
     for (const BloscBlock& b : layout.blocks) {
-      blosc_byte_unshuffle(decoded + b.offset, out.data() + b.offset, b.bytes, layout.typesize);
+      byte_unshuffle(decoded + b.offset, out.data() + b.offset, b.bytes, layout.typesize);
     }
   }
   return true;

@@ -61,11 +61,6 @@ inline constexpr std::size_t kBloscHeaderBytes = 16;
 std::optional<BloscLayout> blosc_layout(std::span<const std::byte> chunk,
                                         std::uint64_t decoded_bytes, std::string& why);
 
-// Undoes Blosc's byte shuffle of one block of `bytes` bytes of `typesize`-byte elements: byte j of
-// element i was stored at j * (bytes / typesize) + i; bytes past the last whole element stay put.
-void blosc_byte_unshuffle(const std::byte* shuffled, std::byte* out, std::size_t bytes,
-                          std::size_t typesize);
-
 // Decodes `chunk` through its layout on the CPU: each split by its compressor's library, then the
 // shuffle. False, with `why`, where a split does not decode to its size or the layout needs what
 // this decoder lacks (blosclz and snappy streams, bit shuffle: c-blosc itself decodes those).

@@ -86,6 +86,7 @@ void register_zstd_codecs(CodecRegistry& registry);
 void register_deflate_codecs(CodecRegistry& registry);  // gzip, numcodecs.gzip, numcodecs.zlib
 void register_blosc_codecs(CodecRegistry& registry);
 void register_lz4_codecs(CodecRegistry& registry);
+void register_shuffle_codec(CodecRegistry& registry);
 void register_crc32c_codec(CodecRegistry& registry);
 
 }  // namespace zarr_device::codecs
