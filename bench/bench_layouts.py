@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     parser.add_argument("--json", default=None)
     parser.add_argument("--parts", default="limits,sweep,foreign",
-                        help="limits, sweep, foreign, foreign-crc (not in the default)")
+                        help="limits, sweep, foreign, foreign-crc, shuffle (the last two not in the default)")
     parser.add_argument("--chunks", default=",".join(fmt_bytes(c).replace(" ", "") for c in CHUNKS),
                         help="chunk sizes of the sweep (default 16KiB,...,64MiB)")
     args = parser.parse_args(argv)
@@ -279,6 +279,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                    f"decoder process: {rates['checked'] / rates['trusted']:.2f}x trusted")
         except ImportError:
             log("tensorstore: not installed, skipped")
+
+    if "shuffle" in parts:
+        # numcodecs' shuffle before zstd, as zarr-python writes it: the bytes of each bf16 split into
+        # its high (sign, exponent) and low (mantissa) halves, unshuffled on the GPU after the decode.
+        import zarr
+        import zarr.codecs.numcodecs
+
+        for chunk in (MIB, 4 * MIB):
+            for crc in (False, True):
+                path = os.path.join(out_dir, f"shuffle-{chunk}-{crc}.zarr")
+                compressors: list[Any] = [zarr.codecs.numcodecs.Shuffle(elementsize=2),
+                                          zarr.codecs.ZstdCodec(level=1)]
+                if crc:
+                    compressors.append(zarr.codecs.Crc32cCodec())
+                z = zarr.create_array(path, shape=(rows, COLS), chunks=(rows_of(chunk), COLS), dtype="uint16",
+                                      overwrite=True, compressors=compressors)
+                z[...] = data.view(np.uint16)
+                stored = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+                layout = f"shuffle+zstd{'+crc32c' if crc else ''} chunks {fmt_bytes(chunk)}"
+                rates = {policy: read_gpu(path, layout, policy) for policy in ("trusted", "checked")}
+                record(layout, "shuffle+zstd", "trusted", rates["trusted"], f"stored at {stored / data.nbytes:.3f}")
+                record(layout, "shuffle+zstd", "checked", rates["checked"],
+                       f"{rates['checked'] / rates['trusted']:.2f}x trusted")
 
     if "foreign-crc" in parts:
         for chunk in (MIB, 16 * MIB, 64 * MIB):

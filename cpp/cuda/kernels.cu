@@ -87,7 +87,63 @@ __global__ void byte_unshuffle_kernel(const UnshuffleBlock* blocks) {
   for (std::uint64_t k = whole + threadIdx.x; k < b.bytes; k += blockDim.x) out[k] = in[k];
 }
 
+// One whole chunk's unshuffle over the grid: a thread gathers an element's bytes from the streams
+// (each read coalesced across the warp) and writes the element whole.
+template <int kTypesize>
+__global__ void chunk_unshuffle_kernel(const unsigned char* in, unsigned char* out,
+                                       std::uint64_t elements) {
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+       i < elements; i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    unsigned char element[kTypesize];
+#pragma unroll
+    for (int j = 0; j < kTypesize; ++j) element[j] = in[j * elements + i];
+#pragma unroll
+    for (int j = 0; j < kTypesize; ++j) out[i * kTypesize + j] = element[j];
+  }
+}
+
+__global__ void chunk_unshuffle_any_kernel(const unsigned char* in, unsigned char* out,
+                                           std::uint64_t elements, std::uint64_t typesize) {
+  const std::uint64_t whole = elements * typesize;
+  for (std::uint64_t k = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+       k < whole; k += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    out[k] = in[(k % typesize) * elements + k / typesize];
+  }
+}
+
 }  // namespace
+
+void launch_chunk_unshuffle(const std::byte* shuffled, std::byte* out, std::size_t bytes,
+                            std::size_t typesize, cudaStream_t stream) {
+  const auto* in = reinterpret_cast<const unsigned char*>(shuffled);
+  auto* to = reinterpret_cast<unsigned char*>(out);
+  if (typesize <= 1) {
+    if (bytes > 0) cudaMemcpyAsync(out, shuffled, bytes, cudaMemcpyDeviceToDevice, stream);
+    return;
+  }
+  const std::uint64_t elements = bytes / typesize;
+  const std::uint64_t whole = elements * typesize;
+  const int threads = 256;
+  const std::uint64_t wanted = (elements + threads - 1) / threads;
+  const auto blocks = static_cast<unsigned int>(wanted < 65535 * 8 ? (wanted > 0 ? wanted : 1)
+                                                                   : 65535 * 8);
+  switch (typesize) {
+    case 2:
+      chunk_unshuffle_kernel<2><<<blocks, threads, 0, stream>>>(in, to, elements);
+      break;
+    case 4:
+      chunk_unshuffle_kernel<4><<<blocks, threads, 0, stream>>>(in, to, elements);
+      break;
+    case 8:
+      chunk_unshuffle_kernel<8><<<blocks, threads, 0, stream>>>(in, to, elements);
+      break;
+    default:
+      chunk_unshuffle_any_kernel<<<blocks, threads, 0, stream>>>(in, to, elements, typesize);
+  }
+  if (whole < bytes) {
+    cudaMemcpyAsync(out + whole, shuffled + whole, bytes - whole, cudaMemcpyDeviceToDevice, stream);
+  }
+}
 
 void launch_strided_copy(const StridedCopy& copy, cudaStream_t stream) {
   std::int64_t count = 1;

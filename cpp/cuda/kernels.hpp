@@ -54,6 +54,11 @@ struct UnshuffleBlock {
 // byte_unshuffle is the CPU's version, which the GPU tests compare with.
 void launch_byte_unshuffle(const UnshuffleBlock* blocks, std::size_t count, cudaStream_t stream);
 
+// Undoes the byte shuffle of one whole chunk (numcodecs' shuffle) over the whole GPU: `bytes` bytes
+// of `typesize`-byte elements from `shuffled` into `out` (device memory, not overlapping).
+void launch_chunk_unshuffle(const std::byte* shuffled, std::byte* out, std::size_t bytes,
+                            std::size_t typesize, cudaStream_t stream);
+
 // The kernel's arguments for copying elements laid out by `src_strides` (bytes) from `src` into
 // `dst`, swapping the bytes of each `swap_unit` when `swap`. Dimensions that are contiguous in
 // both are merged; UsageError when more than kMaxKernelRank remain.

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <deque>
 #include <map>
 #include <vector>
 
@@ -21,6 +22,7 @@ namespace zarr_device::cuda {
 
 using device_read::kPlaced;
 using device_read::Route;
+using device_read::unshuffles_in_place;
 
 namespace {
 
@@ -120,6 +122,7 @@ void Reader::decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const st
         ++isolated_calls_;
         isolated_chunks_ += call.leaves.size();
         before_writing();
+        std::deque<DeviceBuffer> unshuffled;  // until the placements from them are done
         for (std::size_t k = 0; k < call.leaves.size(); ++k) {
           Leaf& leaf = batch[call.leaves[k]];
           if (!outcome.decoded[k]) {
@@ -127,8 +130,23 @@ void Reader::decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const st
             continue;
           }
           const auto& planned = leaf.planned();
-          place_on_device(lease.decoder->output() + call.jobs[k].output_offset, *planned.spec,
-                          planned.selection, planned.destination, leaf.decoding.swap, stream);
+          const std::byte* decoded = lease.decoder->output() + call.jobs[k].output_offset;
+          if (leaf.decoding.unshuffle > 1) {
+            if (unshuffles_in_place(leaf)) {
+              launch_chunk_unshuffle(decoded, planned.destination.data, planned.spec->nbytes(),
+                                     leaf.decoding.unshuffle, stream);
+              ZD_CUDA_CHECK(cudaGetLastError());
+              leaf.staging.scratch = kPlaced;
+              continue;
+            }
+            auto& buffer = unshuffled.emplace_back(ctx.gpu_, planned.spec->nbytes());
+            launch_chunk_unshuffle(decoded, static_cast<std::byte*>(buffer.data()),
+                                   planned.spec->nbytes(), leaf.decoding.unshuffle, stream);
+            ZD_CUDA_CHECK(cudaGetLastError());
+            decoded = static_cast<const std::byte*>(buffer.data());
+          }
+          place_on_device(decoded, *planned.spec, planned.selection, planned.destination,
+                          leaf.decoding.swap, stream);
           leaf.staging.scratch = kPlaced;
         }
         // The next call (this batch's, or another read's) writes over the output arena.

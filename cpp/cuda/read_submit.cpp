@@ -68,7 +68,7 @@ struct CopyMerger {
 // Chunks of one decode call decoded into `scratch` (at their `scratch` offsets) moved to their
 // places, before the next call reuses it; `before_writing` first.
 void place_from_scratch(std::span<Leaf> batch, std::span<const std::size_t> members,
-                        const std::byte* scratch, CopyMerger& copies,
+                        std::byte* scratch, CopyMerger& copies,
                         const std::function<void()>& before_writing) {
   for (const std::size_t m : members) {
     auto& leaf = batch[m];
@@ -77,6 +77,22 @@ void place_from_scratch(std::span<Leaf> batch, std::span<const std::size_t> memb
     const auto& planned = leaf.planned();
     const ChunkSpec& spec = *planned.spec;
     const std::byte* decoded = scratch + leaf.staging.scratch;
+    if (leaf.decoding.unshuffle > 1) {
+      // Unshuffled into place, or into the scratch's second half and placed from there.
+      if (unshuffles_in_place(leaf)) {
+        launch_chunk_unshuffle(decoded, planned.destination.data, spec.nbytes(),
+                               leaf.decoding.unshuffle, copies.stream);
+        ZD_CUDA_CHECK(cudaGetLastError());
+        leaf.staging.scratch = kPlaced;
+        continue;
+      }
+      std::byte* unshuffled =
+          scratch + leaf.staging.scratch + align_up(spec.nbytes(), kStagingAlignment);
+      launch_chunk_unshuffle(decoded, unshuffled, spec.nbytes(), leaf.decoding.unshuffle,
+                             copies.stream);
+      ZD_CUDA_CHECK(cudaGetLastError());
+      decoded = unshuffled;
+    }
     if (!leaf.decoding.swap && place::is_full(planned.selection, spec.shape) &&
         place::is_c_contiguous(planned.destination, spec.dtype->size)) {
       // Chunks decoded side by side into the scratch for adjacent places (a tensor's rows) move

@@ -64,6 +64,31 @@ TEST(CudaDeviceUnshuffle, MatchesTheCpusUnshuffle) {
   cudaFree(device);
 }
 
+// A whole chunk's unshuffle over the grid (numcodecs' shuffle), against the CPU's, for element
+// sizes with kernels of their own and without, and sizes with bytes past the last element.
+TEST(CudaDeviceUnshuffle, WholeChunksMatchTheCpusUnshuffle) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(5);
+  std::byte* device = nullptr;
+  constexpr std::size_t kMost = (std::size_t{8} << 20) + 7;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), 2 * kMost), cudaSuccess);
+  for (std::size_t typesize : {1UL, 2UL, 3UL, 4UL, 8UL, 16UL}) {
+    for (std::size_t bytes : {0UL, 5UL, 4096UL, 1000003UL, kMost}) {
+      std::vector<std::byte> in(bytes);
+      for (auto& b : in) b = static_cast<std::byte>(rng());
+      ASSERT_EQ(cudaMemcpy(device, in.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+      launch_chunk_unshuffle(device, device + kMost, bytes, typesize, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<std::byte> expected(bytes);
+      codecs::byte_unshuffle(in.data(), expected.data(), bytes, typesize);
+      std::vector<std::byte> got(bytes);
+      ASSERT_EQ(cudaMemcpy(got.data(), device + kMost, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(got, expected) << "typesize " << typesize << ", " << bytes << " bytes";
+    }
+  }
+  cudaFree(device);
+}
+
 }  // namespace
 }  // namespace zarr_device::cuda
 #endif

@@ -78,6 +78,10 @@ TEST(GpuReadPlan, ChunksNoChecksumVouchesForGoToTheDecoderProcess) {
   const json lz4 = json::array({{{"name", "bytes"}}, {{"name", "numcodecs.lz4"}}});
   const json blosc = json::array({{{"name", "bytes"}}, {{"name", "blosc"}}});
   const json gzip = json::array({{{"name", "bytes"}}, {{"name", "gzip"}}});
+  const json shuffle = {{"name", "numcodecs.shuffle"}, {"configuration", {{"elementsize", 4}}}};
+  const json shuffled = json::array({{{"name", "bytes"}}, shuffle, {{"name", "zstd"}}});
+  const json shuffled_crc =
+      json::array({{{"name", "bytes"}}, shuffle, {{"name", "zstd"}}, {{"name", "crc32c"}}});
   const json gzip_crc =
       json::array({{{"name", "bytes"}}, {{"name", "gzip"}}, {{"name", "crc32c"}}});
   struct Case {
@@ -101,6 +105,8 @@ TEST(GpuReadPlan, ChunksNoChecksumVouchesForGoToTheDecoderProcess) {
       {gzip_crc, GpuDecode::kChecked, Route::kDeviceDecode},
       {gzip_crc, GpuDecode::kIsolated, Route::kIsolatedDecode},
       {gzip, GpuDecode::kTrusted, Route::kDeviceDecode},
+      {shuffled, GpuDecode::kChecked, Route::kIsolatedDecode},
+      {shuffled_crc, GpuDecode::kChecked, Route::kDeviceDecode},
       {json::array({{{"name", "bytes"}}}), GpuDecode::kIsolated, Route::kCopy},
   };
   int n = 0;
@@ -119,6 +125,40 @@ TEST(GpuReadPlan, ChunksNoChecksumVouchesForGoToTheDecoderProcess) {
             Route::kCpuDecode);
   EXPECT_EQ(plan({&target, 1}, GpuDecode::kChecked, all_decoders())[0].decoding.route,
             Route::kCpuDecode);
+}
+
+// numcodecs' shuffle before a device codec is undone on the device, by its element size (which
+// need not be the array's); alone, after the compressor or twice, it leaves the chunk to the CPU.
+TEST(GpuReadPlan, AByteShuffleBeforeTheCompressorIsUndoneOnTheDevice) {
+  auto store = make_memory_store();
+  auto shuffle = [](int size) {
+    return json{{"name", "numcodecs.shuffle"}, {"configuration", {{"elementsize", size}}}};
+  };
+  const json zstd = {{"name", "zstd"}};
+  const json bytes = {{"name", "bytes"}};
+  struct Case {
+    json codecs;
+    Route route;
+    std::size_t unshuffle;
+  };
+  const Case cases[] = {
+      {json::array({bytes, shuffle(4), zstd}), Route::kDeviceDecode, 4},
+      {json::array({bytes, shuffle(2), zstd, {{"name", "crc32c"}}}), Route::kDeviceDecode, 2},
+      {json::array({bytes, shuffle(8), zstd}), Route::kDeviceDecode, 8},
+      {json::array({bytes, shuffle(4)}), Route::kCpuDecode, 1},
+      {json::array({bytes, zstd, shuffle(1)}), Route::kCpuDecode, 1},
+      {json::array({bytes, shuffle(4), shuffle(4), zstd}), Route::kCpuDecode, 1},
+  };
+  int n = 0;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.codecs.dump());
+    auto array = make_array(store, "s" + std::to_string(n++), {8}, {8}, c.codecs);
+    std::vector<std::byte> out;
+    const ReadTarget target = whole(array, out);
+    const auto leaves = plan({&target, 1}, GpuDecode::kTrusted);
+    EXPECT_EQ(leaves[0].decoding.route, c.route);
+    if (c.route == Route::kDeviceDecode) EXPECT_EQ(leaves[0].decoding.unshuffle, c.unshuffle);
+  }
 }
 
 // A leaf keeps its selection and destination as they were before array->array codecs only where

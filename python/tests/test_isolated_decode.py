@@ -193,3 +193,39 @@ def test_damaged_chunks_never_reach_the_callers_context(tmp_path: Path, name: st
         x = torch.arange(1 << 20, device="cuda:0", dtype=torch.float32)
         assert float(x.sum().item()) == float((1 << 20) * ((1 << 20) - 1) / 2)
     assert errors > 0  # the damage was found at least once
+
+
+SHUFFLE = {"name": "numcodecs.shuffle", "configuration": {"elementsize": 2}}
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("policy", ["checked", "trusted", "isolated"])
+def test_shuffled_chunks_are_unshuffled_on_the_device(tmp_path: Path, policy: str) -> None:
+    """numcodecs' shuffle before zstd (as zarr-python writes it): decoded and unshuffled on the GPU
+    under every policy that decodes there, whole chunks and selections, with and without a crc32c,
+    sharded, big-endian, and an element size that is not the item size; bit-equal to the host."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    previous = zd.set_config(gpu_decode=policy, decode_sharing="off")
+    try:
+        for name, dtype, compressors, shards in [
+            ("bf16", "bfloat16", [SHUFFLE, {"name": "zstd"}], None),
+            ("bf16-crc", "bfloat16", [SHUFFLE, {"name": "zstd"}, {"name": "crc32c"}], None),
+            ("f32-sharded", "float32", [{"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}},
+                                        {"name": "zstd"}, {"name": "crc32c"}], (32, 1000)),
+            ("be-f64", ">f8", [{"name": "numcodecs.shuffle", "configuration": {"elementsize": 8}}, {"name": "zstd"}], None),
+            ("i32-by-2", "int32", [SHUFFLE, {"name": "zstd"}], None),
+        ]:
+            arr = zd.create(tmp_path / f"{name}.zarr", shape=(96, 1000), dtype=dtype, chunks=(8, 1000),
+                            shards=shards, compressors=compressors)
+            rng = np.random.default_rng(9)
+            values = (rng.standard_normal((96, 1000)) * 0.02).astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+            arr[...] = values
+            expected = np.ascontiguousarray(arr[...])
+            got = _on_device(arr)
+            assert_bits_equal(got.view(expected.dtype).reshape(expected.shape), expected, f"{name} {policy}")
+            part = _on_device(arr, (slice(3, 90, 5), slice(11, 977)))
+            want = np.ascontiguousarray(expected[3:90:5, 11:977])
+            assert_bits_equal(part.view(want.dtype).reshape(want.shape), want, f"{name} {policy} selection")
+    finally:
+        zd.set_config(gpu_decode=previous.gpu_decode, decode_sharing=previous.decode_sharing)

@@ -246,6 +246,10 @@ class BytesToBytesCodec : public Codec {
   // The device encoder whose output is an encoding this codec stores and reads back as its own
   // (zstd frames for zstd without a content checksum); nullopt: encoded on CPU threads.
   [[nodiscard]] virtual std::optional<DeviceCodec> device_encoding() const { return std::nullopt; }
+  // An optional capability: the element size of a byte shuffle of the whole chunk (numcodecs'
+  // shuffle) that a device undoes after the compressor it precedes has been decoded there; 0 for
+  // codecs that are no such shuffle.
+  [[nodiscard]] virtual std::size_t device_unshuffle() const { return 0; }
   // Whether decode() returns a part of its input (a checksum stripped) rather than new memory:
   // what a read holds for that step is nothing beside its input.
   [[nodiscard]] virtual bool decodes_to_view() const { return false; }

@@ -2,6 +2,7 @@
 // numcodecs' own terms): the chunk's bytes byte-shuffled whole (codecs/byte_shuffle.hpp), so that
 // the compressor after it sees the slowly varying bytes of numbers together. bf16 weights, whose
 // low byte is close to random, compress markedly better so.
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,10 @@ class ShuffleCodec final : public BytesToBytesCodec {
 
   [[nodiscard]] nlohmann::json to_json() const override {
     return {{"id", "shuffle"}, {"elementsize", elementsize_}};
+  }
+
+  [[nodiscard]] std::size_t device_unshuffle() const override {
+    return std::max<std::size_t>(elementsize_, 1);
   }
 
   [[nodiscard]] std::optional<std::size_t> encoded_size(std::size_t decoded) const override {

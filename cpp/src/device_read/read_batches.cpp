@@ -64,9 +64,8 @@ std::size_t plan_decode_regions(std::span<Leaf> leaves, const DecodeCosts& costs
   for (auto& leaf : leaves) {
     if (leaf.decoding.route != Route::kDeviceDecode) continue;
     const auto kind = static_cast<std::size_t>(leaf.decoding.codec);
-    leaf.staging.scratch_bytes = in_place && decodes_in_place(leaf, output_alignment[kind])
-                                     ? 0
-                                     : align_up(leaf.planned().spec->nbytes(), kStagingAlignment);
+    leaf.staging.scratch_bytes =
+        in_place && decodes_in_place(leaf, output_alignment[kind]) ? 0 : decode_scratch_bytes(leaf);
     ++chunks;
     per_chunk += static_cast<double>(costs[kind].per_chunk);
     first = std::max(first, static_cast<double>(costs[kind].first));

@@ -103,6 +103,9 @@ struct Decoding {
   std::size_t trailer = 0;  // checksum and framing bytes at the end
   int crc32c = 0;           // crc32c codecs to verify (on the CPU) and strip
   bool swap = false;        // big-endian elements
+  // The element size of a byte shuffle undone on the device after the decode (numcodecs'
+  // shuffle before the compressor); 1: none. Such chunks decode into scratch, never in place.
+  std::size_t unshuffle = 1;
 };
 
 // Where a leaf is staged: its place in a slot, set as it is batched (pack_batches), its decode
@@ -148,5 +151,11 @@ std::size_t staged_bytes(const Leaf& leaf);
 // Whether the device decodes the leaf straight into its destination (whole, C-contiguous, aligned
 // for the decoder's output).
 bool decodes_in_place(const Leaf& leaf, std::size_t alignment);
+// Whether a leaf whose decode is unshuffled on the device (Decoding::unshuffle) is unshuffled
+// straight into its destination (whole, C-contiguous, native byte order), not into scratch first.
+bool unshuffles_in_place(const Leaf& leaf);
+// The decode scratch a leaf needs where it is not decoded in place: its decoded bytes, and as many
+// again to unshuffle them into where they cannot be unshuffled in place.
+std::size_t decode_scratch_bytes(const Leaf& leaf);
 
 }  // namespace zarr_device::device_read

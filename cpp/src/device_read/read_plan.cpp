@@ -140,10 +140,21 @@ std::size_t staged_bytes(const Leaf& leaf) {
 }
 
 bool decodes_in_place(const Leaf& leaf, std::size_t alignment) {
-  return !leaf.decoding.swap &&
+  return !leaf.decoding.swap && leaf.decoding.unshuffle <= 1 &&
          place::is_full(leaf.planned().selection, leaf.planned().spec->shape) &&
          place::is_c_contiguous(leaf.planned().destination, leaf.planned().spec->dtype->size) &&
          reinterpret_cast<std::uintptr_t>(leaf.planned().destination.data) % alignment == 0;
+}
+
+bool unshuffles_in_place(const Leaf& leaf) {
+  return leaf.decoding.unshuffle > 1 && !leaf.decoding.swap &&
+         place::is_full(leaf.planned().selection, leaf.planned().spec->shape) &&
+         place::is_c_contiguous(leaf.planned().destination, leaf.planned().spec->dtype->size);
+}
+
+std::size_t decode_scratch_bytes(const Leaf& leaf) {
+  const std::size_t decoded = align_up(leaf.planned().spec->nbytes(), kStagingAlignment);
+  return leaf.decoding.unshuffle > 1 && !unshuffles_in_place(leaf) ? 2 * decoded : decoded;
 }
 
 Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoders,
@@ -158,7 +169,7 @@ Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoder
   decoding.swap = *layout == Endian::kBig && planned.spec->dtype->swap_unit > 1;
   // Checksums at the end are verified on the CPU; what is left must be one codec the device
   // decodes (by its own declaration: no codec is recognised here by name).
-  const auto b2b = chain.bytes_to_bytes();
+  auto b2b = chain.bytes_to_bytes();
   std::size_t n = b2b.size();
   for (; n > 0; --n) {
     const auto d = b2b[n - 1]->device_decoding();
@@ -169,6 +180,14 @@ Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoder
   if (n == 0) {
     decoding.route = Route::kCopy;
     return decoding;
+  }
+  // A byte shuffle before the compressor is undone on the device after it (where the chunk is
+  // whole elements of it: otherwise the CPU's codec reports the chunk).
+  if (n == 2 && b2b[0]->device_unshuffle() > 0 &&
+      planned.spec->nbytes() % b2b[0]->device_unshuffle() == 0) {
+    decoding.unshuffle = b2b[0]->device_unshuffle();
+    b2b = b2b.subspan(1);
+    n = 1;
   }
   const auto d = b2b[0]->device_decoding();
   if (n != 1 || !d || d->kind == DecodeKind::kChecksum) {
