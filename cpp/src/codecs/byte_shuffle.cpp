@@ -10,10 +10,15 @@ namespace {
 // `typesize` streams are gathered, instead of one pass over the whole chunk per byte of an element.
 constexpr std::size_t kTile = 4096;
 
-// Moves byte j of element i between `elements`-long streams (`streams`) and interleaved
-// elements (`interleaved`), tile by tile, one way or the other.
+// Moves byte j of element i between `elements`-long streams and interleaved elements, one way or
+// the other, tile by tile; bytes past the last whole element are copied as they are.
 template <bool kToStreams>
-void transpose(const std::byte* in, std::byte* out, std::size_t elements, std::size_t typesize) {
+void regroup(const std::byte* in, std::byte* out, std::size_t bytes, std::size_t typesize) {
+  if (typesize <= 1) {
+    if (bytes > 0) std::memcpy(out, in, bytes);
+    return;
+  }
+  const std::size_t elements = bytes / typesize;
   for (std::size_t begin = 0; begin < elements; begin += kTile) {
     const std::size_t end = std::min(elements, begin + kTile);
     for (std::size_t j = 0; j < typesize; ++j) {
@@ -26,31 +31,19 @@ void transpose(const std::byte* in, std::byte* out, std::size_t elements, std::s
       }
     }
   }
+  const std::size_t whole = elements * typesize;
+  if (bytes > whole) std::memcpy(out + whole, in + whole, bytes - whole);
 }
 
 }  // namespace
 
 void byte_shuffle(const std::byte* in, std::byte* out, std::size_t bytes, std::size_t typesize) {
-  if (typesize <= 1) {
-    std::memcpy(out, in, bytes);
-    return;
-  }
-  const std::size_t elements = bytes / typesize;
-  transpose<true>(in, out, elements, typesize);
-  const std::size_t whole = elements * typesize;
-  std::memcpy(out + whole, in + whole, bytes - whole);
+  regroup<true>(in, out, bytes, typesize);
 }
 
 void byte_unshuffle(const std::byte* shuffled, std::byte* out, std::size_t bytes,
                     std::size_t typesize) {
-  if (typesize <= 1) {
-    std::memcpy(out, shuffled, bytes);
-    return;
-  }
-  const std::size_t elements = bytes / typesize;
-  transpose<false>(shuffled, out, elements, typesize);
-  const std::size_t whole = elements * typesize;
-  std::memcpy(out + whole, shuffled + whole, bytes - whole);
+  regroup<false>(shuffled, out, bytes, typesize);
 }
 
 }  // namespace zarr_device::codecs
