@@ -39,8 +39,6 @@ device_read::DeviceDecoders present_decoders(const Nvcomp& nvcomp, int device) {
   return decoders;
 }
 
-using device_read::kPlaced;
-
 void Reader::fetch(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch) {
   const auto decoded = device_read::fetch_batch(batch, slot.host, pool_, workers_);
   // Rare (unusual framing): chunks decoded on the CPU go to their place by a synchronous detour
