@@ -323,17 +323,34 @@ ArrayMetadata parse_v2(const json& zarray, const json& zattrs) {
     bytes["configuration"] = {{"endian", endian == Endian::kLittle ? "little" : "big"}};
   }
   codecs.push_back(bytes);
-  if (zarray.contains("filters") && !zarray["filters"].is_null() && !zarray["filters"].empty()) {
-    throw FormatError("Zarr v2 filters are not supported: " + zarray["filters"].dump());
+  // A numcodecs configuration ({"id": ..., options}) as the v3 codec zarr-python names it.
+  auto numcodecs = [](json config, const char* what) {
+    if (!config.is_object() || !config.contains("id") || !config["id"].is_string()) {
+      throw FormatError(std::string(what) + " " + config.dump() + " has no id");
+    }
+    const std::string id = config["id"].get<std::string>();
+    config.erase("id");
+    return json{{"name", "numcodecs." + id}, {"configuration", config}};
+  };
+  // Filters encode the chunk's bytes in order before the compressor. Those that work on bytes
+  // (numcodecs' shuffle) sit between the bytes codec and the compressor; one that works on
+  // values (delta, fixedscaleoffset, ...) is refused by name, not misread.
+  if (zarray.contains("filters") && !zarray["filters"].is_null()) {
+    const json& filters = zarray["filters"];
+    if (!filters.is_array()) throw FormatError("filters must be a list or null");
+    for (const json& filter : filters) {
+      json codec = numcodecs(filter, "filter");
+      const std::string name = codec["name"].get<std::string>();
+      if (name != "numcodecs.shuffle") {
+        throw FormatError("the Zarr v2 filter " + filter.dump() +
+                          " is not supported (numcodecs' shuffle is; read this array with "
+                          "zarr-python)");
+      }
+      codecs.push_back(std::move(codec));
+    }
   }
   if (zarray.contains("compressor") && !zarray["compressor"].is_null()) {
-    json compressor = zarray["compressor"];
-    if (!compressor.is_object() || !compressor.contains("id") || !compressor["id"].is_string()) {
-      throw FormatError("compressor " + compressor.dump() + " has no id");
-    }
-    const std::string id = compressor["id"].get<std::string>();
-    compressor.erase("id");
-    codecs.push_back({{"name", "numcodecs." + id}, {"configuration", compressor}});
+    codecs.push_back(numcodecs(zarray["compressor"], "compressor"));
   }
   m.codecs = codecs;
   if (zattrs.is_object()) m.attributes = zattrs;
