@@ -84,6 +84,7 @@ void Reader::read(std::span<const device_read::ReadTarget> targets,
 void Reader::abandon(DeviceContext& ctx, std::deque<std::future<void>>& fetching) {
   // Let queued reads end (they write into the slots and read the leaves), then drain what was
   // enqueued on the GPU, so nothing writes into the outputs after the read returns.
+  abandon_isolated();
   for (auto& f : fetching) {
     try {
       f.get();

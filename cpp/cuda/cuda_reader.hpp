@@ -15,6 +15,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -84,6 +85,9 @@ class ReadsInFlight {
 
 // What the layout stage makes of a read's leaves for the run stage: the ring it is lent, where its
 // batches start on the ring, and the batches.
+struct IsolatedCall;   // a call of the decoder process in flight (read_isolated.cpp)
+struct IsolatedCalls;  // a read's calls in flight
+
 struct DevicePlan {
   std::optional<ReadContexts::Lease> context;
   std::size_t base = 0;  // batch b takes slot (base + b) % slots
@@ -154,13 +158,29 @@ class Reader {
   AwaitedBatch submit_off_slot(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
                                std::size_t batch_index);
   // The batch's chunks for the decoder process (Route::kIsolatedDecode, read_isolated.cpp): their
-  // stored bytes (at `staged` on the device, at `host` in the slot) decoded there and placed on
-  // `stream` once checked; those it does not decode are decoded on the CPU (the codec's typed
-  // error naming the chunk where that fails too). `before_writing` runs before the first write
-  // into an output. Returns once the placements are done.
+  // stored bytes (at `staged` on the device, at `host` in the slot) copied into its arena on
+  // `stream` and sent, in calls that stay in flight while later batches are staged, as many as
+  // the arenas hold. A call is completed (its answer checked, its chunks placed on `stream`, those
+  // the process did not decode decoded on the CPU, the codec's typed error naming the chunk where
+  // that fails too) when its room is needed, when its slot is finished (`slot`), or at once for a
+  // batch decoded off the slots (no slot).
   void decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const std::byte* host,
-                       const std::byte* staged, cudaStream_t stream,
-                       const std::function<void()>& before_writing);
+                       const std::byte* staged, cudaStream_t stream, Slot* slot);
+  // Completes the calls in flight in order: through the last of `through`'s, or all (none).
+  void complete_isolated(const Slot* through);
+  // Whether calls of the batch in `slot` are in flight.
+  [[nodiscard]] bool isolated_pending(const Slot& slot) const;
+  // After a failure: the answers of the calls in flight taken, nothing placed.
+  void abandon_isolated() noexcept;
+  // A call's answer received and its chunks placed on its stream (those not decoded, on the CPU);
+  // those of the calls whose answers are already there, in order; the oldest call answered and its
+  // placements waited for, so that its arena ranges are free.
+  void answer_isolated(IsolatedCall& call);
+  void answer_waiting_isolated();
+  void retire_oldest_isolated();
+  void hold_decoder();  // the device's decoder, held while calls are in flight
+  void decode_isolated_on_cpu(DeviceContext& ctx, Leaf& leaf, const std::byte* host,
+                              cudaStream_t stream);
   // A chunk decoded on the CPU (`bytes`, in its staged layout) moved into place on `stream`
   // through a temporary device buffer; synchronises `stream`.
   void place_cpu_decoded(DeviceContext& ctx, cudaStream_t stream, Leaf& leaf,
@@ -179,11 +199,13 @@ class Reader {
   device_read::DecodeCosts costs_{};
   std::size_t decode_calls_ = 0;  // for the read's trace (read_trace.hpp)
   std::size_t decoded_chunks_ = 0;
-  std::size_t sized_calls_ = 0;       // whose temporary memory was sized from the frames
-  std::size_t sized_in_slots_ = 0;    // of those, sized from the frames in their pinned slot
-  std::size_t isolated_calls_ = 0;    // calls of the decoder process
-  std::size_t isolated_chunks_ = 0;   // chunks sent to it
-  std::size_t isolated_on_cpu_ = 0;   // chunks for it decoded on the CPU instead
+  std::size_t sized_calls_ = 0;      // whose temporary memory was sized from the frames
+  std::size_t sized_in_slots_ = 0;   // of those, sized from the frames in their pinned slot
+  std::size_t isolated_calls_ = 0;   // calls of the decoder process
+  std::size_t isolated_chunks_ = 0;  // chunks sent to it
+  std::size_t isolated_on_cpu_ = 0;  // chunks for it decoded on the CPU instead
+  IsolatedTimes isolated_times_;
+  std::shared_ptr<IsolatedCalls> isolated_;  // the calls in flight (read_isolated.cpp)
   int host_pointers_on_device_ = -1;  // registered host memory at its own address: unknown (-1)
   // The read's batches decode in the decode arena, off their slots (submit_off_slot).
   bool off_slot_ = false;

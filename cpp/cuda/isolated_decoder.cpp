@@ -15,7 +15,6 @@ namespace zarr_device::cuda {
 
 namespace {
 
-constexpr unsigned char kGuardByte = 0xA5;
 constexpr std::size_t kOutputAlignment = 256;  // what nvCOMP's decoders ask of their outputs
 
 std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
@@ -61,7 +60,6 @@ IsolatedDecoder::IsolatedDecoder(int device, std::size_t input_bytes, std::size_
 IsolatedDecoder::~IsolatedDecoder() {
   process_.reset();  // the process lets go of the arenas before they are freed
   cudaSetDevice(device_);
-  cudaFree(guard_flags_);
   cudaFree(output_);
   cudaFree(input_);
 }
@@ -100,74 +98,62 @@ bool IsolatedDecoder::ensure_process(std::string& why) {
   return process_ != nullptr;
 }
 
-IsolatedDecoder::Outcome IsolatedDecoder::decode(DeviceDecoding::Kind codec,
-                                                 std::span<const isolated_decode::ChunkJob> chunks,
-                                                 cudaStream_t stream,
-                                                 std::chrono::steady_clock::time_point deadline) {
-  Outcome outcome{std::vector<bool>(chunks.size(), false), {}};
-  if (chunks.empty()) return outcome;
+IsolatedDecoder::Sent IsolatedDecoder::send(DeviceDecoding::Kind codec,
+                                            std::span<const isolated_decode::ChunkJob> chunks,
+                                            cudaStream_t stream) {
+  Sent sent;
+  sent.batch = {next_batch_++,
+                static_cast<isolated_decode::CodecKind>(codec),
+                {chunks.begin(), chunks.end()}};
+  if (chunks.empty()) return sent;
   ZD_CUDA_CHECK(cudaSetDevice(device_));
-  // The band after each output, filled with a pattern the decoder's writes would change.
-  std::vector<const void*> bands(chunks.size());
-  std::vector<std::size_t> band_sizes(chunks.size(), kGuardBytes);
-  for (std::size_t i = 0; i < chunks.size(); ++i) {
-    const auto& c = chunks[i];
-    if (!isolated_decode::within(c.output_offset, c.capacity + kGuardBytes, output_bytes_) ||
+  for (const auto& c : chunks) {
+    if (c.capacity > output_bytes_ ||
+        !isolated_decode::within(c.output_offset, c.capacity + kGuardBytes, output_bytes_) ||
         !isolated_decode::within(c.input_offset, c.input_bytes, input_bytes_)) {
       throw UsageError("a chunk of an isolated decode lies outside its arenas");
     }
-    std::byte* band = output_ + c.output_offset + c.capacity;
-    bands[i] = band;
-    ZD_CUDA_CHECK(cudaMemsetAsync(band, kGuardByte, kGuardBytes, stream));
   }
-  // The inputs' copies and the bands are in place before the process reads or writes.
+  // The inputs' copies are done before the process reads them.
   ZD_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (!ensure_process(outcome.why)) {
-    outcome.failed_to_start = true;
+  if (!ensure_process(sent.why)) {
+    sent.failed_to_start = true;
+    return sent;
+  }
+  sent.process = starts_;
+  sent.sent = process_->send(sent.batch, sent.why);
+  if (!sent.sent) process_.reset();
+  return sent;
+}
+
+bool IsolatedDecoder::answered(const Sent& sent) const {
+  return !sent.sent || !process_ || sent.process != starts_ || process_->answer_waiting();
+}
+
+IsolatedDecoder::Outcome IsolatedDecoder::receive(const Sent& sent,
+                                                  std::chrono::steady_clock::time_point deadline) {
+  const auto& chunks = sent.batch.chunks;
+  Outcome outcome{std::vector<bool>(chunks.size(), false), sent.why, sent.failed_to_start};
+  if (!sent.sent) return outcome;
+  if (!process_ || sent.process != starts_) {
+    outcome.why = "the decoder process ended with an earlier batch";
     return outcome;
   }
-
-  isolated_decode::DecodeBatch batch{next_batch_++,
-                                     static_cast<isolated_decode::CodecKind>(codec),
-                                     {chunks.begin(), chunks.end()}};
-  const auto answer = process_->decode(batch, deadline, outcome.why);
+  const auto waiting_from = std::chrono::steady_clock::now();
+  const auto answer = process_->receive(sent.batch, deadline, outcome.why);
+  outcome.waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting_from).count();
   if (!answer) {
     process_.reset();
     return outcome;
   }
-
-  // The bands, checked on the device: one flag per chunk.
-  const std::size_t n = chunks.size();
-  const std::size_t need = n * (2 * sizeof(void*) + sizeof(int));
-  if (need > guard_flag_capacity_) {
-    cudaFree(guard_flags_);
-    guard_flags_ = nullptr;
-    guard_flag_capacity_ = 0;
-    ZD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&guard_flags_), need));
-    guard_flag_capacity_ = need;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const auto& chunk = answer->chunks[i];
+    outcome.decoded[i] = chunk.status == 0 && chunk.bytes == chunks[i].capacity;
+    if (chunk.status == isolated_decode::kWrotePastOutput) {
+      outcome.why = "a decode wrote past its output";
+    }
   }
-  auto* device_bands = reinterpret_cast<const void**>(guard_flags_);
-  auto* device_sizes = reinterpret_cast<std::size_t*>(guard_flags_ + n * sizeof(void*));
-  auto* flags = reinterpret_cast<int*>(guard_flags_ + 2 * n * sizeof(void*));
-  ZD_CUDA_CHECK(cudaMemcpyAsync(device_bands, bands.data(), n * sizeof(void*),
-                                cudaMemcpyHostToDevice, stream));
-  ZD_CUDA_CHECK(cudaMemcpyAsync(device_sizes, band_sizes.data(), n * sizeof(std::size_t),
-                                cudaMemcpyHostToDevice, stream));
-  ZD_CUDA_CHECK(cudaMemsetAsync(flags, 0, n * sizeof(int), stream));
-  const std::byte pattern{kGuardByte};
-  launch_mark_non_fill(device_bands, device_sizes, n, &pattern, 1, flags, stream);
-  std::vector<int> damaged(n);
-  ZD_CUDA_CHECK(
-      cudaMemcpyAsync(damaged.data(), flags, n * sizeof(int), cudaMemcpyDeviceToHost, stream));
-  ZD_CUDA_CHECK(cudaStreamSynchronize(stream));
-  bool any_damage = false;
-  for (std::size_t i = 0; i < n; ++i) any_damage = any_damage || damaged[i] != 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    // A damaged band may have come from any chunk's overrun: none of the batch is trusted then.
-    outcome.decoded[i] = !any_damage && answer->chunks[i].status == 0 &&
-                         answer->chunks[i].bytes == chunks[i].capacity;
-  }
-  if (any_damage) outcome.why = "a decode wrote past its output";
   return outcome;
 }
 

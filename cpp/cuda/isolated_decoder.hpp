@@ -28,8 +28,8 @@ std::string decoder_program();
 
 class IsolatedDecoder {
  public:
-  // Bytes of guard band after each output in the arena.
-  static constexpr std::size_t kGuardBytes = 4096;
+  // Bytes of guard band after each output in the arena (the process fills and checks them).
+  static constexpr std::size_t kGuardBytes = isolated_decode::kGuardBytes;
 
   // Arenas of these sizes on `device`; the process starts on first use.
   IsolatedDecoder(int device, std::size_t input_bytes, std::size_t output_bytes,
@@ -48,18 +48,39 @@ class IsolatedDecoder {
   [[nodiscard]] std::optional<std::vector<std::size_t>> lay_out(
       std::span<const std::size_t> capacities) const;
 
-  // Per chunk, whether its decode can be trusted: the decoder answered, its status is success, its
-  // size is the capacity (the size the metadata gives), and the guard band after it is intact.
+  // Per chunk, whether its decode can be trusted: the decoder answered, its status is success (not
+  // where a decode of its batch wrote into a guard band) and its size is the capacity (the size the
+  // metadata gives).
   struct Outcome {
     std::vector<bool> decoded;
     std::string why;  // where the process failed: what happened to it (then no chunk is decoded)
     bool failed_to_start = false;  // no process could be started for the batch
+    double waited = 0;             // seconds waiting for the process's answer
   };
-  // Decodes chunks whose stored bytes the caller has put in the input arena (their copies
-  // complete, as `stream` orders them). Fills the guard bands, sends the batch, waits for the
-  // answer until `deadline`, checks the bands. Synchronises `stream`.
+  // A batch sent to the process, its answer not yet received.
+  struct Sent {
+    isolated_decode::DecodeBatch batch;
+    std::uint64_t process = 0;  // the process it went to (starts_ when it was sent)
+    bool sent = false;
+    bool failed_to_start = false;
+    std::string why;  // where it was not sent
+  };
+  // Sends chunks whose stored bytes the caller has put in the input arena (their copies queued on
+  // `stream`): waits for `stream`, starts a process if none runs, and sends the batch. Batches are
+  // received in the order they are sent; the arenas' ranges of those in flight (each output with
+  // the guard band after it) must not overlap.
+  Sent send(DeviceDecoding::Kind codec, std::span<const isolated_decode::ChunkJob> chunks,
+            cudaStream_t stream);
+  // Whether the answer to the oldest batch in flight (`sent`) can be received without waiting
+  // (or it never will be: the process has ended).
+  [[nodiscard]] bool answered(const Sent& sent) const;
+  // Waits for the answer to the oldest batch in flight (`sent`) until `deadline`.
+  Outcome receive(const Sent& sent, std::chrono::steady_clock::time_point deadline);
+  // Both, for one batch.
   Outcome decode(DeviceDecoding::Kind codec, std::span<const isolated_decode::ChunkJob> chunks,
-                 cudaStream_t stream, std::chrono::steady_clock::time_point deadline);
+                 cudaStream_t stream, std::chrono::steady_clock::time_point deadline) {
+    return receive(send(codec, chunks, stream), deadline);
+  }
 
   // Processes started so far (one, unless some were lost to faults or hangs).
   [[nodiscard]] std::size_t starts() const { return starts_; }
@@ -77,8 +98,6 @@ class IsolatedDecoder {
   std::unique_ptr<isolated_decode::DecoderProcess> process_;
   std::size_t starts_ = 0;
   std::uint64_t next_batch_ = 1;
-  std::byte* guard_flags_ = nullptr;  // device: one byte per chunk, nonzero where a band is damaged
-  std::size_t guard_flag_capacity_ = 0;
 };
 
 }  // namespace zarr_device::cuda

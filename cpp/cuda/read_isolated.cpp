@@ -6,9 +6,13 @@
 // reported as the CPU's decoders report it, naming the chunk.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <map>
+#include <memory>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "cuda_check.hpp"
@@ -36,38 +40,62 @@ std::chrono::steady_clock::time_point deadline_for(std::size_t decoded_bytes) {
          std::chrono::milliseconds(decoded_bytes * 1000 / kBytesPerSecond);
 }
 
-// One call's chunks: the batch's leaves (by index) and their places in the arenas.
-struct IsolatedCall {
-  std::vector<std::size_t> leaves;
-  std::vector<isolated_decode::ChunkJob> jobs;
-  std::size_t decoded = 0;
+double seconds_since(std::chrono::steady_clock::time_point from) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
+}
+
+// A range of one arena that a call in flight uses.
+struct ArenaRange {
+  std::size_t begin = 0;
+  std::size_t end = 0;
 };
 
-// The leaves of `members` from `begin` that fit the arenas together (at least one, unless the
-// first is too large alone: then none).
-IsolatedCall next_call(std::span<const Leaf> batch, std::span<const std::size_t> members,
-                       std::size_t begin, const IsolatedDecoder& decoder) {
-  IsolatedCall call;
-  std::size_t input_at = 0;
-  std::size_t output_at = 0;
-  for (std::size_t m = begin; m < members.size(); ++m) {
-    const Leaf& leaf = batch[members[m]];
-    const std::size_t in = leaf.stored.length - leaf.decoding.header - leaf.decoding.trailer;
-    const std::size_t out = leaf.planned().spec->nbytes();
-    const std::size_t input_end = device_read::align_up(input_at + in, kArenaAlignment);
-    const std::size_t output_end =
-        device_read::align_up(output_at + out + IsolatedDecoder::kGuardBytes, kArenaAlignment);
-    if (input_end > decoder.input_bytes() || output_end > decoder.output_bytes()) break;
-    call.leaves.push_back(members[m]);
-    call.jobs.push_back({input_at, in, output_at, out});
-    call.decoded += out;
-    input_at = input_end;
-    output_at = output_end;
+// Where `bytes` go in an arena of `capacity` used as a ring by calls in flight (oldest..newest,
+// freed in the order they were taken); none while those are in the way.
+std::optional<std::size_t> ring_place(std::size_t bytes, std::size_t capacity, bool empty,
+                                      ArenaRange oldest, ArenaRange newest) {
+  if (empty) return bytes <= capacity ? std::optional<std::size_t>(0) : std::nullopt;
+  if (newest.begin >= oldest.begin) {  // one piece, from oldest to newest: room after and before
+    if (newest.end + bytes <= capacity) return newest.end;
+    if (bytes <= oldest.begin) return 0;
+    return std::nullopt;
   }
-  return call;
+  if (newest.end + bytes <= oldest.begin) return newest.end;  // wrapped: room between
+  return std::nullopt;
 }
 
 }  // namespace
+
+// One call of the decoder process in flight: the batch's leaves it decodes, where their bytes are
+// in the arenas, and what its completion needs.
+struct IsolatedCall {
+  DeviceContext* ctx = nullptr;
+  std::span<Leaf> batch;
+  std::vector<std::size_t> leaves;  // in the batch
+  std::vector<isolated_decode::ChunkJob> jobs;
+  std::size_t decoded = 0;  // bytes
+  ArenaRange input;
+  ArenaRange output;
+  const std::byte* host = nullptr;  // the slot's bytes: what the CPU decodes from
+  cudaStream_t stream = nullptr;    // where the chunks are placed
+  Slot* slot = nullptr;             // the batch's slot (none: decoded off the slots)
+  IsolatedDecoder::Sent sent;
+  // Once answered: its chunks placed (or decoded on the CPU), on `stream` up to `placed`; its
+  // output arena range is free once that event has passed.
+  bool received = false;  // its answer taken (a failure while placing leaves it unanswered)
+  bool answered = false;
+  struct EventDeleter {
+    void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+  };
+  std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDeleter> placed;
+  std::deque<DeviceBuffer> unshuffled;  // placed from, until `placed`
+};
+
+// The calls of one read in flight, and the decoder they hold while there are any.
+struct IsolatedCalls {
+  std::deque<IsolatedCall> in_flight;
+  SharedDecoder::Lease lease;
+};
 
 void Reader::place_cpu_decoded(DeviceContext& ctx, cudaStream_t stream, Leaf& leaf,
                                const ByteArray& bytes) {
@@ -86,9 +114,48 @@ void Reader::place_cpu_decoded(DeviceContext& ctx, cudaStream_t stream, Leaf& le
   leaf.staging.scratch = kPlaced;
 }
 
+namespace {
+
+// The leaves of `members` from `begin` that one call decodes: at most half of each arena, so that
+// the next call is staged and sent while this one decodes, unless one chunk alone is larger (up to
+// the whole arena); none where the first is larger than the arenas. Offsets from the call's start.
+IsolatedCall next_call(std::span<Leaf> batch, std::span<const std::size_t> members,
+                       std::size_t begin, const IsolatedDecoder& decoder) {
+  IsolatedCall call;
+  call.batch = batch;
+  std::size_t input_at = 0;
+  std::size_t output_at = 0;
+  for (std::size_t m = begin; m < members.size(); ++m) {
+    const Leaf& leaf = batch[members[m]];
+    const std::size_t in = leaf.stored.length - leaf.decoding.header - leaf.decoding.trailer;
+    const std::size_t out = leaf.planned().spec->nbytes();
+    const std::size_t input_end = device_read::align_up(input_at + in, kArenaAlignment);
+    const std::size_t output_end =
+        device_read::align_up(output_at + out + IsolatedDecoder::kGuardBytes, kArenaAlignment);
+    const bool first = call.leaves.empty();
+    if (input_end > decoder.input_bytes() / (first ? 1 : 2) ||
+        output_end > decoder.output_bytes() / (first ? 1 : 2)) {
+      break;
+    }
+    call.leaves.push_back(members[m]);
+    call.jobs.push_back({input_at, in, output_at, out});
+    call.decoded += out;
+    input_at = input_end;
+    output_at = output_end;
+  }
+  call.input.end = input_at;
+  call.output.end = output_at;
+  return call;
+}
+
+}  // namespace
+
+void Reader::hold_decoder() {
+  if (!isolated_->lease.lock.owns_lock()) isolated_->lease = SharedDecoder::of(device_).lease();
+}
+
 void Reader::decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const std::byte* host,
-                             const std::byte* staged, cudaStream_t stream,
-                             const std::function<void()>& before_writing) {
+                             const std::byte* staged, cudaStream_t stream, Slot* slot) {
   std::map<GpuCodec, std::vector<std::size_t>> by_codec;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     if (batch[i].decoding.route == Route::kIsolatedDecode && batch[i].staging.scratch != kPlaced) {
@@ -96,79 +163,194 @@ void Reader::decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const st
     }
   }
   if (by_codec.empty()) return;
-  std::vector<std::size_t> on_cpu;  // what the process did not decode
-  {
-    auto& shared = SharedDecoder::of(device_);
-    auto lease = shared.lease();
-    for (const auto& [codec, members] : by_codec) {
-      for (std::size_t begin = 0; begin < members.size();) {
-        IsolatedCall call;
-        if (lease.decoder) call = next_call(batch, members, begin, *lease.decoder);
-        if (call.leaves.empty()) {  // no decoder, or a chunk larger than its arenas
-          on_cpu.push_back(members[begin++]);
-          continue;
-        }
-        begin += call.leaves.size();
-        for (std::size_t k = 0; k < call.leaves.size(); ++k) {
-          const Leaf& leaf = batch[call.leaves[k]];
-          ZD_CUDA_CHECK(cudaMemcpyAsync(lease.decoder->input() + call.jobs[k].input_offset,
-                                        staged + leaf.staging.offset + leaf.decoding.header,
-                                        call.jobs[k].input_bytes, cudaMemcpyDeviceToDevice,
-                                        stream));
-        }
-        const auto outcome =
-            lease.decoder->decode(codec, call.jobs, stream, deadline_for(call.decoded));
-        shared.record(outcome);
-        ++isolated_calls_;
-        isolated_chunks_ += call.leaves.size();
-        before_writing();
-        std::deque<DeviceBuffer> unshuffled;  // until the placements from them are done
-        for (std::size_t k = 0; k < call.leaves.size(); ++k) {
-          Leaf& leaf = batch[call.leaves[k]];
-          if (!outcome.decoded[k]) {
-            on_cpu.push_back(call.leaves[k]);
-            continue;
-          }
-          const auto& planned = leaf.planned();
-          const std::byte* decoded = lease.decoder->output() + call.jobs[k].output_offset;
-          if (leaf.decoding.unshuffle > 1) {
-            if (unshuffles_in_place(leaf)) {
-              launch_chunk_unshuffle(decoded, planned.destination.data, planned.spec->nbytes(),
-                                     leaf.decoding.unshuffle, stream);
-              ZD_CUDA_CHECK(cudaGetLastError());
-              leaf.staging.scratch = kPlaced;
-              continue;
-            }
-            auto& buffer = unshuffled.emplace_back(ctx.gpu_, planned.spec->nbytes());
-            launch_chunk_unshuffle(decoded, static_cast<std::byte*>(buffer.data()),
-                                   planned.spec->nbytes(), leaf.decoding.unshuffle, stream);
-            ZD_CUDA_CHECK(cudaGetLastError());
-            decoded = static_cast<const std::byte*>(buffer.data());
-          }
-          place_on_device(decoded, *planned.spec, planned.selection, planned.destination,
-                          leaf.decoding.swap, stream);
-          leaf.staging.scratch = kPlaced;
-        }
-        // The next call (this batch's, or another read's) writes over the output arena.
-        ZD_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (!isolated_) isolated_ = std::make_shared<IsolatedCalls>();
+  std::vector<std::size_t> on_cpu;  // chunks no decoder can take
+  for (const auto& [codec, members] : by_codec) {
+    for (std::size_t begin = 0; begin < members.size();) {
+      hold_decoder();
+      IsolatedDecoder* decoder = isolated_->lease.decoder;
+      IsolatedCall call;
+      if (decoder != nullptr) call = next_call(batch, members, begin, *decoder);
+      if (call.leaves.empty()) {  // no decoder, or a chunk larger than its arenas
+        on_cpu.push_back(members[begin++]);
+        if (isolated_->in_flight.empty()) isolated_->lease = {};
+        continue;
       }
+      begin += call.leaves.size();
+      // Room in both arenas after the calls in flight, made by retiring the oldest.
+      for (;;) {
+        auto& in_flight = isolated_->in_flight;
+        const bool empty = in_flight.empty();
+        const auto in_at = ring_place(call.input.end, decoder->input_bytes(), empty,
+                                      empty ? ArenaRange{} : in_flight.front().input,
+                                      empty ? ArenaRange{} : in_flight.back().input);
+        const auto out_at = ring_place(call.output.end, decoder->output_bytes(), empty,
+                                       empty ? ArenaRange{} : in_flight.front().output,
+                                       empty ? ArenaRange{} : in_flight.back().output);
+        if (in_at && out_at) {
+          call.input = {*in_at, *in_at + call.input.end};
+          call.output = {*out_at, *out_at + call.output.end};
+          break;
+        }
+        retire_oldest_isolated();
+        hold_decoder();
+        decoder = isolated_->lease.decoder;
+        if (decoder == nullptr) break;
+      }
+      if (decoder == nullptr) {  // lost while making room: these chunks decode on the CPU
+        on_cpu.insert(on_cpu.end(), call.leaves.begin(), call.leaves.end());
+        isolated_->lease = {};
+        continue;
+      }
+      const auto staging_from = std::chrono::steady_clock::now();
+      for (std::size_t k = 0; k < call.leaves.size(); ++k) {
+        auto& job = call.jobs[k];
+        job.input_offset += call.input.begin;
+        job.output_offset += call.output.begin;
+        const Leaf& leaf = batch[call.leaves[k]];
+        ZD_CUDA_CHECK(cudaMemcpyAsync(decoder->input() + job.input_offset,
+                                      staged + leaf.staging.offset + leaf.decoding.header,
+                                      job.input_bytes, cudaMemcpyDeviceToDevice, stream));
+      }
+      call.ctx = &ctx;
+      call.host = host;
+      call.stream = stream;
+      call.slot = slot;
+      call.sent = decoder->send(codec, call.jobs, stream);
+      isolated_times_.staging += seconds_since(staging_from);
+      ++isolated_calls_;
+      isolated_chunks_ += call.leaves.size();
+      isolated_->in_flight.push_back(std::move(call));
+      answer_waiting_isolated();  // earlier calls' placements queued as soon as they can be
     }
   }
   // Decoded as the CPU decodes any chunk: bit-equal where the bytes are valid, the codec's typed
   // error naming the chunk where they are not.
+  for (const std::size_t i : on_cpu) decode_isolated_on_cpu(ctx, batch[i], host, stream);
+  if (slot == nullptr) complete_isolated(nullptr);  // off the slots: the batch is awaited as is
+}
+
+void Reader::decode_isolated_on_cpu(DeviceContext& ctx, Leaf& leaf, const std::byte* host,
+                                    cudaStream_t stream) {
+  ++isolated_on_cpu_;
+  try {
+    const auto bytes = device_read::decode_on_cpu(
+        leaf, Buffer(nullptr, host + leaf.staging.offset, leaf.stored.length));
+    if (defer_consumers_) wait_for_consumers(ctx, stream);
+    place_cpu_decoded(ctx, stream, leaf, bytes);
+  } catch (Error& e) {
+    e.add_context(leaf.planned().where());
+    throw;
+  }
+}
+
+void Reader::answer_isolated(IsolatedCall& call) {
+  auto& shared = SharedDecoder::of(device_);
+  IsolatedDecoder* decoder = isolated_->lease.decoder;
+  const auto outcome = decoder->receive(call.sent, deadline_for(call.decoded));
+  call.received = true;
+  shared.record(outcome);
+  isolated_times_.waiting += outcome.waited;
+  const auto placing_from = std::chrono::steady_clock::now();
+  DeviceContext& ctx = *call.ctx;
+  if (defer_consumers_) wait_for_consumers(ctx, call.stream);
+  std::vector<std::size_t> on_cpu;
+  for (std::size_t k = 0; k < call.leaves.size(); ++k) {
+    Leaf& leaf = call.batch[call.leaves[k]];
+    if (!outcome.decoded[k]) {
+      on_cpu.push_back(call.leaves[k]);
+      continue;
+    }
+    const auto& planned = leaf.planned();
+    const std::byte* decoded = decoder->output() + call.jobs[k].output_offset;
+    if (leaf.decoding.unshuffle > 1) {
+      if (unshuffles_in_place(leaf)) {
+        launch_chunk_unshuffle(decoded, planned.destination.data, planned.spec->nbytes(),
+                               leaf.decoding.unshuffle, call.stream);
+        ZD_CUDA_CHECK(cudaGetLastError());
+        leaf.staging.scratch = kPlaced;
+        continue;
+      }
+      auto& buffer = call.unshuffled.emplace_back(ctx.gpu_, planned.spec->nbytes());
+      launch_chunk_unshuffle(decoded, static_cast<std::byte*>(buffer.data()),
+                             planned.spec->nbytes(), leaf.decoding.unshuffle, call.stream);
+      ZD_CUDA_CHECK(cudaGetLastError());
+      decoded = static_cast<const std::byte*>(buffer.data());
+    }
+    place_on_device(decoded, *planned.spec, planned.selection, planned.destination,
+                    leaf.decoding.swap, call.stream);
+    leaf.staging.scratch = kPlaced;
+  }
   for (const std::size_t i : on_cpu) {
-    Leaf& leaf = batch[i];
-    ++isolated_on_cpu_;
+    decode_isolated_on_cpu(ctx, call.batch[i], call.host, call.stream);
+  }
+  cudaEvent_t placed = nullptr;
+  ZD_CUDA_CHECK(cudaEventCreateWithFlags(&placed, cudaEventDisableTiming));
+  call.placed.reset(placed);
+  ZD_CUDA_CHECK(cudaEventRecord(placed, call.stream));
+  // The batch's slot is done once its placements are.
+  if (call.slot != nullptr) ZD_CUDA_CHECK(cudaEventRecord(call.slot->done, call.stream));
+  call.answered = true;
+  isolated_times_.placing += seconds_since(placing_from);
+}
+
+void Reader::answer_waiting_isolated() {
+  for (auto& call : isolated_->in_flight) {
+    if (call.answered) continue;
+    if (!isolated_->lease.decoder->answered(call.sent)) return;
+    answer_isolated(call);
+  }
+}
+
+void Reader::retire_oldest_isolated() {
+  auto& in_flight = isolated_->in_flight;
+  // (Answered calls come first: answers come in the order the calls were sent.)
+  if (!in_flight.front().answered) answer_isolated(in_flight.front());
+  // Later calls write over its output range once they are sent: the placements from it end first.
+  const auto waiting_from = std::chrono::steady_clock::now();
+  ZD_CUDA_CHECK(cudaEventSynchronize(in_flight.front().placed.get()));
+  isolated_times_.retiring += seconds_since(waiting_from);
+  in_flight.pop_front();
+  if (in_flight.empty()) isolated_->lease = {};
+}
+
+bool Reader::isolated_pending(const Slot& slot) const {
+  return isolated_ && std::any_of(isolated_->in_flight.begin(), isolated_->in_flight.end(),
+                                  [&](const IsolatedCall& call) {
+                                    return call.slot == &slot && !call.answered;
+                                  });
+}
+
+void Reader::complete_isolated(const Slot* through) {
+  if (!isolated_) return;
+  auto& in_flight = isolated_->in_flight;
+  if (through == nullptr) {
+    while (!in_flight.empty()) retire_oldest_isolated();
+    return;
+  }
+  for (auto& call : in_flight) {
+    if (!isolated_pending(*through)) return;
+    if (!call.answered) answer_isolated(call);
+  }
+}
+
+void Reader::abandon_isolated() noexcept {
+  if (!isolated_) return;
+  // Their answers are taken, so that the process answers the next read's calls, and nothing more
+  // is placed: the read has failed.
+  auto& in_flight = isolated_->in_flight;
+  while (!in_flight.empty()) {
     try {
-      const auto bytes = device_read::decode_on_cpu(
-          leaf, Buffer(nullptr, host + leaf.staging.offset, leaf.stored.length));
-      before_writing();
-      place_cpu_decoded(ctx, stream, leaf, bytes);
-    } catch (Error& e) {
-      e.add_context(leaf.planned().where());
-      throw;
+      IsolatedCall call = std::move(in_flight.front());
+      in_flight.pop_front();
+      if (!call.received && isolated_->lease.decoder != nullptr) {
+        isolated_->lease.decoder->receive(call.sent, deadline_for(call.decoded));
+      }
+      if (call.placed) cudaEventSynchronize(call.placed.get());
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the read's first error is the one reported
     }
   }
+  isolated_->lease = {};
 }
 
 }  // namespace zarr_device::cuda

@@ -71,6 +71,8 @@ class Reader::Run {
       submit(b);
       finish_through(b + 1, false);  // hands on what is already complete
     }
+    // The decoder process's calls still in flight, placed before the batches are awaited.
+    reader_.complete_isolated(nullptr);
   }
 
   // Once every batch is queued: a read that completes in stream order has the consumers' streams
@@ -152,7 +154,7 @@ class Reader::Run {
   [[nodiscard]] bool decodes_in(std::size_t b) const {
     const auto batch = batch_of(b);
     return std::any_of(batch.begin(), batch.end(), [](const Leaf& leaf) {
-      return leaf.decoding.route == Route::kDeviceDecode;
+      return device_read::decodes_on_device(leaf.decoding.route);
     });
   }
   Slot& slot_of(std::size_t b) { return ctx_.slot(base_ + b); }
@@ -239,7 +241,10 @@ class Reader::Run {
   void finish_through(std::size_t end, bool wait) {
     for (; finished_ < end; ++finished_) {
       Slot& slot = slot_of(finished_);
-      if (!wait && slot.busy && cudaEventQuery(slot.done) == cudaErrorNotReady) break;
+      if (!wait && (reader_.isolated_pending(slot) ||
+                    (slot.busy && cudaEventQuery(slot.done) == cudaErrorNotReady))) {
+        break;
+      }
       reader_.finish(slot);
       // (A batch decoded off its slot is handed on once its decodes end: submit.)
       if (!reader_.off_slot_) completion_.batches_finished(finished_ + 1);
@@ -301,6 +306,7 @@ void Reader::run(std::span<const device_read::ReadTarget> targets, std::vector<L
   trace.isolated_calls = isolated_calls_;
   trace.isolated_chunks = isolated_chunks_;
   trace.isolated_on_cpu = isolated_on_cpu_;
+  trace.isolated_times = isolated_times_;
   if (const auto& observe = read_observer()) observe(trace);
   if (!failure.empty()) throw CodecError(failure);
 }

@@ -218,6 +218,7 @@ void Reader::prepare_decodes(DeviceContext& ctx, std::span<Leaf> leaves, bool in
 }
 
 void Reader::finish(Slot& slot) {
+  complete_isolated(&slot);  // its chunks for the decoder process placed, before its checks
   // A batch an earlier read left without waiting (non_blocking): its failure is that read's,
   // reported to whoever synchronises next, not to this read, whose data are unaffected.
   if (slot.owner != id_) {
@@ -342,7 +343,7 @@ void Reader::submit(DeviceContext& ctx, Slot& slot, std::span<Leaf> batch,
                                   slot.stream));
   }
 
-  decode_isolated(ctx, batch, slot.host, device_copy, slot.stream, before_writing);
+  decode_isolated(ctx, batch, slot.host, device_copy, slot.stream, &slot);
   before_writing();
   place_staged(batch, device_copy, copies);
   ZD_CUDA_CHECK(cudaEventRecord(slot.done, slot.stream));
@@ -479,7 +480,7 @@ AwaitedBatch Reader::submit_off_slot(DeviceContext& ctx, Slot& slot, std::span<L
                   device_arrays.statuses + first, stream);
     place_from_scratch(batch, members, scratch_at, copies, [] {});
   }
-  decode_isolated(ctx, batch, slot.host, copy, stream, [] {});
+  decode_isolated(ctx, batch, slot.host, copy, stream, nullptr);
   if (decodes.empty()) ZD_CUDA_CHECK(cudaEventRecord(slot.done, stream));
   place_staged(batch, copy, copies);
   AwaitedBatch awaited(device_, stream, device_arrays.statuses, device_arrays.sizes,

@@ -10,6 +10,14 @@
 
 namespace zarr_device::cuda {
 
+// Where the decoder process's calls spent their time, in seconds of the reading thread.
+struct IsolatedTimes {
+  double staging = 0;   // copying stored bytes into the input arena, sending the calls
+  double waiting = 0;   // for the process's answers
+  double placing = 0;   // queueing the placements of decoded chunks into the outputs
+  double retiring = 0;  // for the placements from an arena range that a later call needs
+};
+
 struct ReadTrace {
   using Clock = std::chrono::steady_clock;
   std::size_t targets = 0;
@@ -27,15 +35,16 @@ struct ReadTrace {
   std::size_t isolated_calls = 0;   // calls of the decoder process
   std::size_t isolated_chunks = 0;  // chunks sent to it
   std::size_t isolated_on_cpu = 0;  // chunks for it decoded on the CPU instead
-  std::size_t shared = 0;           // device decodes left to the CPU
-  std::size_t parted = 0;           // chunks staged a part at a time
-  double fetch_waits = 0;           // seconds the pipeline waited for its CPU stage
-  Clock::time_point start;          // the read's call
-  Clock::time_point planned;        // its leaves planned
-  Clock::time_point laid_out;       // its device plan made and the ring lent
-  Clock::time_point queued;         // its last batch submitted
-  Clock::time_point drain_from;     // the ring given back
-  Clock::time_point end;            // every batch settled
+  IsolatedTimes isolated_times;
+  std::size_t shared = 0;        // device decodes left to the CPU
+  std::size_t parted = 0;        // chunks staged a part at a time
+  double fetch_waits = 0;        // seconds the pipeline waited for its CPU stage
+  Clock::time_point start;       // the read's call
+  Clock::time_point planned;     // its leaves planned
+  Clock::time_point laid_out;    // its device plan made and the ring lent
+  Clock::time_point queued;      // its last batch submitted
+  Clock::time_point drain_from;  // the ring given back
+  Clock::time_point end;         // every batch settled
 };
 
 using ReadObserver = std::function<void(const ReadTrace&)>;

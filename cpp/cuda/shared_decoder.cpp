@@ -13,7 +13,8 @@ SharedDecoder& SharedDecoder::of(int device) {
   return *decoder;
 }
 
-const std::string& SharedDecoder::program() const {
+std::string SharedDecoder::program() const {
+  const std::lock_guard guard(lookup_mutex_);
   if (!looked_up_) {  // once, not on every read's plan
     program_ = decoder_program();
     looked_up_ = true;
@@ -21,17 +22,16 @@ const std::string& SharedDecoder::program() const {
   return program_;
 }
 
-bool SharedDecoder::available() const {
-  const std::lock_guard guard(mutex_);
-  return !failed_to_start_ && !program().empty();
-}
+bool SharedDecoder::available() const { return !failed_to_start_ && !program().empty(); }
 
 SharedDecoder::Lease SharedDecoder::lease() {
   Lease lease{std::unique_lock(mutex_), nullptr};
-  if (failed_to_start_ || program().empty()) return lease;
+  if (failed_to_start_) return lease;
+  const std::string program = this->program();
+  if (program.empty()) return lease;
   if (!decoder_) {
     try {
-      decoder_ = std::make_unique<IsolatedDecoder>(device_, kInputBytes, kOutputBytes, program_);
+      decoder_ = std::make_unique<IsolatedDecoder>(device_, kInputBytes, kOutputBytes, program);
     } catch (const Error& e) {
       // No memory for its arenas: the chunks decode on the CPU, as where it is not installed.
       failed_to_start_ = true;
@@ -56,12 +56,12 @@ void SharedDecoder::record(const IsolatedDecoder::Outcome& outcome) {
     ++failures_;
     last_failure_ = outcome.why;
   }
-  failed_to_start_ = failed_to_start_ || outcome.failed_to_start;
+  if (outcome.failed_to_start) failed_to_start_ = true;
 }
 
 nlohmann::json SharedDecoder::info() const {
+  const std::string program = this->program();
   const std::lock_guard guard(mutex_);
-  const std::string& program = this->program();
   return {{"available", !failed_to_start_ && !program.empty()},
           {"program", program.empty() ? nlohmann::json(nullptr) : nlohmann::json(program)},
           {"starts", starts_before_ + (decoder_ ? decoder_->starts() : 0)},
@@ -77,6 +77,7 @@ void SharedDecoder::release() {
   if (decoder_) starts_before_ += decoder_->starts();
   decoder_.reset();
   failed_to_start_ = false;
+  const std::lock_guard lookup(lookup_mutex_);
   looked_up_ = false;
 }
 

@@ -4,6 +4,7 @@
 // cpp/cuda.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -16,11 +17,12 @@ namespace zarr_device::cuda {
 
 class SharedDecoder {
  public:
-  // Memory the engine lends each device's decoder process: the stored bytes of a call, and what
-  // they decode to (with a guard band after each chunk). A batch larger than these goes in several
-  // calls; a chunk larger alone decodes on the CPU.
-  static constexpr std::size_t kInputBytes = std::size_t{128} << 20;
-  static constexpr std::size_t kOutputBytes = std::size_t{256} << 20;
+  // Memory the engine lends each device's decoder process: the stored bytes of the calls in
+  // flight, and what they decode to (with a guard band after each chunk). A call takes at most
+  // half of each, so that one decodes while the next is staged (a read's batch of 64-96 MiB is one
+  // call); a chunk larger than the whole decodes on the CPU.
+  static constexpr std::size_t kInputBytes = std::size_t{192} << 20;
+  static constexpr std::size_t kOutputBytes = std::size_t{384} << 20;
 
   // The one of `device`. Never destroyed: its process ends with the caller's, whose end closes
   // the socket the process reads from.
@@ -29,7 +31,8 @@ class SharedDecoder {
   // Whether reads may plan chunks for it: its program is installed and it has not failed to start.
   [[nodiscard]] bool available() const;
 
-  // The decoder for one caller at a time, while the lease lives; null where it is unavailable.
+  // The decoder for one caller at a time, while the lease lives (a read holds it while its calls
+  // are in flight); null where it is unavailable.
   struct Lease {
     std::unique_lock<std::mutex> lock;
     IsolatedDecoder* decoder = nullptr;
@@ -50,15 +53,18 @@ class SharedDecoder {
 
  private:
   explicit SharedDecoder(int device) : device_(device) {}
-  // decoder_program(), looked up on first use (with mutex_ held).
-  const std::string& program() const;
+  // decoder_program(), looked up on first use.
+  std::string program() const;
 
   int device_;
-  mutable std::mutex mutex_;  // the decoder and every field below
-  std::unique_ptr<IsolatedDecoder> decoder_;
+  // The program, apart from the decoder: reads plan against available() while another read holds
+  // the lease.
+  mutable std::mutex lookup_mutex_;
   mutable std::string program_;
   mutable bool looked_up_ = false;
-  bool failed_to_start_ = false;
+  std::atomic<bool> failed_to_start_{false};
+  mutable std::mutex mutex_;  // the decoder and every field below
+  std::unique_ptr<IsolatedDecoder> decoder_;
   std::size_t starts_before_ = 0;  // of decoders released
   std::size_t calls_ = 0;
   std::size_t chunks_ = 0;

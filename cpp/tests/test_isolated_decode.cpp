@@ -18,12 +18,15 @@ using Clock = std::chrono::steady_clock;
 
 Deadline in(int ms) { return Clock::now() + std::chrono::milliseconds(ms); }
 
+// An output arena of 128 bytes of outputs and room for the last one's guard band.
+constexpr std::uint64_t kOut = 128 + kGuardBytes;
+
 DecodeBatch sample_batch() { return {7, 2, {{0, 10, 0, 16}, {16, 5, 64, 5}, {100, 0, 80, 0}}}; }
 
 TEST(DecodeMessages, BatchRoundTrips) {
   const DecodeBatch b = sample_batch();
   std::string why;
-  const auto back = decode_batch(encode(b), 128, 128, why);
+  const auto back = decode_batch(encode(b), 128, kOut, why);
   ASSERT_TRUE(back) << why;
   EXPECT_EQ(back->id, 7U);
   EXPECT_EQ(back->codec, 2U);
@@ -34,28 +37,31 @@ TEST(DecodeMessages, BatchRoundTrips) {
 
 TEST(DecodeMessages, RangesOutsideTheArenasAreRefused) {
   std::string why;
-  EXPECT_FALSE(decode_batch(encode(sample_batch()), 20, 128, why));  // chunk 1 reads 16..21
+  EXPECT_FALSE(decode_batch(encode(sample_batch()), 20, kOut, why));  // chunk 1 reads 16..21
   DecodeBatch b = sample_batch();
   b.chunks[0].input_offset = UINT64_MAX - 4;  // would wrap around
   why.clear();
-  EXPECT_FALSE(decode_batch(encode(b), 128, 128, why));
+  EXPECT_FALSE(decode_batch(encode(b), 128, kOut, why));
   EXPECT_NE(why.find("outside the shared arenas"), std::string::npos) << why;
   b = sample_batch();
-  b.chunks[2].output_offset = 129;
-  EXPECT_FALSE(decode_batch(encode(b), 128, 128, why));
+  b.chunks[2].output_offset = 129;  // its guard band would end past the arena
+  EXPECT_FALSE(decode_batch(encode(b), 128, kOut, why));
+  b = sample_batch();
+  b.chunks[1].capacity = UINT64_MAX - 8;  // with its band, would wrap around
+  EXPECT_FALSE(decode_batch(encode(b), 128, kOut, why));
 }
 
 TEST(DecodeMessages, CountsThatLieAreRefused) {
   std::vector<std::uint8_t> bytes = encode(sample_batch());
   bytes[12] = 4;  // four chunks claimed, three sent
   std::string why;
-  EXPECT_FALSE(decode_batch(bytes, 128, 128, why));
+  EXPECT_FALSE(decode_batch(bytes, 128, kOut, why));
   bytes = encode(sample_batch());
   bytes.push_back(0);
-  EXPECT_FALSE(decode_batch(bytes, 128, 128, why));
+  EXPECT_FALSE(decode_batch(bytes, 128, kOut, why));
   bytes = encode(sample_batch());
   std::memset(bytes.data() + 12, 0xFF, 8);  // 2^64 - 1 chunks
-  EXPECT_FALSE(decode_batch(bytes, 128, 128, why));
+  EXPECT_FALSE(decode_batch(bytes, 128, kOut, why));
 }
 
 TEST(DecodeMessages, AnswersMustMatchTheirBatch) {
@@ -86,7 +92,7 @@ TEST(DecodeMessages, HeadersAreChecked) {
   header = encode_header(static_cast<MessageType>(9), 1);
   EXPECT_FALSE(decode_header(header, why));
   header = encode_header(MessageType::kDecode, 1);
-  header[4] = 2;  // another protocol version
+  header[4] = static_cast<std::uint8_t>(kVersion + 1);  // another protocol version
   EXPECT_FALSE(decode_header(header, why));
   EXPECT_NE(why.find("different builds"), std::string::npos) << why;
 }
@@ -112,7 +118,7 @@ TEST(DecodeMessages, RandomBytesNeverParseIntoSomethingOutOfBounds) {
   for (int i = 0; i < 20000; ++i) {
     std::vector<std::uint8_t> bytes(rng() % 120);
     for (auto& b : bytes) b = static_cast<std::uint8_t>(rng() % 4 == 0 ? rng() : 0);
-    if (const auto b = decode_batch(bytes, 256, 256, why)) {
+    if (const auto b = decode_batch(bytes, 256, 256 + kGuardBytes, why)) {
       for (const auto& c : b->chunks) {
         EXPECT_LE(c.input_offset + c.input_bytes, 256U);
         EXPECT_LE(c.output_offset + c.capacity, 256U);
@@ -171,7 +177,7 @@ DecodeBatch one_chunk(SharedArenas& arenas, const std::string& text, std::uint64
 }
 
 TEST(DecoderProcess, DecodesIntoTheSharedOutput) {
-  SharedArenas arenas(4096);
+  SharedArenas arenas(16384);
   auto p = start(arenas);
   ASSERT_TRUE(p);
   EXPECT_EQ(p->description(), "test decoder (copies)");
@@ -187,8 +193,48 @@ TEST(DecoderProcess, DecodesIntoTheSharedOutput) {
   }
 }
 
+TEST(DecoderProcess, BatchesInFlightAreAnsweredInOrder) {
+  SharedArenas arenas(16384);
+  auto p = start(arenas);
+  ASSERT_TRUE(p);
+  std::vector<DecodeBatch> sent;
+  for (std::uint64_t id = 1; id <= 4; ++id) {  // each in its own 64 bytes of the arenas
+    const std::string text = "batch " + std::to_string(id);
+    const std::uint64_t at = 64 * id;
+    std::memcpy(arenas.input() + at, text.data(), text.size());
+    sent.push_back({id, 0, {{at, text.size(), at, text.size()}}});
+    std::string why;
+    ASSERT_TRUE(p->send(sent.back(), why)) << why;
+  }
+  for (const auto& batch : sent) {
+    std::string why;
+    const auto d = p->receive(batch, in(10000), why);
+    ASSERT_TRUE(d) << why;
+    EXPECT_EQ(d->id, batch.id);
+    const auto& c = batch.chunks[0];
+    EXPECT_EQ(std::string(reinterpret_cast<char*>(arenas.output() + c.output_offset), c.capacity),
+              "batch " + std::to_string(batch.id));
+  }
+  // A fault in the second of three loses it and the third. The first may be answered before the
+  // process ends, or lost with it: either way, never answered wrong.
+  std::memcpy(arenas.input() + 64, "fine", 4);
+  std::memcpy(arenas.input() + 128, "CRASH", 5);
+  std::memcpy(arenas.input() + 192, "later", 5);
+  const std::vector<DecodeBatch> more{
+      {5, 0, {{64, 4, 64, 4}}}, {6, 0, {{128, 5, 128, 5}}}, {7, 0, {{192, 5, 192, 5}}}};
+  std::string why;
+  for (const auto& batch : more) p->send(batch, why);  // the last may find it ended
+  if (const auto first = p->receive(more[0], in(10000), why)) {
+    EXPECT_EQ(first->id, 5U);
+    EXPECT_EQ(std::string(reinterpret_cast<char*>(arenas.output() + 64), 4), "fine");
+    EXPECT_FALSE(p->receive(more[1], in(10000), why));
+  }
+  EXPECT_FALSE(p->running());
+  EXPECT_FALSE(p->receive(more[2], in(10000), why));
+}
+
 TEST(DecoderProcess, AFaultEndsTheProcessAloneAndSaysHow) {
-  SharedArenas arenas(4096);
+  SharedArenas arenas(16384);
   auto p = start(arenas);
   ASSERT_TRUE(p);
   std::string why;
@@ -203,7 +249,7 @@ TEST(DecoderProcess, AFaultEndsTheProcessAloneAndSaysHow) {
 }
 
 TEST(DecoderProcess, AHangIsKilledAtTheDeadline) {
-  SharedArenas arenas(4096);
+  SharedArenas arenas(16384);
   auto p = start(arenas);
   ASSERT_TRUE(p);
   const auto began = Clock::now();
@@ -218,7 +264,7 @@ TEST(DecoderProcess, AHangIsKilledAtTheDeadline) {
 }
 
 TEST(DecoderProcess, AnExitOrAWrongAnswerEndsIt) {
-  SharedArenas arenas(4096);
+  SharedArenas arenas(16384);
   auto p = start(arenas);
   ASSERT_TRUE(p);
   std::string why;
@@ -233,7 +279,7 @@ TEST(DecoderProcess, AnExitOrAWrongAnswerEndsIt) {
 }
 
 TEST(DecoderProcess, AProgramThatCannotStartIsAMessage) {
-  SharedArenas arenas(4096);
+  SharedArenas arenas(16384);
   std::string why;
   EXPECT_FALSE(DecoderProcess::start({"/nonexistent/zarr-device-decoder", {}}, arenas.setup(),
                                      arenas.fds(), in(2000), why));

@@ -195,6 +195,35 @@ def test_damaged_chunks_never_reach_the_callers_context(tmp_path: Path, name: st
     assert errors > 0  # the damage was found at least once
 
 
+@pytest.mark.gpu
+@gpu
+@pytest.mark.usefixtures("decoder_process")
+def test_calls_in_flight_answer_in_order_and_a_damaged_one_costs_only_its_chunks(tmp_path: Path) -> None:
+    """A read of many small batches keeps several decoder-process calls in flight: every chunk
+    lands where it belongs, and a damaged chunk among them is the CPU's error naming it, or the
+    CPU's value; the calls after it are still placed right once the damage is gone."""
+    previous = zd.set_config(staging_bytes=8 << 20, staging_slots=4)
+    try:
+        arr = _array(tmp_path / "a.zarr", "zstd", shape=(256, 16384), chunks=(8, 16384))
+        good = np.ascontiguousarray(arr[...])
+        before = _decoder()
+        assert_bits_equal(_on_device(arr).view(good.dtype).reshape(good.shape), good, "in flight")
+        after = _decoder()
+        assert after["chunks"] - before["chunks"] == 32
+        assert after["calls"] - before["calls"] >= 8  # a call per batch of 2 MiB at most
+        path = tmp_path / "a.zarr" / "c" / "13" / "0"
+        frame = path.read_bytes()
+        path.write_bytes(frame[: len(frame) // 2])
+        with pytest.raises(zd.CodecError, match="c/13/0"):
+            _on_device(arr)
+        path.write_bytes(frame)
+        part = _on_device(arr, (slice(3, 250, 5), slice(100, 16000, 7)))
+        want = good[3:250:5, 100:16000:7]
+        assert_bits_equal(part.view(good.dtype).reshape(want.shape), want, "selection in flight")
+    finally:
+        zd.set_config(staging_bytes=previous.staging_bytes, staging_slots=previous.staging_slots)
+
+
 SHUFFLE = {"name": "numcodecs.shuffle", "configuration": {"elementsize": 2}}
 
 

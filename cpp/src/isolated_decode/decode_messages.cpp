@@ -213,8 +213,8 @@ std::optional<DecodeBatch> decode_batch(std::span<const std::uint8_t> payload,
     r.u64(c.input_bytes);
     r.u64(c.output_offset);
     r.u64(c.capacity);
-    if (!within(c.input_offset, c.input_bytes, input_bytes) ||
-        !within(c.output_offset, c.capacity, output_bytes)) {
+    if (!within(c.input_offset, c.input_bytes, input_bytes) || c.capacity > output_bytes ||
+        !within(c.output_offset, c.capacity + kGuardBytes, output_bytes)) {
       why = "chunk " + std::to_string(i) + " of batch " + std::to_string(b.id) +
             " lies outside the shared arenas";
       return std::nullopt;

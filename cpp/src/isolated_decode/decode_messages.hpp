@@ -18,7 +18,7 @@
 namespace zarr_device::isolated_decode {
 
 inline constexpr std::uint32_t kMagic = 0x5A445743;  // "ZDWC"
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
 // Bounds on what a message may claim, so that a parser never allocates from an untrusted count.
 inline constexpr std::size_t kMostChunks = std::size_t{1} << 20;
 inline constexpr std::size_t kMostPayload = 64 + 32 * kMostChunks;
@@ -63,6 +63,13 @@ struct DecodeBatch {
   CodecKind codec = 0;
   std::vector<ChunkJob> chunks;
 };
+
+// Bytes of guard band after each chunk's output in the output arena: the decoder fills it before
+// the decode and checks it after, so that a decode that wrote past its output is known.
+inline constexpr std::size_t kGuardBytes = 4096;
+// The status of every chunk of a batch in which some decode wrote into a guard band: the overrun
+// may have come from any of them, so none of the batch is trusted.
+inline constexpr std::int32_t kWrotePastOutput = -0x40000000;
 
 // Per chunk: 0 where the decoder says it decoded, else its status; and the size it reports.
 struct ChunkOutcome {

@@ -81,12 +81,26 @@ DecoderProcess::~DecoderProcess() {
 
 std::optional<DecodedBatch> DecoderProcess::decode(const DecodeBatch& batch, Deadline deadline,
                                                    std::string& why) {
+  if (!send(batch, why)) return std::nullopt;
+  return receive(batch, deadline, why);
+}
+
+bool DecoderProcess::send(const DecodeBatch& batch, std::string& why) {
   if (!running()) {
     why = "the decoder process has ended";
-    return std::nullopt;
+    return false;
   }
   if (!channel_.send(MessageType::kDecode, encode(batch), {}, why)) {
     end(why);
+    return false;
+  }
+  return true;
+}
+
+std::optional<DecodedBatch> DecoderProcess::receive(const DecodeBatch& batch, Deadline deadline,
+                                                    std::string& why) {
+  if (!running()) {
+    why = "the decoder process has ended";
     return std::nullopt;
   }
   Message answer;

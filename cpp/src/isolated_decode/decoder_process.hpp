@@ -39,6 +39,16 @@ class DecoderProcess {
   // where there is no trustworthy answer by the deadline; the process is then ended.
   std::optional<DecodedBatch> decode(const DecodeBatch& batch, Deadline deadline, std::string& why);
 
+  // The same in two steps, with several batches in flight: send() each, then receive() their
+  // answers in the order they were sent (`batch`: the oldest sent and not yet received). false or
+  // none, with `why`, where the process failed; it is then ended, and every batch still in flight
+  // is lost with it.
+  bool send(const DecodeBatch& batch, std::string& why);
+  std::optional<DecodedBatch> receive(const DecodeBatch& batch, Deadline deadline,
+                                      std::string& why);
+  // Whether the next answer (or the process's end) is there to receive without waiting.
+  [[nodiscard]] bool answer_waiting() const { return channel_.readable(); }
+
   [[nodiscard]] bool running() const { return pid_ > 0; }
   [[nodiscard]] pid_t pid() const { return pid_; }
   // What the process said it is when ready ("nvCOMP 6.0.0 on CUDA device 0").

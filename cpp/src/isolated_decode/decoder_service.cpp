@@ -3,8 +3,16 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <deque>
 #include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
 
 #include "isolated_decode/message_channel.hpp"
 
@@ -20,7 +28,89 @@ int fail(const std::string& why) {
 // The engine may leave a process idle for as long as it likes.
 Deadline forever() { return std::chrono::steady_clock::now() + std::chrono::hours(24 * 365); }
 
+// The batches launched and not yet answered, shared by the thread that launches them (the
+// service's) and the one that answers them (the answerer's).
+class InFlight {
+ public:
+  explicit InFlight(std::size_t depth) : depth_(depth) {}
+
+  // Waits for room, then adds a launched batch.
+  void wait_for_room() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return ids_.size() + launching_ < depth_; });
+    ++launching_;
+  }
+  void launched(const DecodeBatch& batch) {
+    const std::scoped_lock lock(mutex_);
+    --launching_;
+    ids_.push_back({batch.id, batch.chunks.size()});
+    changed_.notify_all();
+  }
+  // The oldest batch in flight, once there is one; none once the service ends and none is left.
+  std::optional<std::pair<std::uint64_t, std::size_t>> next() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return !ids_.empty() || ending_; });
+    if (ids_.empty()) return std::nullopt;
+    return ids_.front();
+  }
+  void answered() {
+    const std::scoped_lock lock(mutex_);
+    ids_.pop_front();
+    changed_.notify_all();
+  }
+  void end() {
+    const std::scoped_lock lock(mutex_);
+    ending_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::size_t depth_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::pair<std::uint64_t, std::size_t>> ids_;
+  std::size_t launching_ = 0;
+  bool ending_ = false;
+};
+
+// Collects and answers the batches in flight, in order, until the service ends. A failure here
+// ends the process: the engine learns of it from the socket closing.
+void answer_batches(MessageChannel& channel, DecodeBackend& backend, InFlight& in_flight) {
+  std::string why;
+  while (const auto batch = in_flight.next()) {
+    DecodedBatch decoded{batch->first, {}};
+    try {
+      decoded.chunks = backend.collect();
+    } catch (const std::exception& e) {
+      fail(std::string("decoding failed: ") + e.what());
+      std::_Exit(1);
+    }
+    if (decoded.chunks.size() != batch->second) {
+      fail("backend lost chunks");
+      std::_Exit(1);
+    }
+    if (!channel.send(MessageType::kDecoded, encode(decoded), {}, why)) {
+      fail(why);
+      std::_Exit(1);
+    }
+    in_flight.answered();
+  }
+}
+
 }  // namespace
+
+void ImmediateBackend::launch(const DecodeBatch& batch) {
+  auto outcomes = decode(batch);
+  const std::scoped_lock lock(mutex_);
+  decoded_.push_back(std::move(outcomes));
+}
+
+std::vector<ChunkOutcome> ImmediateBackend::collect() {
+  const std::scoped_lock lock(mutex_);
+  auto outcomes = std::move(decoded_.front());
+  decoded_.pop_front();
+  return outcomes;
+}
 
 int serve(int fd, DecodeBackend& backend) {
   MessageChannel channel(fd);
@@ -47,27 +137,35 @@ int serve(int fd, DecodeBackend& backend) {
   const std::vector<std::uint8_t> ready(description.begin(), description.end());
   if (!channel.send(MessageType::kReady, ready, {}, why)) return fail(why);
 
+  InFlight in_flight(std::max<std::size_t>(backend.depth(), 1));
+  std::thread answerer(answer_batches, std::ref(channel), std::ref(backend), std::ref(in_flight));
+  // Whatever ends the service, the batches launched are answered first (the engine may still
+  // read them), and the answerer ends before the channel and the backend do.
+  auto end = [&](int status) {
+    in_flight.end();
+    answerer.join();
+    return status;
+  };
   for (;;) {
     switch (channel.receive(message, nullptr, forever(), why)) {
       case MessageChannel::Received::kClosed:
-        return 0;  // the engine is done with this process
+        return end(0);  // the engine is done with this process
       case MessageChannel::Received::kMessage:
         break;
       default:
-        return fail(why);
+        return end(fail(why));
     }
-    if (message.type != MessageType::kDecode) return fail("expected a batch to decode");
+    if (message.type != MessageType::kDecode) return end(fail("expected a batch to decode"));
     const std::optional<DecodeBatch> batch =
         decode_batch(message.payload, setup->input.bytes, setup->output.bytes, why);
-    if (!batch) return fail(why);
-    DecodedBatch decoded{batch->id, {}};
+    if (!batch) return end(fail(why));
+    in_flight.wait_for_room();
     try {
-      decoded.chunks = backend.decode(*batch);
+      backend.launch(*batch);
     } catch (const std::exception& e) {
-      return fail(std::string("decoding failed: ") + e.what());
+      return end(fail(std::string("decoding failed: ") + e.what()));
     }
-    if (decoded.chunks.size() != batch->chunks.size()) return fail("backend lost chunks");
-    if (!channel.send(MessageType::kDecoded, encode(decoded), {}, why)) return fail(why);
+    in_flight.launched(*batch);
   }
 }
 

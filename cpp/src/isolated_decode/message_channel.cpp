@@ -140,4 +140,9 @@ MessageChannel::Received MessageChannel::receive(Message& message, std::vector<i
   return read_exactly(message.payload.data(), h->payload_bytes, fds, deadline, why);
 }
 
+bool MessageChannel::readable() const {
+  pollfd p{fd_, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
 }  // namespace zarr_device::isolated_decode

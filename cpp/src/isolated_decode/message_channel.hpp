@@ -31,6 +31,9 @@ class MessageChannel {
   // (the caller owns them); without `fds` any are closed.
   Received receive(Message& message, std::vector<int>* fds, Deadline deadline, std::string& why);
 
+  // Whether a message (or the other end's closing) is there to receive without waiting.
+  [[nodiscard]] bool readable() const;
+
   [[nodiscard]] int fd() const { return fd_; }
 
  private:

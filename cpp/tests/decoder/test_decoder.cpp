@@ -17,7 +17,7 @@ namespace {
 
 using namespace zarr_device::isolated_decode;
 
-class CopyBackend : public DecodeBackend {
+class CopyBackend : public ImmediateBackend {
  public:
   std::string set_up(const DecoderSetup& setup, std::span<const int> fds) override {
     if (setup.input.kind != ArenaKind::kHostShared || setup.output.kind != ArenaKind::kHostShared ||

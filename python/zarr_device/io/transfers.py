@@ -125,7 +125,8 @@ def synchronize(device: DeviceLike = None) -> None:
 
 def empty_cache(device: DeviceLike = None) -> None:
     """Frees the memory reads and writes keep between calls for a CUDA device: the staging ring
-    (pinned host memory and its copy on the device) and the decode memory, as
+    (pinned host memory and its copy on the device), the decode memory and the decoder process
+    (with the arenas it is lent), as
     ``torch.cuda.empty_cache()`` frees torch's cache. Call it after loading a model, before the
     memory is wanted for something else (a serving engine's KV cache); the next read allocates them
     again (pinning the staging takes tens of milliseconds). Rings in use by reads on other threads
