@@ -178,7 +178,10 @@ class Reader {
   void answer_isolated(IsolatedCall& call);
   void answer_waiting_isolated();
   void retire_oldest_isolated();
-  void hold_decoder();  // the device's decoder, held while calls are in flight
+  // The device's decoder (and fresh rings over its arenas), held from the read's first call to
+  // its end; given back.
+  void hold_decoder();
+  void release_decoder();
   void decode_isolated_on_cpu(DeviceContext& ctx, Leaf& leaf, const std::byte* host,
                               cudaStream_t stream);
   // A chunk decoded on the CPU (`bytes`, in its staged layout) moved into place on `stream`

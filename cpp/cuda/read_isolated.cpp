@@ -18,6 +18,7 @@
 #include "cuda_check.hpp"
 #include "cuda_reader.hpp"
 #include "device_memory.hpp"
+#include "device_read/fifo_ring.hpp"
 #include "device_read/read_staging.hpp"
 #include "kernels.hpp"
 #include "shared_decoder.hpp"
@@ -44,26 +45,6 @@ double seconds_since(std::chrono::steady_clock::time_point from) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
 }
 
-// A range of one arena that a call in flight uses.
-struct ArenaRange {
-  std::size_t begin = 0;
-  std::size_t end = 0;
-};
-
-// Where `bytes` go in an arena of `capacity` used as a ring by calls in flight (oldest..newest,
-// freed in the order they were taken); none while those are in the way.
-std::optional<std::size_t> ring_place(std::size_t bytes, std::size_t capacity, bool empty,
-                                      ArenaRange oldest, ArenaRange newest) {
-  if (empty) return bytes <= capacity ? std::optional<std::size_t>(0) : std::nullopt;
-  if (newest.begin >= oldest.begin) {  // one piece, from oldest to newest: room after and before
-    if (newest.end + bytes <= capacity) return newest.end;
-    if (bytes <= oldest.begin) return 0;
-    return std::nullopt;
-  }
-  if (newest.end + bytes <= oldest.begin) return newest.end;  // wrapped: room between
-  return std::nullopt;
-}
-
 }  // namespace
 
 // One call of the decoder process in flight: the batch's leaves it decodes, where their bytes are
@@ -73,9 +54,11 @@ struct IsolatedCall {
   std::span<Leaf> batch;
   std::vector<std::size_t> leaves;  // in the batch
   std::vector<isolated_decode::ChunkJob> jobs;
-  std::size_t decoded = 0;  // bytes
-  ArenaRange input;
-  ArenaRange output;
+  std::size_t decoded = 0;        // bytes
+  std::size_t input_bytes = 0;    // of the input arena it takes
+  std::size_t output_bytes = 0;   // of the output arena, its guard bands included
+  std::uint64_t input_range = 0;  // its ranges' numbers in the arenas' rings
+  std::uint64_t output_range = 0;
   const std::byte* host = nullptr;  // the slot's bytes: what the CPU decodes from
   cudaStream_t stream = nullptr;    // where the chunks are placed
   Slot* slot = nullptr;             // the batch's slot (none: decoded off the slots)
@@ -91,10 +74,14 @@ struct IsolatedCall {
   std::deque<DeviceBuffer> unshuffled;  // placed from, until `placed`
 };
 
-// The calls of one read in flight, and the decoder they hold while there are any.
+// The calls of one read in flight, and the decoder the read holds from its first call to its end,
+// whose arenas it uses as rings: calls take ranges in the order they are sent, and a range is
+// reused once the calls before it are retired (device_read::FifoRing).
 struct IsolatedCalls {
   std::deque<IsolatedCall> in_flight;
   SharedDecoder::Lease lease;
+  std::optional<device_read::FifoRing> input_ring;
+  std::optional<device_read::FifoRing> output_ring;
 };
 
 void Reader::place_cpu_decoded(DeviceContext& ctx, cudaStream_t stream, Leaf& leaf,
@@ -143,15 +130,26 @@ IsolatedCall next_call(std::span<Leaf> batch, std::span<const std::size_t> membe
     input_at = input_end;
     output_at = output_end;
   }
-  call.input.end = input_at;
-  call.output.end = output_at;
+  call.input_bytes = input_at;
+  call.output_bytes = output_at;
   return call;
 }
 
 }  // namespace
 
 void Reader::hold_decoder() {
-  if (!isolated_->lease.lock.owns_lock()) isolated_->lease = SharedDecoder::of(device_).lease();
+  if (isolated_->lease.lock.owns_lock()) return;
+  isolated_->lease = SharedDecoder::of(device_).lease();
+  if (const IsolatedDecoder* decoder = isolated_->lease.decoder) {
+    isolated_->input_ring.emplace(decoder->input_bytes());
+    isolated_->output_ring.emplace(decoder->output_bytes());
+  }
+}
+
+void Reader::release_decoder() {
+  isolated_->lease = {};
+  isolated_->input_ring.reset();
+  isolated_->output_ring.reset();
 }
 
 void Reader::decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const std::byte* host,
@@ -173,40 +171,38 @@ void Reader::decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const st
       if (decoder != nullptr) call = next_call(batch, members, begin, *decoder);
       if (call.leaves.empty()) {  // no decoder, or a chunk larger than its arenas
         on_cpu.push_back(members[begin++]);
-        if (isolated_->in_flight.empty()) isolated_->lease = {};
         continue;
       }
       begin += call.leaves.size();
-      // Room in both arenas after the calls in flight, made by retiring the oldest.
-      for (;;) {
-        auto& in_flight = isolated_->in_flight;
-        const bool empty = in_flight.empty();
-        const auto in_at = ring_place(call.input.end, decoder->input_bytes(), empty,
-                                      empty ? ArenaRange{} : in_flight.front().input,
-                                      empty ? ArenaRange{} : in_flight.back().input);
-        const auto out_at = ring_place(call.output.end, decoder->output_bytes(), empty,
-                                       empty ? ArenaRange{} : in_flight.front().output,
-                                       empty ? ArenaRange{} : in_flight.back().output);
-        if (in_at && out_at) {
-          call.input = {*in_at, *in_at + call.input.end};
-          call.output = {*out_at, *out_at + call.output.end};
-          break;
-        }
-        retire_oldest_isolated();
-        hold_decoder();
-        decoder = isolated_->lease.decoder;
-        if (decoder == nullptr) break;
-      }
-      if (decoder == nullptr) {  // lost while making room: these chunks decode on the CPU
-        on_cpu.insert(on_cpu.end(), call.leaves.begin(), call.leaves.end());
-        isolated_->lease = {};
-        continue;
-      }
+      // Its ranges of the arenas, after the calls in flight: the calls whose ranges they overlap
+      // are retired first (oldest first, as the rings hand ranges out in order).
+      auto& in_flight = isolated_->in_flight;
+      const std::string where = batch[call.leaves.front()].planned().where();
+      const auto input = isolated_->input_ring->take(
+          call.input_bytes,
+          [&](std::uint64_t range, bool /*gone*/) {
+            while (!in_flight.empty() && in_flight.front().input_range <= range) {
+              retire_oldest_isolated();
+            }
+          },
+          where);
+      isolated_->input_ring->close(input.id);
+      const auto output = isolated_->output_ring->take(
+          call.output_bytes,
+          [&](std::uint64_t range, bool /*gone*/) {
+            while (!in_flight.empty() && in_flight.front().output_range <= range) {
+              retire_oldest_isolated();
+            }
+          },
+          where);
+      isolated_->output_ring->close(output.id);
+      call.input_range = input.id;
+      call.output_range = output.id;
       const auto staging_from = std::chrono::steady_clock::now();
       for (std::size_t k = 0; k < call.leaves.size(); ++k) {
         auto& job = call.jobs[k];
-        job.input_offset += call.input.begin;
-        job.output_offset += call.output.begin;
+        job.input_offset += input.offset;
+        job.output_offset += output.offset;
         const Leaf& leaf = batch[call.leaves[k]];
         ZD_CUDA_CHECK(cudaMemcpyAsync(decoder->input() + job.input_offset,
                                       staged + leaf.staging.offset + leaf.decoding.header,
@@ -311,7 +307,6 @@ void Reader::retire_oldest_isolated() {
   ZD_CUDA_CHECK(cudaEventSynchronize(in_flight.front().placed.get()));
   isolated_times_.retiring += seconds_since(waiting_from);
   in_flight.pop_front();
-  if (in_flight.empty()) isolated_->lease = {};
 }
 
 bool Reader::isolated_pending(const Slot& slot) const {
@@ -326,6 +321,7 @@ void Reader::complete_isolated(const Slot* through) {
   auto& in_flight = isolated_->in_flight;
   if (through == nullptr) {
     while (!in_flight.empty()) retire_oldest_isolated();
+    release_decoder();
     return;
   }
   for (auto& call : in_flight) {
@@ -350,7 +346,7 @@ void Reader::abandon_isolated() noexcept {
     } catch (...) {  // NOLINT(bugprone-empty-catch): the read's first error is the one reported
     }
   }
-  isolated_->lease = {};
+  release_decoder();
 }
 
 }  // namespace zarr_device::cuda
