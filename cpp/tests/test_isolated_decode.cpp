@@ -161,11 +161,13 @@ class SharedArenas {
   std::uint8_t* maps_[2] = {nullptr, nullptr};
 };
 
-DecoderProgram stand_in() { return {ZARR_DEVICE_TEST_DECODER, {}}; }
+DecoderProgram stand_in(std::size_t depth = 1) {
+  return {ZARR_DEVICE_TEST_DECODER, {"--depth", std::to_string(depth)}};
+}
 
-std::unique_ptr<DecoderProcess> start(SharedArenas& arenas) {
+std::unique_ptr<DecoderProcess> start(SharedArenas& arenas, std::size_t depth = 1) {
   std::string why;
-  auto p = DecoderProcess::start(stand_in(), arenas.setup(), arenas.fds(), in(10000), why);
+  auto p = DecoderProcess::start(stand_in(depth), arenas.setup(), arenas.fds(), in(10000), why);
   EXPECT_TRUE(p) << why;
   return p;
 }
@@ -193,9 +195,15 @@ TEST(DecoderProcess, DecodesIntoTheSharedOutput) {
   }
 }
 
-TEST(DecoderProcess, BatchesInFlightAreAnsweredInOrder) {
+class DecoderProcessInFlight : public ::testing::TestWithParam<std::size_t> {};
+
+// Depth 1: the service answers one batch before it launches the next; 4: as the decoder program,
+// batches launched as they come and answered in order by a thread of the service's.
+INSTANTIATE_TEST_SUITE_P(Depths, DecoderProcessInFlight, ::testing::Values(1, 4));
+
+TEST_P(DecoderProcessInFlight, BatchesInFlightAreAnsweredInOrder) {
   SharedArenas arenas(16384);
-  auto p = start(arenas);
+  auto p = start(arenas, GetParam());
   ASSERT_TRUE(p);
   std::vector<DecodeBatch> sent;
   for (std::uint64_t id = 1; id <= 4; ++id) {  // each in its own 64 bytes of the arenas
