@@ -55,11 +55,25 @@ IsolatedDecoder::IsolatedDecoder(int device, std::size_t input_bytes, std::size_
     cudaFree(input_);
     ZD_CUDA_CHECK(e);
   }
+  for (auto& event : events_) {
+    // Interprocess events may not record timing.
+    if (cudaError_t e =
+            cudaEventCreateWithFlags(&event, cudaEventInterprocess | cudaEventDisableTiming);
+        e != cudaSuccess) {
+      for (cudaEvent_t made : events_) {
+        if (made != nullptr) cudaEventDestroy(made);
+      }
+      cudaFree(output_);
+      cudaFree(input_);
+      ZD_CUDA_CHECK(e);
+    }
+  }
 }
 
 IsolatedDecoder::~IsolatedDecoder() {
   process_.reset();  // the process lets go of the arenas before they are freed
   cudaSetDevice(device_);
+  for (cudaEvent_t event : events_) cudaEventDestroy(event);
   cudaFree(output_);
   cudaFree(input_);
 }
@@ -89,8 +103,14 @@ bool IsolatedDecoder::ensure_process(std::string& why) {
     why = "no decoder program (install zarr-device with its decoder, or set ZARR_DEVICE_DECODER)";
     return false;
   }
-  const isolated_decode::DecoderSetup setup{device_, exported(input_, input_bytes_),
-                                            exported(output_, output_bytes_)};
+  isolated_decode::DecoderSetup setup{
+      device_, exported(input_, input_bytes_), exported(output_, output_bytes_), {}};
+  for (cudaEvent_t event : events_) {
+    cudaIpcEventHandle_t handle{};
+    ZD_CUDA_CHECK(cudaIpcGetEventHandle(&handle, event));
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(&handle);
+    setup.events.emplace_back(bytes, bytes + sizeof(handle));
+  }
   ++starts_;
   // Starting loads nvCOMP and makes a CUDA context: seconds on a cold machine.
   process_ = isolated_decode::DecoderProcess::start(
@@ -114,12 +134,15 @@ IsolatedDecoder::Sent IsolatedDecoder::send(DeviceDecoding::Kind codec,
       throw UsageError("a chunk of an isolated decode lies outside its arenas");
     }
   }
-  // The inputs' copies are done before the process reads them.
-  ZD_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (!ensure_process(sent.why)) {
     sent.failed_to_start = true;
     return sent;
   }
+  // The process waits on the GPU for the inputs' copies, queued on `stream` so far (the event is
+  // this batch's until it is received: at most kMostInFlight are in flight).
+  const std::size_t event = (next_batch_ - 1) % kMostInFlight;
+  ZD_CUDA_CHECK(cudaEventRecord(events_[event], stream));
+  sent.batch.event = static_cast<std::uint32_t>(event);
   sent.process = starts_;
   sent.sent = process_->send(sent.batch, sent.why);
   if (!sent.sent) process_.reset();

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -28,6 +29,9 @@ std::string decoder_program();
 
 class IsolatedDecoder {
  public:
+  // Batches sent and not yet received, at most: each has an event of its own that the process
+  // waits for.
+  static constexpr std::size_t kMostInFlight = 16;
   // Bytes of guard band after each output in the arena (the process fills and checks them).
   static constexpr std::size_t kGuardBytes = isolated_decode::kGuardBytes;
 
@@ -66,9 +70,10 @@ class IsolatedDecoder {
     std::string why;  // where it was not sent
   };
   // Sends chunks whose stored bytes the caller has put in the input arena (their copies queued on
-  // `stream`): waits for `stream`, starts a process if none runs, and sends the batch. Batches are
-  // received in the order they are sent; the arenas' ranges of those in flight (each output with
-  // the guard band after it) must not overlap.
+  // `stream`): starts a process if none runs, records an event on `stream` that the process waits
+  // for on the GPU, and sends the batch. Batches are received in the order they are sent, at most
+  // kMostInFlight at a time; the arenas' ranges of those in flight (each output with the guard
+  // band after it) must not overlap.
   Sent send(DeviceDecoding::Kind codec, std::span<const isolated_decode::ChunkJob> chunks,
             cudaStream_t stream);
   // Whether the answer to the oldest batch in flight (`sent`) can be received without waiting
@@ -98,6 +103,7 @@ class IsolatedDecoder {
   std::unique_ptr<isolated_decode::DecoderProcess> process_;
   std::size_t starts_ = 0;
   std::uint64_t next_batch_ = 1;
+  std::array<cudaEvent_t, kMostInFlight> events_{};  // exported to every process started
 };
 
 }  // namespace zarr_device::cuda

@@ -54,7 +54,9 @@ struct IsolatedCall {
   std::span<Leaf> batch;
   std::vector<std::size_t> leaves;  // in the batch
   std::vector<isolated_decode::ChunkJob> jobs;
-  std::size_t decoded = 0;        // bytes
+  std::size_t decoded = 0;      // bytes
+  std::size_t staged_from = 0;  // the slot's bytes it copies into the input arena
+  std::size_t staged_bytes = 0;
   std::size_t input_bytes = 0;    // of the input arena it takes
   std::size_t output_bytes = 0;   // of the output arena, its guard bands included
   std::uint64_t input_range = 0;  // its ranges' numbers in the arenas' rings
@@ -110,27 +112,37 @@ IsolatedCall next_call(std::span<Leaf> batch, std::span<const std::size_t> membe
                        std::size_t begin, const IsolatedDecoder& decoder) {
   IsolatedCall call;
   call.batch = batch;
-  std::size_t input_at = 0;
+  // The inputs keep the places they have in the slot, relative to the first one's, so that one
+  // copy moves the call's stored bytes into the arena (and their alignment stays the slot's).
+  std::size_t span_begin = SIZE_MAX;
+  std::size_t span_end = 0;
   std::size_t output_at = 0;
   for (std::size_t m = begin; m < members.size(); ++m) {
     const Leaf& leaf = batch[members[m]];
     const std::size_t in = leaf.stored.length - leaf.decoding.header - leaf.decoding.trailer;
     const std::size_t out = leaf.planned().spec->nbytes();
-    const std::size_t input_end = device_read::align_up(input_at + in, kArenaAlignment);
+    const std::size_t from = std::min(span_begin, leaf.staging.offset);
+    const std::size_t to = std::max(span_end, leaf.staging.offset + leaf.stored.length);
+    const std::size_t input_bytes = device_read::align_up(to - from, kArenaAlignment);
     const std::size_t output_end =
         device_read::align_up(output_at + out + IsolatedDecoder::kGuardBytes, kArenaAlignment);
     const bool first = call.leaves.empty();
-    if (input_end > decoder.input_bytes() / (first ? 1 : 2) ||
+    if (input_bytes > decoder.input_bytes() / (first ? 1 : 2) ||
         output_end > decoder.output_bytes() / (first ? 1 : 2)) {
       break;
     }
+    span_begin = from;
+    span_end = to;
     call.leaves.push_back(members[m]);
-    call.jobs.push_back({input_at, in, output_at, out});
+    call.jobs.push_back({leaf.staging.offset + leaf.decoding.header, in, output_at, out});
     call.decoded += out;
-    input_at = input_end;
     output_at = output_end;
   }
-  call.input_bytes = input_at;
+  if (call.leaves.empty()) return call;
+  for (auto& job : call.jobs) job.input_offset -= span_begin;  // from the span's start
+  call.staged_from = span_begin;
+  call.staged_bytes = span_end - span_begin;
+  call.input_bytes = device_read::align_up(call.staged_bytes, kArenaAlignment);
   call.output_bytes = output_at;
   return call;
 }
@@ -199,19 +211,28 @@ void Reader::decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const st
       call.input_range = input.id;
       call.output_range = output.id;
       const auto staging_from = std::chrono::steady_clock::now();
-      for (std::size_t k = 0; k < call.leaves.size(); ++k) {
-        auto& job = call.jobs[k];
+      for (auto& job : call.jobs) {
         job.input_offset += input.offset;
         job.output_offset += output.offset;
-        const Leaf& leaf = batch[call.leaves[k]];
-        ZD_CUDA_CHECK(cudaMemcpyAsync(decoder->input() + job.input_offset,
-                                      staged + leaf.staging.offset + leaf.decoding.header,
-                                      job.input_bytes, cudaMemcpyDeviceToDevice, stream));
       }
+      ZD_CUDA_CHECK(cudaMemcpyAsync(decoder->input() + input.offset, staged + call.staged_from,
+                                    call.staged_bytes, cudaMemcpyDeviceToDevice, stream));
       call.ctx = &ctx;
       call.host = host;
       call.stream = stream;
       call.slot = slot;
+      // Each call in flight has one of the decoder's events: the oldest waiting for its answer is
+      // answered first where all are taken.
+      const auto unanswered = std::count_if(in_flight.begin(), in_flight.end(),
+                                            [](const IsolatedCall& c) { return !c.answered; });
+      if (static_cast<std::size_t>(unanswered) >= IsolatedDecoder::kMostInFlight) {
+        for (auto& earlier : in_flight) {
+          if (!earlier.answered) {
+            answer_isolated(earlier);
+            break;
+          }
+        }
+      }
       call.sent = decoder->send(codec, call.jobs, stream);
       isolated_times_.staging += seconds_since(staging_from);
       ++isolated_calls_;

@@ -59,6 +59,13 @@ class NvcompBackend final : public DecodeBackend {
     check(cudaSetDevice(setup.device), "cudaSetDevice");
     input_ = open(setup.input);
     output_ = open(setup.output);
+    for (const auto& handle : setup.events) {
+      cudaIpcEventHandle_t ipc{};
+      std::memcpy(&ipc, handle.data(), sizeof(ipc));
+      cudaEvent_t event = nullptr;
+      check(cudaIpcOpenEventHandle(&event, ipc), "cudaIpcOpenEventHandle");
+      events_.push_back(event);
+    }
     for (auto& lane : lanes_) {
       check(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking), "cudaStreamCreate");
       check(cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming), "cudaEventCreate");
@@ -82,6 +89,11 @@ class NvcompBackend final : public DecodeBackend {
     lane.decoded = false;
     lane.bytes = 0;
     if (d == nullptr || n == 0) return;  // not a codec nvCOMP decodes here: none decoded
+    // The engine's copies of the stored bytes, waited for on the GPU (the service checked that the
+    // setup lent this event).
+    if (batch.event != kNoEvent) {
+      check(cudaStreamWaitEvent(lane.stream, events_[batch.event], 0), "cudaStreamWaitEvent");
+    }
     // Per chunk: input pointers, output pointers and guard-band pointers, then input sizes,
     // capacities, band sizes and decoded sizes, then statuses and band flags; the same layout in
     // pinned host memory and on the device, so that the answers come back in one copy.
@@ -217,6 +229,7 @@ class NvcompBackend final : public DecodeBackend {
 
   std::byte* input_ = nullptr;
   std::byte* output_ = nullptr;
+  std::vector<cudaEvent_t> events_;  // the engine's, opened through IPC
   std::array<Lane, kDepth> lanes_{};
   std::size_t launched_ = 0;   // by the service's thread
   std::size_t collected_ = 0;  // by its answerer

@@ -33,6 +33,12 @@ TEST(DecodeMessages, BatchRoundTrips) {
   ASSERT_EQ(back->chunks.size(), 3U);
   EXPECT_EQ(back->chunks[1].input_offset, 16U);
   EXPECT_EQ(back->chunks[1].capacity, 5U);
+  EXPECT_EQ(back->event, kNoEvent);
+  DecodeBatch waits = b;
+  waits.event = 3;
+  const auto again = decode_batch(encode(waits), 128, kOut, why);
+  ASSERT_TRUE(again) << why;
+  EXPECT_EQ(again->event, 3U);
 }
 
 TEST(DecodeMessages, RangesOutsideTheArenasAreRefused) {
@@ -53,14 +59,14 @@ TEST(DecodeMessages, RangesOutsideTheArenasAreRefused) {
 
 TEST(DecodeMessages, CountsThatLieAreRefused) {
   std::vector<std::uint8_t> bytes = encode(sample_batch());
-  bytes[12] = 4;  // four chunks claimed, three sent
+  bytes[16] = 4;  // four chunks claimed, three sent (after the id, the codec and the event)
   std::string why;
   EXPECT_FALSE(decode_batch(bytes, 128, kOut, why));
   bytes = encode(sample_batch());
   bytes.push_back(0);
   EXPECT_FALSE(decode_batch(bytes, 128, kOut, why));
   bytes = encode(sample_batch());
-  std::memset(bytes.data() + 12, 0xFF, 8);  // 2^64 - 1 chunks
+  std::memset(bytes.data() + 16, 0xFF, 8);  // 2^64 - 1 chunks
   EXPECT_FALSE(decode_batch(bytes, 128, kOut, why));
 }
 
@@ -108,6 +114,17 @@ TEST(DecodeMessages, SetupRoundTripsAndChecksItsHandles) {
   EXPECT_EQ(back->input.kind, ArenaKind::kCudaIpc);
   EXPECT_EQ(back->input.handle, s.input.handle);
   EXPECT_EQ(back->output.bytes, 4096U);
+  EXPECT_TRUE(back->events.empty());
+  // Events lent: whole handles, and no more than kMostEvents of them.
+  s.events.assign(2, std::vector<std::uint8_t>(kIpcHandleBytes, 9));
+  const auto with_events = decode_setup(encode(s), why);
+  ASSERT_TRUE(with_events) << why;
+  EXPECT_EQ(with_events->events, s.events);
+  s.events.back().resize(kIpcHandleBytes - 1);
+  EXPECT_FALSE(decode_setup(encode(s), why));
+  s.events.assign(kMostEvents + 1, std::vector<std::uint8_t>(kIpcHandleBytes, 9));
+  EXPECT_FALSE(decode_setup(encode(s), why));
+  s.events.clear();
   s.input.handle.resize(10);
   EXPECT_FALSE(decode_setup(encode(s), why));
 }
@@ -282,6 +299,15 @@ TEST(DecoderProcess, AnExitOrAWrongAnswerEndsIt) {
   ASSERT_TRUE(p);
   why.clear();
   EXPECT_FALSE(p->decode(one_chunk(arenas, "LOSE"), in(10000), why));  // the service refuses
+  EXPECT_FALSE(p->running());
+  EXPECT_NE(why.find("exited with 1"), std::string::npos) << why;
+  // A batch that names an event the setup did not lend.
+  p = start(arenas);
+  ASSERT_TRUE(p);
+  why.clear();
+  DecodeBatch waits = one_chunk(arenas, "fine");
+  waits.event = 0;
+  EXPECT_FALSE(p->decode(waits, in(10000), why));
   EXPECT_FALSE(p->running());
   EXPECT_NE(why.find("exited with 1"), std::string::npos) << why;
 }

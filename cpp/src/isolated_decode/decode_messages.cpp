@@ -148,6 +148,8 @@ std::vector<std::uint8_t> encode(const DecoderSetup& setup) {
   w.i32(setup.device);
   put_arena(w, setup.input);
   put_arena(w, setup.output);
+  w.u32(static_cast<std::uint32_t>(setup.events.size()));
+  for (const auto& event : setup.events) w.bytes(event);
   return w.take();
 }
 
@@ -155,6 +157,7 @@ std::vector<std::uint8_t> encode(const DecodeBatch& batch) {
   Writer w;
   w.u64(batch.id);
   w.u32(batch.codec);
+  w.u32(batch.event);
   w.u64(batch.chunks.size());
   for (const ChunkJob& c : batch.chunks) {
     w.u64(c.input_offset);
@@ -184,6 +187,23 @@ std::optional<DecoderSetup> decode_setup(std::span<const std::uint8_t> payload, 
     return std::nullopt;
   }
   if (!get_arena(r, s.input, why) || !get_arena(r, s.output, why)) return std::nullopt;
+  std::uint32_t events = 0;
+  if (!r.u32(events)) {
+    why = "setup message is truncated";
+    return std::nullopt;
+  }
+  if (events > kMostEvents) {
+    why = "setup message claims " + std::to_string(events) + " events, more than " +
+          std::to_string(kMostEvents);
+    return std::nullopt;
+  }
+  s.events.resize(events);
+  for (auto& event : s.events) {
+    if (!r.bytes(event, kIpcHandleBytes)) {
+      why = "setup message is truncated";
+      return std::nullopt;
+    }
+  }
   if (r.left() != 0) {
     why = "setup message has trailing bytes";
     return std::nullopt;
@@ -197,7 +217,7 @@ std::optional<DecodeBatch> decode_batch(std::span<const std::uint8_t> payload,
   Reader r(payload);
   DecodeBatch b;
   std::uint64_t count = 0;
-  if (!r.u64(b.id) || !r.u32(b.codec) || !r.u64(count)) {
+  if (!r.u64(b.id) || !r.u32(b.codec) || !r.u32(b.event) || !r.u64(count)) {
     why = "decode message is truncated";
     return std::nullopt;
   }

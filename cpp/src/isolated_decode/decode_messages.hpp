@@ -18,7 +18,7 @@
 namespace zarr_device::isolated_decode {
 
 inline constexpr std::uint32_t kMagic = 0x5A445743;  // "ZDWC"
-inline constexpr std::uint32_t kVersion = 2;
+inline constexpr std::uint32_t kVersion = 3;
 // Bounds on what a message may claim, so that a parser never allocates from an untrusted count.
 inline constexpr std::size_t kMostChunks = std::size_t{1} << 20;
 inline constexpr std::size_t kMostPayload = 64 + 32 * kMostChunks;
@@ -42,10 +42,16 @@ struct Arena {
   std::vector<std::uint8_t> handle;  // kCudaIpc: the IPC handle; kHostShared: empty
 };
 
+// CUDA IPC event handles the engine lends the decoder (at most this many): a batch names the one
+// the engine recorded after copying its stored bytes, and the decoder's stream waits for it on the
+// GPU instead of the engine's thread waiting for the copies.
+inline constexpr std::size_t kMostEvents = 64;
+
 struct DecoderSetup {
-  std::int32_t device = 0;  // CUDA device ordinal (host arenas: unused)
-  Arena input;              // the stored bytes of a batch
-  Arena output;             // where the decoder writes decoded chunks
+  std::int32_t device = 0;                        // CUDA device ordinal (host arenas: unused)
+  Arena input;                                    // the stored bytes of a batch
+  Arena output;                                   // where the decoder writes decoded chunks
+  std::vector<std::vector<std::uint8_t>> events;  // IPC event handles, kIpcHandleBytes each
 };
 
 // The codec's kind, as zarr_device/codec.hpp's DeviceDecoding::Kind numbers it.
@@ -58,10 +64,14 @@ struct ChunkJob {
   std::uint64_t capacity = 0;  // the bytes the chunk decodes to, as the array's metadata says
 };
 
+inline constexpr std::uint32_t kNoEvent = UINT32_MAX;
+
 struct DecodeBatch {
   std::uint64_t id = 0;
   CodecKind codec = 0;
   std::vector<ChunkJob> chunks;
+  // The setup's event to wait for before reading the inputs; kNoEvent: they are there already.
+  std::uint32_t event = kNoEvent;
 };
 
 // Bytes of guard band after each chunk's output in the output arena: the decoder fills it before

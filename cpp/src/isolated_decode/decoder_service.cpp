@@ -159,6 +159,9 @@ int serve(int fd, DecodeBackend& backend) {
     const std::optional<DecodeBatch> batch =
         decode_batch(message.payload, setup->input.bytes, setup->output.bytes, why);
     if (!batch) return end(fail(why));
+    if (batch->event != kNoEvent && batch->event >= setup->events.size()) {
+      return end(fail("a batch names an event the setup did not lend"));
+    }
     in_flight.wait_for_room();
     try {
       backend.launch(*batch);

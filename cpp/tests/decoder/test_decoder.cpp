@@ -51,8 +51,8 @@ class CopyBackend : public ImmediateBackend {
 
   std::string set_up(const DecoderSetup& setup, std::span<const int> fds) override {
     if (setup.input.kind != ArenaKind::kHostShared || setup.output.kind != ArenaKind::kHostShared ||
-        fds.size() != 2) {
-      throw std::runtime_error("the test decoder takes two shared host arenas");
+        fds.size() != 2 || !setup.events.empty()) {
+      throw std::runtime_error("the test decoder takes two shared host arenas and no events");
     }
     input_ = map(fds[0], setup.input.bytes, PROT_READ);
     output_ = map(fds[1], setup.output.bytes, PROT_READ | PROT_WRITE);
