@@ -190,24 +190,22 @@ void Reader::decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const st
       // are retired first (oldest first, as the rings hand ranges out in order).
       auto& in_flight = isolated_->in_flight;
       const std::string where = batch[call.leaves.front()].planned().where();
-      const auto input = isolated_->input_ring->take(
-          call.input_bytes,
-          [&](std::uint64_t range, bool /*gone*/) {
-            while (!in_flight.empty() && in_flight.front().input_range <= range) {
-              retire_oldest_isolated();
-            }
-          },
-          where);
-      isolated_->input_ring->close(input.id);
-      const auto output = isolated_->output_ring->take(
-          call.output_bytes,
-          [&](std::uint64_t range, bool /*gone*/) {
-            while (!in_flight.empty() && in_flight.front().output_range <= range) {
-              retire_oldest_isolated();
-            }
-          },
-          where);
-      isolated_->output_ring->close(output.id);
+      auto take = [&](device_read::FifoRing& ring, std::size_t bytes,
+                      std::uint64_t IsolatedCall::*range_of) {
+        const auto taken = ring.take(
+            bytes,
+            [&](std::uint64_t range, bool /*gone*/) {
+              while (!in_flight.empty() && in_flight.front().*range_of <= range) {
+                retire_oldest_isolated();
+              }
+            },
+            where);
+        ring.close(taken.id);
+        return taken;
+      };
+      const auto input = take(*isolated_->input_ring, call.input_bytes, &IsolatedCall::input_range);
+      const auto output =
+          take(*isolated_->output_ring, call.output_bytes, &IsolatedCall::output_range);
       call.input_range = input.id;
       call.output_range = output.id;
       const auto staging_from = std::chrono::steady_clock::now();
