@@ -1,3 +1,6 @@
+#include <algorithm>
+
+#include "device_read/stream_gather.hpp"
 #include "kernels.hpp"
 
 namespace zarr_device::cuda {
@@ -125,8 +128,8 @@ void launch_chunk_unshuffle(const std::byte* shuffled, std::byte* out, std::size
   const std::uint64_t whole = elements * typesize;
   const int threads = 256;
   const std::uint64_t wanted = (elements + threads - 1) / threads;
-  const auto blocks = static_cast<unsigned int>(wanted < 65535 * 8 ? (wanted > 0 ? wanted : 1)
-                                                                   : 65535 * 8);
+  const auto blocks =
+      static_cast<unsigned int>(wanted < 65535 * 8 ? (wanted > 0 ? wanted : 1) : 65535 * 8);
   switch (typesize) {
     case 2:
       chunk_unshuffle_kernel<2><<<blocks, threads, 0, stream>>>(in, to, elements);
@@ -251,6 +254,97 @@ void launch_pack(const void* const* inputs, const std::size_t* sizes, std::size_
   if (count == 0) return;
   pack_kernel<<<static_cast<unsigned int>(count), 256, 0, stream>>>(
       inputs, sizes, reinterpret_cast<unsigned char*>(packed), offsets);
+}
+
+namespace {
+
+struct CopyLaunch {
+  std::uint32_t count = 0;
+  CopyRange range[kCopiesPerLaunch];
+};
+
+// Blocks of one range (blockIdx.x) stride over it (blockIdx.y), in 16-byte words where both ends
+// allow.
+__global__ void copy_ranges_kernel(const __grid_constant__ CopyLaunch launch) {
+  const CopyRange& r = launch.range[blockIdx.x];
+  const auto* in = reinterpret_cast<const unsigned char*>(r.src);
+  auto* out = reinterpret_cast<unsigned char*>(r.dst);
+  const std::uint64_t first = static_cast<std::uint64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.y) * blockDim.x;
+  std::uint64_t words = 0;
+  if ((reinterpret_cast<std::uintptr_t>(in) | reinterpret_cast<std::uintptr_t>(out)) % 16 == 0) {
+    words = r.bytes / 16;
+    const auto* in16 = reinterpret_cast<const uint4*>(in);
+    auto* out16 = reinterpret_cast<uint4*>(out);
+    for (std::uint64_t i = first; i < words; i += stride) out16[i] = in16[i];
+  }
+  for (std::uint64_t i = words * 16 + first; i < r.bytes; i += stride) out[i] = in[i];
+}
+
+struct GatherLaunch {
+  StreamBlock block[kGatherBlocks];
+  const unsigned char* source[kGatherSources];
+};
+
+__global__ void gather_blocks_kernel(const __grid_constant__ GatherLaunch launch) {
+  const StreamBlock& b = launch.block[blockIdx.x];
+  const unsigned char* const* sources = launch.source + b.first;
+  auto* out = reinterpret_cast<unsigned char*>(b.out);
+  for (std::uint32_t at = blockIdx.y * blockDim.x + threadIdx.x; at < b.bytes;
+       at += gridDim.y * blockDim.x) {
+    const auto from = device_read::stream_byte(at, b.bytes, b.typesize, b.streams);
+    out[at] = sources[from.stream][from.offset];
+  }
+}
+
+// CUDA blocks per range or block: enough for the largest to spread over the GPU, 16 KiB each.
+unsigned int blocks_across(std::uint64_t largest) {
+  constexpr std::uint64_t kBytesPerBlock = 16 << 10;
+  return static_cast<unsigned int>(
+      std::clamp<std::uint64_t>((largest + kBytesPerBlock - 1) / kBytesPerBlock, 1, 256));
+}
+
+}  // namespace
+
+void launch_copy_ranges(std::span<const CopyRange> ranges, cudaStream_t stream) {
+  CopyLaunch launch;
+  for (std::size_t begin = 0; begin < ranges.size(); begin += kCopiesPerLaunch) {
+    launch.count = static_cast<std::uint32_t>(std::min(kCopiesPerLaunch, ranges.size() - begin));
+    std::uint64_t largest = 0;
+    for (std::uint32_t i = 0; i < launch.count; ++i) {
+      launch.range[i] = ranges[begin + i];
+      largest = std::max(largest, launch.range[i].bytes);
+    }
+    const dim3 grid(launch.count, blocks_across(largest));
+    copy_ranges_kernel<<<grid, 256, 0, stream>>>(launch);
+  }
+}
+
+void launch_gather_blocks(std::span<const StreamBlock> blocks,
+                          std::span<const std::byte* const> sources, cudaStream_t stream) {
+  GatherLaunch launch;
+  std::size_t count = 0;
+  std::size_t used = 0;  // sources in `launch`
+  std::uint64_t largest = 0;
+  auto flush = [&] {
+    if (count == 0) return;
+    const dim3 grid(static_cast<unsigned int>(count), blocks_across(largest));
+    gather_blocks_kernel<<<grid, 256, 0, stream>>>(launch);
+    count = 0;
+    used = 0;
+    largest = 0;
+  };
+  for (const StreamBlock& b : blocks) {
+    if (count == kGatherBlocks || used + b.streams > kGatherSources) flush();
+    StreamBlock& to = launch.block[count++];
+    to = b;
+    to.first = static_cast<std::uint32_t>(used);
+    for (std::uint32_t s = 0; s < b.streams; ++s) {
+      launch.source[used++] = reinterpret_cast<const unsigned char*>(sources[b.first + s]);
+    }
+    largest = std::max<std::uint64_t>(largest, b.bytes);
+  }
+  flush();
 }
 
 void launch_byte_unshuffle(const UnshuffleBlock* blocks, std::size_t count, cudaStream_t stream) {

@@ -59,6 +59,34 @@ void launch_byte_unshuffle(const UnshuffleBlock* blocks, std::size_t count, cuda
 void launch_chunk_unshuffle(const std::byte* shuffled, std::byte* out, std::size_t bytes,
                             std::size_t typesize, cudaStream_t stream);
 
+// Copies between places in device memory, any number, passed to the kernels by value (a launch
+// takes kCopiesPerLaunch): for the stored streams of a call, each moved to an address its decoder
+// takes, with no table in memory another process could write.
+struct CopyRange {
+  const std::byte* src = nullptr;
+  std::byte* dst = nullptr;
+  std::uint64_t bytes = 0;
+};
+inline constexpr std::size_t kCopiesPerLaunch = 1024;
+void launch_copy_ranges(std::span<const CopyRange> ranges, cudaStream_t stream);
+
+// A block of a chunk decoded stream by stream (DeviceStreams): its streams' decoded bytes, at
+// sources[first] ... sources[first + streams - 1], gathered and unshuffled into `out`, `bytes`
+// long (device_read/stream_gather.hpp's stream_byte says from where).
+struct StreamBlock {
+  std::byte* out = nullptr;
+  std::uint32_t bytes = 0;
+  std::uint32_t first = 0;
+  std::uint32_t streams = 1;
+  std::uint32_t typesize = 1;
+};
+// Gathers every block (any number; the blocks and their sources are passed to the kernels by
+// value, kGatherBlocks and kGatherSources a launch).
+inline constexpr std::size_t kGatherBlocks = 256;
+inline constexpr std::size_t kGatherSources = 2048;
+void launch_gather_blocks(std::span<const StreamBlock> blocks,
+                          std::span<const std::byte* const> sources, cudaStream_t stream);
+
 // The kernel's arguments for copying elements laid out by `src_strides` (bytes) from `src` into
 // `dst`, swapping the bytes of each `swap_unit` when `swap`. Dimensions that are contiguous in
 // both are merged; UsageError when more than kMaxKernelRank remain.

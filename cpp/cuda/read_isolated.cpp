@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cuda_check.hpp"
@@ -21,6 +22,7 @@
 #include "device_read/fifo_ring.hpp"
 #include "device_read/read_staging.hpp"
 #include "kernels.hpp"
+#include "place/strided_copy.hpp"
 #include "shared_decoder.hpp"
 
 namespace zarr_device::cuda {
@@ -32,6 +34,9 @@ using device_read::unshuffles_in_place;
 namespace {
 
 constexpr std::size_t kArenaAlignment = 256;  // of each input and output in the arenas
+// Of each stream's input where a call's inputs are moved one by one (the most nvCOMP's decoders
+// ask of their inputs).
+constexpr std::size_t kStreamAlignment = 16;
 
 // How long a call may take before its process is taken for hung: far more than any decode of the
 // arenas' bytes takes (GB/s on any GPU nvCOMP runs on), far less than a user would wait.
@@ -54,8 +59,23 @@ struct IsolatedCall {
   std::span<Leaf> batch;
   std::vector<std::size_t> leaves;  // in the batch
   std::vector<isolated_decode::ChunkJob> jobs;
-  std::size_t decoded = 0;      // bytes
-  std::size_t staged_from = 0;  // the slot's bytes it copies into the input arena
+  // Leaf k's jobs are jobs[first_job[k]] up to jobs[first_job[k + 1]] (one per chunk, but one per
+  // compressed stream of a chunk of many streams).
+  std::vector<std::size_t> first_job;
+  // Chunks of many streams (Decoding::streams): leaf k's streams (none where they could not be
+  // read: the CPU decodes it), and the moves of their inputs from the slot into the input arena,
+  // each to an address nvCOMP takes (offsets in the slot and in the call's input range).
+  bool framed = false;
+  std::vector<DeviceStreams> streams;
+  struct Move {
+    std::size_t from = 0;
+    std::size_t to = 0;
+    std::size_t bytes = 0;
+  };
+  std::vector<Move> moves;
+  const std::byte* staged = nullptr;  // the slot's bytes on the device (stored streams)
+  std::size_t decoded = 0;            // bytes
+  std::size_t staged_from = 0;        // the slot's bytes it copies into the input arena
   std::size_t staged_bytes = 0;
   std::size_t input_bytes = 0;    // of the input arena it takes
   std::size_t output_bytes = 0;   // of the output arena, its guard bands included
@@ -108,41 +128,79 @@ namespace {
 // The leaves of `members` from `begin` that one call decodes: at most half of each arena, so that
 // the next call is staged and sent while this one decodes, unless one chunk alone is larger (up to
 // the whole arena); none where the first is larger than the arenas. Offsets from the call's start.
+// (All of them chunks of many streams, or none: `members` are of one kind.)
 IsolatedCall next_call(std::span<Leaf> batch, std::span<const std::size_t> members,
-                       std::size_t begin, const IsolatedDecoder& decoder) {
+                       std::size_t begin, const IsolatedDecoder& decoder, const std::byte* host) {
   IsolatedCall call;
   call.batch = batch;
+  call.framed = batch[members[begin]].decoding.streams != nullptr;
   // The inputs keep the places they have in the slot, relative to the first one's, so that one
   // copy moves the call's stored bytes into the arena (and their alignment stays the slot's).
+  // Streams are moved one by one instead, each to an address nvCOMP takes.
   std::size_t span_begin = SIZE_MAX;
   std::size_t span_end = 0;
+  std::size_t input_at = 0;  // of the moved streams
   std::size_t output_at = 0;
+  std::vector<isolated_decode::ChunkJob> jobs;
+  std::vector<IsolatedCall::Move> moves;
   for (std::size_t m = begin; m < members.size(); ++m) {
     const Leaf& leaf = batch[members[m]];
     const std::size_t in = leaf.stored.length - leaf.decoding.header - leaf.decoding.trailer;
     const std::size_t out = leaf.planned().spec->nbytes();
-    const std::size_t from = std::min(span_begin, leaf.staging.offset);
-    const std::size_t to = std::max(span_end, leaf.staging.offset + leaf.stored.length);
-    const std::size_t input_bytes = device_read::align_up(to - from, kArenaAlignment);
-    const std::size_t output_end =
-        device_read::align_up(output_at + out + IsolatedDecoder::kGuardBytes, kArenaAlignment);
+    const std::size_t at = leaf.staging.offset + leaf.decoding.header;
+    jobs.clear();
+    moves.clear();
+    DeviceStreams streams;
+    std::size_t from = span_begin;
+    std::size_t to = span_end;
+    std::size_t input_end = input_at;
+    std::size_t output_end = output_at;
+    auto add_output = [&](std::size_t bytes) {
+      const std::size_t place = output_end;
+      output_end =
+          device_read::align_up(place + bytes + IsolatedDecoder::kGuardBytes, kArenaAlignment);
+      return place;
+    };
+    if (!call.framed) {
+      from = std::min(span_begin, leaf.staging.offset);
+      to = std::max(span_end, leaf.staging.offset + leaf.stored.length);
+      input_end = to - from;
+      jobs.push_back({at, in, add_output(out), out});
+    } else if (leaf.decoding.streams({host + at, in}, out, streams)) {
+      for (const auto& stream : streams.streams) {
+        if (stream.stored) continue;  // gathered from the slot
+        moves.push_back({at + stream.input_offset, input_end, stream.input_bytes});
+        jobs.push_back(
+            {input_end, stream.input_bytes, add_output(stream.output_bytes), stream.output_bytes});
+        input_end = device_read::align_up(input_end + stream.input_bytes, kStreamAlignment);
+      }
+    }
     const bool first = call.leaves.empty();
-    if (input_bytes > decoder.input_bytes() / (first ? 1 : 2) ||
+    if (device_read::align_up(input_end, kArenaAlignment) >
+            decoder.input_bytes() / (first ? 1 : 2) ||
         output_end > decoder.output_bytes() / (first ? 1 : 2)) {
       break;
     }
     span_begin = from;
     span_end = to;
-    call.leaves.push_back(members[m]);
-    call.jobs.push_back({leaf.staging.offset + leaf.decoding.header, in, output_at, out});
-    call.decoded += out;
+    input_at = input_end;
     output_at = output_end;
+    call.leaves.push_back(members[m]);
+    call.first_job.push_back(call.jobs.size());
+    call.jobs.insert(call.jobs.end(), jobs.begin(), jobs.end());
+    call.moves.insert(call.moves.end(), moves.begin(), moves.end());
+    call.streams.push_back(std::move(streams));
+    call.decoded += out;
   }
   if (call.leaves.empty()) return call;
-  for (auto& job : call.jobs) job.input_offset -= span_begin;  // from the span's start
-  call.staged_from = span_begin;
-  call.staged_bytes = span_end - span_begin;
-  call.input_bytes = device_read::align_up(call.staged_bytes, kArenaAlignment);
+  call.first_job.push_back(call.jobs.size());
+  if (!call.framed) {
+    for (auto& job : call.jobs) job.input_offset -= span_begin;  // from the span's start
+    call.staged_from = span_begin;
+    call.staged_bytes = span_end - span_begin;
+    input_at = call.staged_bytes;
+  }
+  call.input_bytes = device_read::align_up(input_at, kArenaAlignment);
   call.output_bytes = output_at;
   return call;
 }
@@ -166,21 +224,23 @@ void Reader::release_decoder() {
 
 void Reader::decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const std::byte* host,
                              const std::byte* staged, cudaStream_t stream, Slot* slot) {
-  std::map<GpuCodec, std::vector<std::size_t>> by_codec;
+  // Calls of one codec each, chunks of many streams apart from the others.
+  std::map<std::pair<GpuCodec, bool>, std::vector<std::size_t>> by_codec;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     if (batch[i].decoding.route == Route::kIsolatedDecode && batch[i].staging.scratch != kPlaced) {
-      by_codec[batch[i].decoding.codec].push_back(i);
+      by_codec[{batch[i].decoding.codec, batch[i].decoding.streams != nullptr}].push_back(i);
     }
   }
   if (by_codec.empty()) return;
   if (!isolated_) isolated_ = std::make_shared<IsolatedCalls>();
   std::vector<std::size_t> on_cpu;  // chunks no decoder can take
-  for (const auto& [codec, members] : by_codec) {
+  for (const auto& [kind, members] : by_codec) {
+    const GpuCodec codec = kind.first;
     for (std::size_t begin = 0; begin < members.size();) {
       hold_decoder();
       IsolatedDecoder* decoder = isolated_->lease.decoder;
       IsolatedCall call;
-      if (decoder != nullptr) call = next_call(batch, members, begin, *decoder);
+      if (decoder != nullptr) call = next_call(batch, members, begin, *decoder, host);
       if (call.leaves.empty()) {  // no decoder, or a chunk larger than its arenas
         on_cpu.push_back(members[begin++]);
         continue;
@@ -213,8 +273,20 @@ void Reader::decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const st
         job.input_offset += input.offset;
         job.output_offset += output.offset;
       }
-      ZD_CUDA_CHECK(cudaMemcpyAsync(decoder->input() + input.offset, staged + call.staged_from,
-                                    call.staged_bytes, cudaMemcpyDeviceToDevice, stream));
+      if (!call.framed) {
+        ZD_CUDA_CHECK(cudaMemcpyAsync(decoder->input() + input.offset, staged + call.staged_from,
+                                      call.staged_bytes, cudaMemcpyDeviceToDevice, stream));
+      } else if (!call.moves.empty()) {
+        std::vector<CopyRange> copies;
+        copies.reserve(call.moves.size());
+        for (const auto& move : call.moves) {
+          copies.push_back(
+              {staged + move.from, decoder->input() + input.offset + move.to, move.bytes});
+        }
+        launch_copy_ranges(copies, stream);
+        ZD_CUDA_CHECK(cudaGetLastError());
+      }
+      call.staged = staged;
       call.ctx = &ctx;
       call.host = host;
       call.stream = stream;
@@ -231,7 +303,8 @@ void Reader::decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const st
           }
         }
       }
-      call.sent = decoder->send(codec, call.jobs, stream);
+      // (A call whose chunks are all stored streams has nothing to decode and is not sent.)
+      if (!call.jobs.empty()) call.sent = decoder->send(codec, call.jobs, stream);
       isolated_times_.staging += seconds_since(staging_from);
       ++isolated_calls_;
       isolated_chunks_ += call.leaves.size();
@@ -262,22 +335,61 @@ void Reader::decode_isolated_on_cpu(DeviceContext& ctx, Leaf& leaf, const std::b
 void Reader::answer_isolated(IsolatedCall& call) {
   auto& shared = SharedDecoder::of(device_);
   IsolatedDecoder* decoder = isolated_->lease.decoder;
-  const auto outcome = decoder->receive(call.sent, deadline_for(call.decoded));
+  const auto outcome = call.jobs.empty() ? IsolatedDecoder::Outcome{}
+                                         : decoder->receive(call.sent, deadline_for(call.decoded));
   call.received = true;
-  shared.record(outcome);
+  if (!call.jobs.empty()) shared.record(outcome);
   isolated_times_.waiting += outcome.waited;
   const auto placing_from = std::chrono::steady_clock::now();
   DeviceContext& ctx = *call.ctx;
   if (defer_consumers_) wait_for_consumers(ctx, call.stream);
   std::vector<std::size_t> on_cpu;
+  // Chunks of many streams: their blocks, gathered from the streams into place (or scratch) in
+  // launches after the loop, and the chunks placed from scratch after that.
+  std::vector<StreamBlock> blocks;
+  std::vector<const std::byte*> sources;
+  std::vector<std::pair<std::size_t, const std::byte*>> from_scratch;
   for (std::size_t k = 0; k < call.leaves.size(); ++k) {
     Leaf& leaf = call.batch[call.leaves[k]];
-    if (!outcome.decoded[k]) {
+    const std::size_t first = call.first_job[k];
+    const std::size_t end = call.first_job[k + 1];
+    const bool decoded_all = std::all_of(
+        outcome.decoded.begin() + static_cast<std::ptrdiff_t>(first),
+        outcome.decoded.begin() + static_cast<std::ptrdiff_t>(end), [](bool d) { return d; });
+    if (!decoded_all || (call.framed && call.streams[k].blocks.empty())) {
       on_cpu.push_back(call.leaves[k]);
       continue;
     }
     const auto& planned = leaf.planned();
-    const std::byte* decoded = decoder->output() + call.jobs[k].output_offset;
+    if (call.framed) {
+      // Each stream from where the process decoded it, or a stored one from the slot; the offsets
+      // are the engine's own, from the stored bytes it checked, never the process's.
+      const DeviceStreams& streams = call.streams[k];
+      const std::size_t base = sources.size();
+      std::size_t job = first;
+      for (const auto& stream : streams.streams) {
+        const std::size_t at = leaf.staging.offset + leaf.decoding.header;
+        sources.push_back(stream.stored ? call.staged + at + stream.input_offset
+                                        : decoder->output() + call.jobs[job++].output_offset);
+      }
+      std::byte* into = planned.destination.data;
+      const bool in_place = !leaf.decoding.swap &&
+                            place::is_full(planned.selection, planned.spec->shape) &&
+                            place::is_c_contiguous(planned.destination, planned.spec->dtype->size);
+      if (!in_place) {
+        into = static_cast<std::byte*>(
+            call.unshuffled.emplace_back(ctx.gpu_, planned.spec->nbytes()).data());
+        from_scratch.emplace_back(call.leaves[k], into);
+      }
+      for (const auto& block : streams.blocks) {
+        blocks.push_back({into + block.offset, static_cast<std::uint32_t>(block.bytes),
+                          static_cast<std::uint32_t>(base + block.first_stream), block.streams,
+                          streams.unshuffle});
+      }
+      if (in_place) leaf.staging.scratch = kPlaced;
+      continue;
+    }
+    const std::byte* decoded = decoder->output() + call.jobs[first].output_offset;
     if (leaf.decoding.unshuffle > 1) {
       if (unshuffles_in_place(leaf)) {
         launch_chunk_unshuffle(decoded, planned.destination.data, planned.spec->nbytes(),
@@ -293,6 +405,17 @@ void Reader::answer_isolated(IsolatedCall& call) {
       decoded = static_cast<const std::byte*>(buffer.data());
     }
     place_on_device(decoded, *planned.spec, planned.selection, planned.destination,
+                    leaf.decoding.swap, call.stream);
+    leaf.staging.scratch = kPlaced;
+  }
+  if (!blocks.empty()) {
+    launch_gather_blocks(blocks, sources, call.stream);
+    ZD_CUDA_CHECK(cudaGetLastError());
+  }
+  for (const auto& [i, scratch] : from_scratch) {
+    Leaf& leaf = call.batch[i];
+    const auto& planned = leaf.planned();
+    place_on_device(scratch, *planned.spec, planned.selection, planned.destination,
                     leaf.decoding.swap, call.stream);
     leaf.staging.scratch = kPlaced;
   }
@@ -312,7 +435,7 @@ void Reader::answer_isolated(IsolatedCall& call) {
 void Reader::answer_waiting_isolated() {
   for (auto& call : isolated_->in_flight) {
     if (call.answered) continue;
-    if (!isolated_->lease.decoder->answered(call.sent)) return;
+    if (!call.jobs.empty() && !isolated_->lease.decoder->answered(call.sent)) return;
     answer_isolated(call);
   }
 }
@@ -358,7 +481,7 @@ void Reader::abandon_isolated() noexcept {
     try {
       IsolatedCall call = std::move(in_flight.front());
       in_flight.pop_front();
-      if (!call.received && isolated_->lease.decoder != nullptr) {
+      if (!call.received && !call.jobs.empty() && isolated_->lease.decoder != nullptr) {
         isolated_->lease.decoder->receive(call.sent, deadline_for(call.decoded));
       }
       if (call.placed) cudaEventSynchronize(call.placed.get());

@@ -6,7 +6,9 @@
 #ifdef ZARR_DEVICE_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "../cuda/kernels.hpp"
@@ -85,6 +87,96 @@ TEST(CudaDeviceUnshuffle, WholeChunksMatchTheCpusUnshuffle) {
       ASSERT_EQ(cudaMemcpy(got.data(), device + kMost, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
       EXPECT_EQ(got, expected) << "typesize " << typesize << ", " << bytes << " bytes";
     }
+  }
+  cudaFree(device);
+}
+
+// Streams of many blocks gathered and unshuffled into place (a chunk decoded stream by stream),
+// against the CPU's unshuffle of the blocks; more blocks and sources than one launch takes.
+TEST(CudaDeviceUnshuffle, GatheredBlocksMatchTheCpusUnshuffle) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(6);
+  struct Case {
+    std::uint32_t bytes;
+    std::uint32_t streams;
+    std::uint32_t typesize;
+  };
+  std::vector<Case> cases;
+  for (int i = 0; i < 700; ++i) {
+    const std::uint32_t typesize = std::vector<std::uint32_t>{1, 2, 4, 8, 16, 3}[i % 6];
+    const bool split = i % 2 == 0 && typesize > 1;
+    const std::uint32_t elements = 1 + rng() % 3000;
+    // A split block is whole elements; one of a single stream may have bytes past the last.
+    const std::uint32_t bytes = elements * typesize + (split ? 0 : rng() % typesize);
+    cases.push_back({bytes, split ? typesize : 1, i % 5 == 0 ? 1 : typesize});
+  }
+  std::size_t total = 0;
+  for (const auto& c : cases) total += c.bytes;
+  std::vector<std::byte> shuffled(total);
+  for (auto& b : shuffled) b = static_cast<std::byte>(rng());
+  std::byte* device = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), 2 * total), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(device, shuffled.data(), total, cudaMemcpyHostToDevice), cudaSuccess);
+  std::vector<StreamBlock> blocks;
+  std::vector<const std::byte*> sources;
+  std::size_t at = 0;
+  for (const auto& c : cases) {
+    blocks.push_back({device + total + at, c.bytes, static_cast<std::uint32_t>(sources.size()),
+                      c.streams, c.typesize});
+    for (std::uint32_t s = 0; s < c.streams; ++s) {
+      sources.push_back(device + at + s * (c.bytes / c.streams));
+    }
+    at += c.bytes;
+  }
+  launch_gather_blocks(blocks, sources, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<std::byte> got(total);
+  ASSERT_EQ(cudaMemcpy(got.data(), device + total, total, cudaMemcpyDeviceToHost), cudaSuccess);
+  at = 0;
+  for (const auto& c : cases) {
+    std::vector<std::byte> expected(c.bytes);
+    codecs::byte_unshuffle(shuffled.data() + at, expected.data(), c.bytes, c.typesize);
+    ASSERT_TRUE(
+        std::equal(expected.begin(), expected.end(), got.begin() + static_cast<std::ptrdiff_t>(at)))
+        << c.bytes << " bytes, " << c.streams << " streams, typesize " << c.typesize;
+    at += c.bytes;
+  }
+  cudaFree(device);
+}
+
+TEST(CudaDeviceUnshuffle, CopiedRangesArriveWhole) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(7);
+  constexpr std::size_t kBytes = 8 << 20;
+  std::vector<std::byte> in(kBytes);
+  for (auto& b : in) b = static_cast<std::byte>(rng());
+  std::byte* device = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), 2 * kBytes), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(device, in.data(), kBytes, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemset(device + kBytes, 0, kBytes), cudaSuccess);
+  // 3000 ranges (three launches), unaligned sources, 16-byte aligned and unaligned destinations.
+  std::vector<CopyRange> ranges;
+  std::vector<std::pair<std::size_t, std::size_t>> places;  // from, to
+  std::size_t to = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const std::size_t bytes = 1 + rng() % 2000;
+    const std::size_t from = rng() % (kBytes - bytes);
+    if (i % 2 == 0) to = (to + 15) / 16 * 16;
+    ranges.push_back({device + from, device + kBytes + to, bytes});
+    places.emplace_back(from, to);
+    to += bytes;
+  }
+  ASSERT_LE(to, kBytes);
+  launch_copy_ranges(ranges, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<std::byte> got(kBytes);
+  ASSERT_EQ(cudaMemcpy(got.data(), device + kBytes, kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const auto [from, into] = places[i];
+    ASSERT_TRUE(std::equal(in.begin() + static_cast<std::ptrdiff_t>(from),
+                           in.begin() + static_cast<std::ptrdiff_t>(from + ranges[i].bytes),
+                           got.begin() + static_cast<std::ptrdiff_t>(into)))
+        << "range " << i;
   }
   cudaFree(device);
 }

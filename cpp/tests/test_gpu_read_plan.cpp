@@ -77,6 +77,8 @@ TEST(GpuReadPlan, ChunksNoChecksumVouchesForGoToTheDecoderProcess) {
   const json zstd = json::array({{{"name", "bytes"}}, {{"name", "zstd"}}});
   const json lz4 = json::array({{{"name", "bytes"}}, {{"name", "numcodecs.lz4"}}});
   const json blosc = json::array({{{"name", "bytes"}}, {{"name", "blosc"}}});
+  const json blosclz = json::array(
+      {{{"name", "bytes"}}, {{"name", "blosc"}, {"configuration", {{"cname", "blosclz"}}}}});
   const json gzip = json::array({{{"name", "bytes"}}, {{"name", "gzip"}}});
   const json shuffle = {{"name", "numcodecs.shuffle"}, {"configuration", {{"elementsize", 4}}}};
   const json shuffled = json::array({{{"name", "bytes"}}, shuffle, {{"name", "zstd"}}});
@@ -98,7 +100,13 @@ TEST(GpuReadPlan, ChunksNoChecksumVouchesForGoToTheDecoderProcess) {
       {zstd, GpuDecode::kTrusted, Route::kDeviceDecode},
       {zstd, GpuDecode::kOff, Route::kCpuDecode},
       {kZstdCrc, GpuDecode::kOff, Route::kCpuDecode},
-      {blosc, GpuDecode::kIsolated, Route::kCpuDecode},
+      // Blosc (zstd by default) has no checksum: its streams decode in the decoder process where
+      // the caller asks for it, for now; blosclz only on the CPU.
+      {blosc, GpuDecode::kIsolated, Route::kIsolatedDecode},
+      {blosc, GpuDecode::kChecked, Route::kCpuDecode},
+      {blosc, GpuDecode::kTrusted, Route::kCpuDecode},
+      {blosc, GpuDecode::kOff, Route::kCpuDecode},
+      {blosclz, GpuDecode::kIsolated, Route::kCpuDecode},
       // gzip's CRC-32 and zlib's Adler-32 are not verified on the device: the CPU keeps them.
       {gzip, GpuDecode::kChecked, Route::kCpuDecode},
       {gzip, GpuDecode::kIsolated, Route::kCpuDecode},

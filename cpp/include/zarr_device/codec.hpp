@@ -151,6 +151,28 @@ struct DecodedSize {
 // The formats a device's batched codecs (nvCOMP) work in.
 enum class DeviceCodec { kChecksum, kZstd, kGzip, kDeflate, kLz4 };
 
+// The streams of one stored chunk (DeviceDecoding::streams), all checked against the chunk and its
+// decoded size: every range lies inside them, the blocks tile the decoded bytes in order, and each
+// block's streams tile it in equal parts in order.
+struct DeviceStreams {
+  struct Stream {
+    std::uint64_t input_offset = 0;  // in the stored chunk
+    std::uint64_t input_bytes = 0;
+    std::uint64_t output_bytes = 0;  // what it decodes to
+    bool stored = false;             // its bytes are the decoded ones (nothing to decode)
+  };
+  struct Block {
+    std::uint64_t offset = 0;  // of its decoded bytes in the chunk's
+    std::uint64_t bytes = 0;
+    std::uint32_t first_stream = 0;
+    std::uint32_t streams = 0;
+  };
+  // The element size of the byte shuffle each block's decoded streams hold; 1: none.
+  std::uint32_t unshuffle = 1;
+  std::vector<Stream> streams;
+  std::vector<Block> blocks;
+};
+
 struct DeviceDecoding {
   using Kind = DeviceCodec;
   static constexpr std::size_t kKinds = 5;
@@ -170,6 +192,13 @@ struct DeviceDecoding {
   // the device decoder does not verify, so only a chunk a crc32c vouches for decodes on the device
   // unless the caller trusts its data: the CPU verifies the check where nothing else does.
   bool skips_check = false;
+  // A stored form made of many streams of `kind` (Blosc's blocks, each split into one stream per
+  // byte of its elements): where they lie and what they decode to, read from the stored bytes on
+  // the CPU (DeviceStreams). False where `stored` is not of a form the device decodes so, which
+  // then decodes on CPU threads. Such codecs decode on the device only in the decoder process,
+  // stream by stream, and the engine gathers and unshuffles the streams into place.
+  bool (*streams)(std::span<const std::byte> stored, std::size_t decoded,
+                  DeviceStreams& out) = nullptr;
 };
 
 // Decodes a codec's encoded bytes, pulled from a source as it needs them, into its decoded bytes,

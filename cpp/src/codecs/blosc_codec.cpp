@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 
+#include "codecs/blosc_frames.hpp"
 #include "codecs/compression_common.hpp"
 
 namespace zarr_device::codecs {
@@ -35,6 +36,21 @@ bool compressor_available(std::string_view cname) {
 // 32768:1 (zstd), and this allows four times that. Only matters when the caller gives no size.
 std::size_t max_decoded_size(std::size_t compressed) {
   return saturating_mul_add(compressed + 1, std::size_t{128} * 1024, 0);
+}
+
+// The streams a device decodes of a Blosc chunk whose blocks `compressor` compressed
+// (DeviceDecoding::streams, ::accepts).
+template <BloscCompressor compressor>
+bool device_streams(std::span<const std::byte> stored, std::size_t decoded, DeviceStreams& out) {
+  std::string why;
+  const auto layout = blosc_layout(stored, decoded, why);
+  return layout && blosc_device_streams(*layout, compressor, out, why);
+}
+
+template <BloscCompressor compressor>
+bool device_takes(std::span<const std::byte> stored, std::size_t decoded) {
+  DeviceStreams streams;
+  return device_streams<compressor>(stored, decoded, streams);
 }
 
 class BloscCodec final : public BytesToBytesCodec {
@@ -88,6 +104,24 @@ class BloscCodec final : public BytesToBytesCodec {
               {"shuffle", kShuffleNames[shuffle_]},
               {"typesize", typesize_},
               {"blocksize", blocksize_}}}};
+  }
+
+  // LZ4 (lz4hc writes the same format) and zstd blocks decode on a device, stream by stream; the
+  // other compressors and bit shuffle on the CPU, through c-blosc.
+  [[nodiscard]] std::optional<DeviceDecoding> device_decoding() const override {
+    DeviceDecoding d;
+    if (cname_ == "lz4" || cname_ == "lz4hc") {
+      d.kind = DeviceCodec::kLz4;
+      d.accepts = &device_takes<BloscCompressor::kLz4>;
+      d.streams = &device_streams<BloscCompressor::kLz4>;
+    } else if (cname_ == "zstd") {
+      d.kind = DeviceCodec::kZstd;
+      d.accepts = &device_takes<BloscCompressor::kZstd>;
+      d.streams = &device_streams<BloscCompressor::kZstd>;
+    } else {
+      return std::nullopt;
+    }
+    return d;
   }
 
   [[nodiscard]] Buffer decode(const Buffer& encoded, DecodedSize size) const override {

@@ -126,6 +126,60 @@ std::optional<BloscLayout> blosc_layout(std::span<const std::byte> chunk,
   return layout;
 }
 
+bool blosc_device_streams(const BloscLayout& layout, BloscCompressor compressor, DeviceStreams& out,
+                          std::string& why) {
+  out = DeviceStreams{};
+  if (layout.decoded_bytes == 0) {
+    why = "an empty Blosc chunk";
+    return false;
+  }
+  if (layout.stored) {
+    out.streams.push_back({kBloscHeaderBytes, layout.decoded_bytes, layout.decoded_bytes, true});
+    out.blocks.push_back({0, layout.decoded_bytes, 0, 1});
+    return true;
+  }
+  if (layout.compressor != compressor || layout.shuffle == BloscShuffle::kBit) {
+    why = "a Blosc chunk of another compressor than the array's, or bit-shuffled";
+    return false;
+  }
+  constexpr std::uint64_t kLeastStreamBytes = 512;
+  if (layout.splits.size() > 1 + layout.decoded_bytes / kLeastStreamBytes) {
+    why = "a Blosc chunk of " + std::to_string(layout.splits.size()) + " streams for " +
+          std::to_string(layout.decoded_bytes) + " bytes";
+    return false;
+  }
+  out.unshuffle = layout.shuffle == BloscShuffle::kByte ? layout.typesize : 1;
+  out.streams.reserve(layout.splits.size());
+  out.blocks.reserve(layout.blocks.size());
+  std::size_t split = 0;
+  for (const BloscBlock& b : layout.blocks) {
+    DeviceStreams::Block block{b.offset, b.bytes, static_cast<std::uint32_t>(split), 0};
+    std::uint64_t at = b.offset;
+    for (; split < layout.splits.size() && layout.splits[split].output_offset < b.offset + b.bytes;
+         ++split) {
+      const BloscSplit& s = layout.splits[split];
+      if (s.output_offset != at || s.output_bytes == 0) break;
+      out.streams.push_back({s.input_offset, s.input_bytes, s.output_bytes, s.stored});
+      at += s.output_bytes;
+      ++block.streams;
+    }
+    // Equal parts that end where the block does (a block of Blosc's splits whose size is not a
+    // multiple of its element size leaves bytes no stream decodes).
+    if (at != b.offset + b.bytes || block.streams == 0 || b.bytes % block.streams != 0) {
+      why = "a Blosc block whose streams do not cover it";
+      out = DeviceStreams{};
+      return false;
+    }
+    out.blocks.push_back(block);
+  }
+  if (split != layout.splits.size()) {
+    why = "a Blosc chunk with streams past its blocks";
+    out = DeviceStreams{};
+    return false;
+  }
+  return true;
+}
+
 bool decode_blosc_with(const BloscLayout& layout, std::span<const std::byte> chunk,
                        std::span<std::byte> out, std::string& why) {
   if (out.size() != layout.decoded_bytes) {

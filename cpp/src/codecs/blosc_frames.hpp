@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "zarr_device/codec.hpp"
+
 namespace zarr_device::codecs {
 
 // Blosc 1's internal compressors, as its header numbers them.
@@ -60,6 +62,14 @@ inline constexpr std::size_t kBloscHeaderBytes = 16;
 // Blosc 1 decoder would refuse or that this reading does not cover (a version it does not know).
 std::optional<BloscLayout> blosc_layout(std::span<const std::byte> chunk,
                                         std::uint64_t decoded_bytes, std::string& why);
+
+// The streams a device decodes of a chunk of `layout` whose compressor is `compressor` (LZ4 or
+// zstd, the ones nvCOMP decodes): a stored chunk is one stored stream. False, with `why`, for a
+// layout a device does not take (another compressor, bit shuffle, splits that do not tile their
+// block, or more streams than one per 512 decoded bytes, which would make the tables that move
+// them larger than the data): c-blosc decodes those on the CPU.
+bool blosc_device_streams(const BloscLayout& layout, BloscCompressor compressor, DeviceStreams& out,
+                          std::string& why);
 
 // Decodes `chunk` through its layout on the CPU: each split by its compressor's library, then the
 // shuffle. False, with `why`, where a split does not decode to its size or the layout needs what

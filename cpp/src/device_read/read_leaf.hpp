@@ -106,6 +106,9 @@ struct Decoding {
   // The element size of a byte shuffle undone on the device after the decode (numcodecs'
   // shuffle before the compressor); 1: none. Such chunks decode into scratch, never in place.
   std::size_t unshuffle = 1;
+  // The codec's streams (DeviceDecoding::streams): set for chunks of many streams, which decode in
+  // the decoder process stream by stream and are gathered into place by the engine.
+  bool (*streams)(std::span<const std::byte>, std::size_t, DeviceStreams&) = nullptr;
 };
 
 // Where a leaf is staged: its place in a slot, set as it is batched (pack_batches), its decode

@@ -198,6 +198,18 @@ Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoder
   decoding.accepts = d->accepts;
   decoding.header = d->header;
   decoding.trailer += d->trailer;
+  decoding.streams = d->streams;
+  if (d->streams != nullptr) {
+    // Chunks of many streams decode on the device only in the decoder process, whatever vouches
+    // for them (and not after a numcodecs shuffle of their own). For now only where the caller
+    // asks for that process ('isolated'): by default they stay with c-blosc on the CPU until the
+    // stream route has been measured against it on a GPU (BENCHMARKS.md).
+    decoding.route =
+        policy == GpuDecode::kIsolated && decoding.unshuffle == 1 && decoders.has_isolated(d->kind)
+            ? Route::kIsolatedDecode
+            : Route::kCpuDecode;
+    return decoding;
+  }
   const bool vouched = decoding.crc32c > 0;
   const bool in_process =
       policy == GpuDecode::kTrusted || (policy == GpuDecode::kChecked && vouched);
