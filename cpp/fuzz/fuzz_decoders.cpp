@@ -53,6 +53,8 @@ const char* const kTable = R"json([
   "data_type": "uint8"},
  {"label": "numcodecs.lz4", "name": "numcodecs.lz4", "configuration": {"acceleration": 1},
   "data_type": "uint8"},
+ {"label": "numcodecs.delta u2 to i8", "name": "numcodecs.delta",
+  "configuration": {"dtype": "<u2", "astype": "<i8"}, "data_type": "uint16"},
  {"label": "crc32c", "name": "crc32c", "configuration": {}, "data_type": "uint8"}
 ])json";
 

@@ -522,7 +522,7 @@ TEST(Metadata, V2InvalidDocumentsRaiseFormatError) {
       {{"chunks", {3, 2}}},
       {{"chunks", {3, 0, 2}}},
       {{"dimension_separator", "-"}},
-      {{"filters", json::array({{{"id", "delta"}, {"dtype", "<f4"}}})}},
+      {{"filters", json::array({{{"id", "fixedscaleoffset"}, {"dtype", "<f4"}}})}},
       {{"compressor", {{"level", 1}}}},
       {{"compressor", "zlib"}},
       {{"compressor", {{"id", 5}}}},

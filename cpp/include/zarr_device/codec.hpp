@@ -261,6 +261,10 @@ class BytesToBytesCodec : public Codec {
   }
   // The size of what suffix() returns; 0 when it returns nullopt.
   [[nodiscard]] virtual std::size_t suffix_size() const { return 0; }
+  // Whether zarr-python 3 lists this codec among the array->array codecs, where it works on the
+  // chunk's elements as they lie in memory (numcodecs.delta): a chain takes it there, before a
+  // little-endian array->bytes codec, and runs it right after that codec, on the same bytes.
+  [[nodiscard]] virtual bool listed_before_bytes() const { return false; }
   // The encoded size for a decoded size, for codecs that know it (crc32c adds 4 bytes).
   [[nodiscard]] virtual std::optional<std::size_t> encoded_size(std::size_t /*decoded*/) const {
     return std::nullopt;

@@ -35,14 +35,31 @@ CodecChain::CodecChain(const nlohmann::json& codecs, ChunkSpec spec, int zarr_fo
       if (array_to_bytes_) {
         throw FormatError("array->array codec '" + name + "' comes after the array->bytes codec");
       }
+      if (listed_before_bytes_ > 0) {
+        throw FormatError("array->array codec '" + name + "' comes after '" +
+                          std::string(bytes_to_bytes_.back()->name()) +
+                          "', which this reading runs only right before the array->bytes codec");
+      }
       specs_.push_back(current);
       current = a2a->encoded_spec(current);
       array_to_array_.push_back(std::move(a2a));
     } else if (auto a2b = std::dynamic_pointer_cast<const ArrayToBytesCodec>(codec)) {
       if (array_to_bytes_) throw FormatError("codecs list two array->bytes codecs");
+      // Codecs on the elements in memory see the bytes a little-endian array->bytes codec writes.
+      if (listed_before_bytes_ > 0 && current.dtype->size > 1 &&
+          a2b->plain_layout() != Endian::kLittle) {
+        throw FormatError("'" + std::string(bytes_to_bytes_.front()->name()) +
+                          "' before the array->bytes codec '" + name +
+                          "' is read only where that codec writes little-endian bytes");
+      }
       specs_.push_back(current);
       array_to_bytes_ = std::move(a2b);
     } else if (auto b2b = std::dynamic_pointer_cast<const BytesToBytesCodec>(codec)) {
+      if (!array_to_bytes_ && b2b->listed_before_bytes()) {
+        bytes_to_bytes_.push_back(std::move(b2b));
+        ++listed_before_bytes_;
+        continue;
+      }
       if (!array_to_bytes_) {
         throw FormatError("bytes->bytes codec '" + name + "' comes before the array->bytes codec");
       }
@@ -80,8 +97,13 @@ nlohmann::json CodecChain::to_json() const {
   };
   auto out = nlohmann::json::array();
   for (const auto& c : array_to_array_) out.push_back(as_v3(c->to_json()));
+  for (std::size_t i = 0; i < listed_before_bytes_; ++i) {
+    out.push_back(as_v3(bytes_to_bytes_[i]->to_json()));
+  }
   out.push_back(as_v3(array_to_bytes_->to_json()));
-  for (const auto& c : bytes_to_bytes_) out.push_back(as_v3(c->to_json()));
+  for (std::size_t i = listed_before_bytes_; i < bytes_to_bytes_.size(); ++i) {
+    out.push_back(as_v3(bytes_to_bytes_[i]->to_json()));
+  }
   return out;
 }
 

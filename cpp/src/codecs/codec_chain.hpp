@@ -132,6 +132,9 @@ class CodecChain {
   std::vector<ChunkSpec> specs_;  // spec seen by each array->array codec, then by array->bytes
   std::shared_ptr<const ArrayToBytesCodec> array_to_bytes_;
   std::vector<std::shared_ptr<const BytesToBytesCodec>> bytes_to_bytes_;
+  // How many of bytes_to_bytes_'s first codecs the metadata lists before the array->bytes codec
+  // (BytesToBytesCodec::listed_before_bytes), where to_json() puts them back.
+  std::size_t listed_before_bytes_ = 0;
   // level_bounds_[0]: the most the array->bytes codec's output can be; [i + 1]: the most the
   // output of bytes->bytes codec i can be. Decoding codec i may produce at most level_bounds_[i].
   std::vector<std::size_t> level_bounds_;

@@ -14,6 +14,7 @@ void register_compression_codecs(CodecRegistry& registry) {
   register_lz4_codecs(registry);
   register_crc32c_codec(registry);
   register_shuffle_codec(registry);
+  register_delta_codec(registry);
 }
 
 ConfigReader::ConfigReader(std::string_view codec, const nlohmann::json& configuration)

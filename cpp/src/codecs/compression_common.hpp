@@ -87,6 +87,7 @@ void register_deflate_codecs(CodecRegistry& registry);  // gzip, numcodecs.gzip,
 void register_blosc_codecs(CodecRegistry& registry);
 void register_lz4_codecs(CodecRegistry& registry);
 void register_shuffle_codec(CodecRegistry& registry);
+void register_delta_codec(CodecRegistry& registry);
 void register_crc32c_codec(CodecRegistry& registry);
 
 }  // namespace zarr_device::codecs

@@ -332,19 +332,20 @@ ArrayMetadata parse_v2(const json& zarray, const json& zattrs) {
     config.erase("id");
     return json{{"name", "numcodecs." + id}, {"configuration", config}};
   };
-  // Filters encode the chunk's bytes in order before the compressor. Those that work on bytes
-  // (numcodecs' shuffle) sit between the bytes codec and the compressor; one that works on
-  // values (delta, fixedscaleoffset, ...) is refused by name, not misread.
+  // Filters encode the chunk's bytes in order before the compressor, and sit between the bytes
+  // codec and the compressor: numcodecs' shuffle, and delta (which reads the bytes as the types
+  // its configuration names, byte order included). Others (fixedscaleoffset, ...) are refused by
+  // name, not misread.
   if (zarray.contains("filters") && !zarray["filters"].is_null()) {
     const json& filters = zarray["filters"];
     if (!filters.is_array()) throw FormatError("filters must be a list or null");
     for (const json& filter : filters) {
       json codec = numcodecs(filter, "filter");
       const std::string name = codec["name"].get<std::string>();
-      if (name != "numcodecs.shuffle") {
+      if (name != "numcodecs.shuffle" && name != "numcodecs.delta") {
         throw FormatError("the Zarr v2 filter " + filter.dump() +
-                          " is not supported (numcodecs' shuffle is; read this array with "
-                          "zarr-python)");
+                          " is not supported (numcodecs' shuffle and delta are; read this array "
+                          "with zarr-python)");
       }
       codecs.push_back(std::move(codec));
     }
