@@ -69,7 +69,11 @@ def write_state_dict(path: str, rows: Sequence[int], codec: str, chunk_rows: int
     ``inner_rows``: shards of ``chunk_rows`` rows holding chunks of this many (0: unsharded)."""
     import zarr_device as zd
 
-    compressors: Any = None if codec == "none" else [{"name": "zstd", "configuration": {"level": 1}}, {"name": "crc32c"}]
+    from zarr_device.core.create import weight_codecs
+
+    # "auto": what zt.save(compressors="auto") writes for bf16 (byte shuffle, zstd 1, crc32c).
+    compressors: Any = {"none": None, "zstd": [{"name": "zstd", "configuration": {"level": 1}}, {"name": "crc32c"}],
+                        "auto": [*weight_codecs("bfloat16"), {"name": "crc32c"}]}[codec]
     group = zd.create_group(path, mode="w")
     start = time.perf_counter()
     for name, value in state_dict_values(rows) if values is None else values:

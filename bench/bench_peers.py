@@ -331,7 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="6GiB", help="state dict size (default 6GiB)")
-    parser.add_argument("--codecs", default="none", help="zarr-device arrays: none and/or zstd (zstd 1 + crc32c)")
+    parser.add_argument("--codecs", default="none",
+                        help="zarr-device arrays: none, zstd (zstd 1 + crc32c) and/or auto (byte shuffle, zstd 1, crc32c)")
     parser.add_argument("--chunk-rows", type=int, default=256, help="rows per chunk (256 x 4096 bf16: 2 MiB)")
     parser.add_argument("--loaders", default=",".join(LOADERS), help=f"default: {','.join(LOADERS)}")
     parser.add_argument("--device", default="cuda:0", help="cuda:N, or cpu for a smoke run")
@@ -362,8 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in args.loaders:
         if name not in LOADERS:
             parser.error(f"unknown loader {name!r} (one of {', '.join(LOADERS)})")
-    if not args.codecs or set(args.codecs) - {"none", "zstd"} or args.repeats < 1:
-        parser.error("--codecs takes none and/or zstd; --repeats must be >= 1")
+    if not args.codecs or set(args.codecs) - {"none", "zstd", "auto"} or args.repeats < 1:
+        parser.error("--codecs takes none, zstd and/or auto; --repeats must be >= 1")
     return run(args)
 
 

@@ -34,7 +34,7 @@ from zarr_device.convert.shared import (
     checkpoint_kind,
     read_source,
 )
-from zarr_device.core.create import chunks_for_bytes
+from zarr_device.core.create import chunks_for_bytes, weight_codecs
 from zarr_device.basics.numpy_dtypes import data_type_json
 from zarr_device.errors import UsageError, ZarrDeviceError
 from zarr_device.core.group import Group, create_group
@@ -51,9 +51,10 @@ Layout = Union[None, int, str, Sequence[int]]
 Compressors = Union[None, str, Mapping[str, Any], Sequence[Mapping[str, Any]]]
 
 #: The compressors written by name; "none" stores the elements as they are.
-COMPRESSORS: tuple[str, ...] = ("zstd", "gzip", "blosc", "none")
+COMPRESSORS: tuple[str, ...] = ("zstd", "auto", "gzip", "blosc", "none")
 # (default, lowest, highest); zstd 1 writes faster than zstd's own default (3), for a little more size.
-_LEVELS = {"zstd": (1, -131072, 22), "gzip": (5, 0, 9), "blosc": (5, 0, 9)}
+# "auto": zstd, after a byte shuffle for floating point types (zarr_device.core.create.weight_codecs).
+_LEVELS = {"zstd": (1, -131072, 22), "auto": (1, -131072, 22), "gzip": (5, 0, 9), "blosc": (5, 0, 9)}
 
 
 # -- layout -------------------------------------------------------------------------------------
@@ -114,7 +115,8 @@ def _layout(array: SourceArray, chunks: Layout, shards: Layout) -> tuple[tuple[i
     return chunk_shape, None if shards is None else _shape_in_units(shards, array, chunk_shape, "shards")
 
 
-def _compressor_codecs(compressors: Compressors, level: int | None, itemsize: int) -> list[dict[str, Any]]:
+def _compressor_codecs(compressors: Compressors, level: int | None, itemsize: int,
+                       data_type: str) -> list[dict[str, Any]]:
     if compressors is None or compressors == "none":
         if level is not None:
             raise UsageError("level applies to a compressor, and none is chosen")
@@ -130,6 +132,8 @@ def _compressor_codecs(compressors: Compressors, level: int | None, itemsize: in
     if level is not None and not low <= level <= high:
         raise UsageError(f"{compressors} level must be from {low} to {high}, not {level}")
     chosen = default if level is None else level
+    if compressors == "auto":
+        return weight_codecs(data_type, chosen)
     configurations: dict[str, dict[str, Any]] = {
         "zstd": {"level": chosen, "checksum": False},
         "gzip": {"level": chosen},
@@ -303,7 +307,7 @@ def convert(
     for node in tree.nodes:
         if isinstance(node, SourceArray):
             chunk_shape, shard_shape = _layout(node, chunks, shards)
-            codecs = _compressor_codecs(compressors, level, node.itemsize)
+            codecs = _compressor_codecs(compressors, level, node.itemsize, node.data_type)
             document = _array_document(node, codecs, checksum is not False, chunk_shape, shard_shape)
             plans.append((node, document, shard_shape or chunk_shape))
         else:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from zarr_device.core.create import chunks_for_bytes
+from zarr_device.core.create import chunks_for_bytes, weight_codecs
 from zarr_device.errors import FormatError, UsageError
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "parse_manifest",
     "layout",
     "checkpoint_codecs",
+    "ChunkCodecs",
     "chunk_keys",
     "check_storage",
 ]
@@ -60,25 +61,30 @@ TENSOR_ATTRIBUTE = "zarr_device_tensor"
 #: files to about one per 64 MiB).
 CHUNK_BYTES = 1 << 20
 SHARD_BYTES = 64 << 20
-ZSTD_CODECS: list[dict[str, Any]] = [
-    {"name": "zstd", "configuration": {"level": 1, "checksum": False}},
-    {"name": "crc32c"},  # lets GPU reads decode chunks on the GPU
-]
+CRC32C: dict[str, Any] = {"name": "crc32c"}  # lets GPU reads decode chunks on the GPU
+ZSTD_CODECS: list[dict[str, Any]] = [{"name": "zstd", "configuration": {"level": 1, "checksum": False}}, CRC32C]
 #: Uncompressed chunks that reads check: a changed byte is a ChecksumError, not a wrong value.
-CHECKED_CODECS: list[dict[str, Any]] = [{"name": "crc32c"}]
+CHECKED_CODECS: list[dict[str, Any]] = [CRC32C]
 
 
-def checkpoint_codecs(compressors: str | None, checksum: str | None) -> list[dict[str, Any]] | None:
-    """The codecs after ``bytes`` of a checkpoint's chunks: ``compressors`` None (stored as they
-    are) or "zstd" (level 1, always with a crc32c), ``checksum`` None or "crc32c" (a crc32c on
-    uncompressed chunks too). UsageError for anything else."""
-    if compressors not in (None, "zstd"):
-        raise UsageError(f"compressors must be None or 'zstd', not {compressors!r}")
+#: The codecs after ``bytes`` of one tensor's chunks, by the tensor's Zarr data type.
+ChunkCodecs = Callable[[str], "list[dict[str, Any]] | None"]
+
+
+def checkpoint_codecs(compressors: str | None, checksum: str | None) -> ChunkCodecs:
+    """The codecs after ``bytes`` of a checkpoint's chunks, by data type: ``compressors`` None
+    (stored as they are), "zstd" (level 1, always with a crc32c) or "auto" (floating point
+    weights of two bytes or more byte-shuffled before zstd level 1, other types zstd level 1;
+    always with a crc32c), ``checksum`` None or "crc32c" (a crc32c on uncompressed chunks too).
+    UsageError for anything else."""
+    if compressors not in (None, "zstd", "auto"):
+        raise UsageError(f"compressors must be None, 'zstd' or 'auto', not {compressors!r}")
     if checksum not in (None, "crc32c"):
         raise UsageError(f"checksum must be None or 'crc32c', not {checksum!r}")
-    if compressors == "zstd":
-        return ZSTD_CODECS
-    return CHECKED_CODECS if checksum == "crc32c" else None
+    if compressors == "auto":
+        return lambda dtype: [*weight_codecs(dtype), CRC32C]
+    fixed = ZSTD_CODECS if compressors == "zstd" else CHECKED_CODECS if checksum == "crc32c" else None
+    return lambda dtype: fixed
 
 # Characters kept as they are in a path; every other is %-encoded (UTF-8 bytes, upper-case hex).
 _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -256,8 +262,9 @@ def chunk_keys(shape: Sequence[int], chunk_shape: Sequence[int]) -> Iterator[str
 
 
 _DEFAULT_KEY_ENCODINGS = ({"name": "default", "configuration": {"separator": "/"}}, {"name": "default"})
-# The codecs after ``bytes`` (little-endian) in a chunk, as checkpoint_codecs writes them.
-_CHAINS = ((), ("crc32c",), ("zstd", "crc32c"))
+# The codecs after ``bytes`` (little-endian) in a chunk, as checkpoint_codecs writes them (the
+# shuffle's element size checked apart: the data type's).
+_CHAINS = ((), ("crc32c",), ("zstd", "crc32c"), ("numcodecs.shuffle", "zstd", "crc32c"))
 
 
 def _zero_bits(value: Any, dtype: np.dtype[Any]) -> bool:
@@ -276,6 +283,11 @@ def _zero_bits(value: Any, dtype: np.dtype[Any]) -> bool:
 
 def _names(codecs: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(c.get("name") if isinstance(c, Mapping) else None for c in codecs)
+
+
+def _elementsize(codec: Mapping[str, Any]) -> Any:
+    configuration = codec.get("configuration")
+    return configuration.get("elementsize") if isinstance(configuration, Mapping) else None
 
 
 def _endian(codec: Mapping[str, Any]) -> Any:
@@ -324,7 +336,8 @@ def check_storage(
         chain = list(inner) if isinstance(inner, list) else []
     names = _names(chain)
     if (not names or names[0] != "bytes" or names[1:] not in _CHAINS
-            or (dtype.itemsize > 1 and _endian(chain[0]) != "little")):
+            or (dtype.itemsize > 1 and _endian(chain[0]) != "little")
+            or (names[1:2] == ("numcodecs.shuffle",) and _elementsize(chain[1]) != dtype.itemsize)):
         raise refuse(f"has the codecs {list(codecs)!r}")
     split = next((d for d, c in enumerate(chunks) if c != 1), len(chunks))
     if any(c != max(1, s) for c, s in zip(chunks[split + 1 :], shape[split + 1 :])):

@@ -273,12 +273,12 @@ def convert_to_checkpoint(
     the caller); returns a :class:`zarr_device.convert.shared.ConvertSummary`. ``checksum``: a crc32c
     on every chunk (True), which zstd checkpoints always have; None: the checkpoint's default
     (as ``zarr_device.torch.save``: sizes only for uncompressed chunks)."""
-    if compressors not in (None, "none", "zstd"):
-        raise UsageError(f"a checkpoint's chunks are stored as they are or with zstd, not {compressors!r}")
-    if checksum is False and compressors == "zstd":
-        raise UsageError("a zstd checkpoint's chunks always end with a crc32c: leave the checksum on")
+    if compressors not in (None, "none", "zstd", "auto"):
+        raise UsageError(f"a checkpoint's chunks are stored as they are, with zstd or 'auto', not {compressors!r}")
+    if checksum is False and compressors in ("zstd", "auto"):
+        raise UsageError("a compressed checkpoint's chunks always end with a crc32c: leave the checksum on")
     # Before anything is read: a bad combination fails at once.
-    codecs = checkpoint_codecs("zstd" if compressors == "zstd" else None, checksum="crc32c" if checksum else None)
+    codecs = checkpoint_codecs(None if compressors == "none" else compressors, checksum="crc32c" if checksum else None)
     started = time.perf_counter()
     data = _Source([], {}, None)
     with contextlib.ExitStack() as stack:

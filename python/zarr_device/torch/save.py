@@ -30,6 +30,7 @@ from zarr_device.torch.format import (
     TENSOR_ATTRIBUTE,
     Manifest,
     check_path,
+    ChunkCodecs,
     checkpoint_codecs,
     chunk_keys,
     encode_name,
@@ -148,7 +149,7 @@ def _check_entries(entries: Sequence[TensorEntry], tied: Mapping[str, str]) -> l
     return stored
 
 
-def _write(store: LocalStore, item: _Stored, codecs: list[dict[str, Any]] | None) -> int:
+def _write(store: LocalStore, item: _Stored, codecs: ChunkCodecs) -> int:
     # A CUDA tensor is written from the device: the engine lays its chunks out (and compresses
     # zstd chunks) on the GPU and they cross to the host once, through its bounded staging. Other
     # devices' tensors cross to the host as they are written (_write_all bounds how many at once).
@@ -164,7 +165,7 @@ def _write(store: LocalStore, item: _Stored, codecs: list[dict[str, Any]] | None
     chunks, shards = layout(shape, tensor.element_size())
     info = {"name": item.name, "dtype": item.dtype, "shape": list(shape)}
     array = create(store, path=item.path, shape=shape, dtype=item.dtype, chunks=chunks, shards=shards,
-                   compressors=codecs, attributes={TENSOR_ATTRIBUTE: info})
+                   compressors=codecs(item.dtype), attributes={TENSOR_ATTRIBUTE: info})
     if tensor.numel():
         array.write(Ellipsis, tensor)
         # The disk starts on this tensor's files while the next ones are written.
@@ -177,7 +178,7 @@ def _write(store: LocalStore, item: _Stored, codecs: list[dict[str, Any]] | None
 _WRITERS = 4
 
 
-def _write_all(store: LocalStore, stored: Sequence[_Stored], codecs: list[dict[str, Any]] | None,
+def _write_all(store: LocalStore, stored: Sequence[_Stored], codecs: ChunkCodecs,
                advance: Callable[[int], object]) -> None:
     """Writes the tensors, up to _WRITERS at once while the tensors in flight hold at most
     ``max_inflight_bytes`` (a larger tensor is written alone): host memory stays bounded by the
@@ -228,7 +229,7 @@ def save(
     state_dict_or_module: torch.nn.Module | Mapping[str, torch.Tensor],
     path: PathLike,
     *,
-    compressors: Literal["zstd"] | None = None,
+    compressors: Literal["zstd", "auto"] | None = None,
     checksum: Literal["crc32c"] | None = None,
     metadata: Any = None,
     overwrite: bool = False,
@@ -242,7 +243,10 @@ def save(
     tensors are copied to the host in turn. Tied tensors (views of the same elements, such as a
     shared embedding and output layer) are stored once. ``compressors``: None stores the bytes as
     they are (the fastest to read); "zstd" stores zstd level 1 chunks with a crc32c each (which
-    GPU reads decode on the GPU). ``checksum``: "crc32c" ends uncompressed chunks with a crc32c
+    GPU reads decode on the GPU); "auto" picks by data type: floating point weights of two bytes
+    or more byte-shuffled before zstd level 1 (bf16 weights in about 0.69 of their bytes instead
+    of zstd's 0.78; the GPU undoes the shuffle as it places them), other types zstd level 1, all
+    with a crc32c. ``checksum``: "crc32c" ends uncompressed chunks with a crc32c
     too, which every read verifies, so that a byte changed on the disk is a ChecksumError naming
     the tensor rather than a wrong weight (without it a load checks sizes, not values, as
     safetensors and torch.save files do); such chunks are no longer 4 KiB-aligned for O_DIRECT
@@ -270,7 +274,7 @@ def write_checkpoint(
     tied: Mapping[str, str],
     metadata: Any,
     *,
-    codecs: list[dict[str, Any]] | None,
+    codecs: ChunkCodecs,
     overwrite: bool,
     progress: Progress,
     desc: str = "saving",

@@ -73,9 +73,9 @@ subfolders, such as a sentence-transformers model's 1_Pooling/, into files/ as t
 other formats' copies of the model: .onnx, .gguf, .h5, .msgpack, OpenVINO) or a
 torch.save state dict (.pt, .pth, .bin, .ckpt; loaded with weights_only=True); DEST is then a
 checkpoint. A DEST ending in .safetensors makes a checkpoint SOURCE one safetensors file. Values
-are copied bit for bit, one tensor at a time; only --compressor (zstd or none), --checksum,
---overwrite, --quiet and --json apply. A zstd checkpoint's chunks always end with a crc32c; an
-uncompressed one's only with --checksum (checked on every read, as zstd's; without it, reads
+are copied bit for bit, one tensor at a time; only --compressor (zstd, auto or none), --checksum,
+--overwrite, --quiet and --json apply. A compressed checkpoint's chunks always end with a crc32c;
+an uncompressed one's only with --checksum (checked on every read, as zstd's; without it, reads
 check sizes only, as safetensors does).
 
 --chunks and --shards take a shape (1024,4096; 4096, for one dimension; -1 for a whole
@@ -89,6 +89,7 @@ examples:
   zarr-device convert model.safetensors model.zarr --compressor none
   zarr-device convert model.safetensors model.zarr --compressor none --checksum
   zarr-device convert ./Llama-3.2-1B model.zarr         (a Hugging Face model folder)
+  zarr-device convert ./Llama-3.2-1B model.zarr --compressor auto   (floats shuffled before zstd)
   zarr-device convert model.zarr model.safetensors"""
 
 
@@ -108,7 +109,9 @@ def add_command(commands: Any) -> None:
         "--path", default="", metavar="INNER", help="the node inside SOURCE to convert (default: the root)"
     )
     command.add_argument(
-        "--compressor", choices=COMPRESSORS, default="zstd", help="the chunks' compressor (default: zstd)"
+        "--compressor", choices=COMPRESSORS, default="zstd",
+        help="the chunks' compressor (default: zstd); auto: zstd after a byte shuffle for floating "
+        "point types of two bytes or more (smaller weights), zstd for the others"
     )
     command.add_argument(
         "--level", type=int, default=None, metavar="N",
