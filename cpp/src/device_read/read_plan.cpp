@@ -202,8 +202,9 @@ Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoder
   if (d->streams != nullptr) {
     // Chunks of many streams decode on the device only in the decoder process, whatever vouches
     // for them (and not after a numcodecs shuffle of their own). For now only where the caller
-    // asks for that process ('isolated'): by default they stay with c-blosc on the CPU until the
-    // stream route has been measured against it on a GPU (BENCHMARKS.md).
+    // asks for that process ('isolated'): by default they stay with c-blosc on the CPU until every
+    // layout of the stream route has run on a GPU and it reads as fast as the raw data
+    // (BENCHMARKS.md).
     decoding.route =
         policy == GpuDecode::kIsolated && decoding.unshuffle == 1 && decoders.has_isolated(d->kind)
             ? Route::kIsolatedDecode

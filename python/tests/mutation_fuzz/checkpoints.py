@@ -1,8 +1,8 @@
 """Mutation fuzzing of checkpoints (zarr_device.torch.save / load): the array fuzzer's file edits
 applied to a saved checkpoint's files, loaded with ``zarr_device.torch.load`` in a worker process.
 
-The corpus (:func:`build_checkpoints`) is one small state dict saved raw, with crc32c and with
-zstd: an unsharded tensor, a sharded one (three inner chunks in one shard file), one all zeros
+The corpus (:func:`build_checkpoints`) is one small state dict saved raw, with crc32c, with
+zstd and with ``compressors="auto"`` (floats byte-shuffled before zstd): an unsharded tensor, a sharded one (three inner chunks in one shard file), one all zeros
 (left out, listed in ``fill_chunks``), one half zeros (an inner chunk left out of its shard), a
 0-d zero, an empty tensor, a bf16 and an int tensor, and a tied name. Each case copies one
 checkpoint, applies one mutation drawn by the array fuzzer's :class:`~mutation_fuzz.Mutator`
@@ -52,6 +52,7 @@ SPECS: dict[str, tuple[dict[str, Any], bool]] = {
     "raw": ({}, False),
     "crc32c": ({"checksum": "crc32c"}, True),
     "zstd": ({"compressors": "zstd"}, True),
+    "auto": ({"compressors": "auto"}, True),  # floats byte-shuffled before zstd
 }
 
 #: The array fuzzer's kinds that apply to a checkpoint's files (those that need an ArraySpec,
