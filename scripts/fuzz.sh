@@ -77,9 +77,13 @@ malloc_limit_of() {
     *) echo 2048 ;;
   esac
 }
+# An input that runs past the timeout is a finding (a hang). libFuzzer also saves an input that
+# ran for -report_slow_units seconds as slow-unit-*; such a unit is judged by its replay alone
+# (slow_unit_verdict), since on a loaded 2-core machine a stall of the host alone can make one.
+timeout_s=10
 libfuzzer_flags() {
-  echo "-timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=$(malloc_limit_of "$1")" \
-       "-max_len=$(max_len_of "$1")"
+  echo "-timeout=$timeout_s -report_slow_units=$timeout_s -rss_limit_mb=2048" \
+       "-malloc_limit_mb=$(malloc_limit_of "$1") -max_len=$(max_len_of "$1")"
 }
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -291,6 +295,22 @@ signature() {
   echo "${what:-does not reproduce alone (replay: $build/$t $file)}${frame:+ at $frame}"
 }
 
+# A slow unit is a finding when its replay alone takes half the timeout or more; otherwise it is
+# reported with its replay's time and does not fail the run. Prints "slow N.NN s" or "fast N.NN s".
+slow_unit_verdict() {
+  local t="$1" file="$2" begin end took
+  begin="$(date +%s.%N)"
+  # shellcheck disable=SC2046 # the flags are words
+  timeout 120 "$build/$t" $(libfuzzer_flags "$t") "$file" >/dev/null 2>&1 || true
+  end="$(date +%s.%N)"
+  took="$(awk -v b="$begin" -v e="$end" 'BEGIN { printf "%.2f", e - b }')"
+  if awk -v s="$took" -v limit="$timeout_s" 'BEGIN { exit !(s >= limit / 2) }'; then
+    echo "slow $took s"
+  else
+    echo "fast $took s"
+  fi
+}
+
 status=0
 summary="$build/logs/summary.txt"
 {
@@ -311,6 +331,16 @@ summary="$build/logs/summary.txt"
     corp="$(sed -nE 's/.* corp: ([0-9]+).*/\1/p' <<<"$last")"
     find "$build/findings/$t" -type f -printf '%f\n' | sort >"$build/logs/$t.after"
     new="$(comm -13 "$build/logs/$t.before" "$build/logs/$t.after" | wc -l)"
+    # Slow units whose replay alone is fast are noted below, not counted.
+    : >"$build/logs/$t.slow_only_under_load"
+    while read -r f; do
+      [ -n "$f" ] || continue
+      verdict="$(slow_unit_verdict "$t" "$build/findings/$t/$f")"
+      if [ "${verdict%% *}" = fast ]; then
+        echo "$f ${verdict#fast }" >>"$build/logs/$t.slow_only_under_load"
+        new=$((new - 1))
+      fi
+    done < <(comm -13 "$build/logs/$t.before" "$build/logs/$t.after" | grep '^slow-unit-' || true)
     printf '%-18s %6s %11s %7s %7s %8s %7s %8s %6s\n' "$t" "$seconds" "$execs" \
       "$((execs / (seconds > 0 ? seconds : 1)))" "$cov" "$ft" "${corp:-?}" "$new" \
       "$(cat "$build/logs/$t.starts" 2>/dev/null || echo '?')"
@@ -319,7 +349,14 @@ summary="$build/logs/summary.txt"
   done
   echo "(cov: covered code edges of the instrumented engine and target; starts: libFuzzer runs)"
   for t in "${targets[@]}"; do
-    new_files="$(comm -13 "$build/logs/$t.before" "$build/logs/$t.after")"
+    while read -r f took; do
+      [ -n "$f" ] || continue
+      printf '\n%s: slow only under load (not a finding): %s ran for %s s or more while fuzzing,\n' \
+        "$t" "$f" "$timeout_s"
+      printf '  %s alone (replay: %s %s)\n' "$took" "$build/$t" "$build/findings/$t/$f"
+    done <"$build/logs/$t.slow_only_under_load"
+    new_files="$(comm -13 "$build/logs/$t.before" "$build/logs/$t.after" |
+      grep -vxF -f <(cut -d' ' -f1 "$build/logs/$t.slow_only_under_load") || true)"
     [ -z "$new_files" ] && continue
     printf '\n%s: %s new reproducer(s) in %s, by signature:\n' "$t" "$(wc -l <<<"$new_files")" \
       "$build/findings/$t"
