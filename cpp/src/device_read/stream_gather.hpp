@@ -7,11 +7,7 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define ZD_HOST_DEVICE __host__ __device__
-#else
-#define ZD_HOST_DEVICE
-#endif
+#include "basics/host_device.hpp"
 
 namespace zarr_device::device_read {
 

@@ -9,7 +9,7 @@ and median milliseconds (the device synchronised around each read) and GB/s of t
 --trace then reads each way once more with ZARR_DEVICE_TRACE set (the engine's plan, batches and
 waits on stderr).
 
-    python bench/probe_plugin_reads.py [--size 2GiB] [--rounds 6] [--trace]
+    python bench/probes/probe_plugin_reads.py [--size 2GiB] [--rounds 6] [--trace]
 """
 
 import argparse
@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/: the shared modules
 
 import cupy as cp  # noqa: E402
 import zarr  # noqa: E402

@@ -1,7 +1,7 @@
 """Device memory a read holds beyond its bound (output + staging + decode_bytes), by what ran on the
 GPU before it in the process: each case in a fresh process, on one CUDA device.
 
-    python bench/probe_first_kernel_memory.py [--device cuda:0]
+    python bench/probes/probe_first_kernel_memory.py [--device cuda:0]
 
 The array: 4096 x 4096 float32 in (64, 256) chunks, zstd + crc32c (64 MiB, 1024 chunks); staging
 8 MiB in 4 slots, decode_bytes 8 MiB. A warm read of two of its chunks (same codecs and values)

@@ -4,7 +4,7 @@
 // how a plan builds its leaves; not part of the build.
 //
 //   cmake -S . -B build/release -G Ninja && ninja -C build/release zarr_device_core
-//   g++ -O2 -std=c++20 -Icpp/src -Icpp/include -Icpp/tests bench/probe_plan_small_chunks.cpp \
+//   g++ -O2 -std=c++20 -Icpp/src -Icpp/include -Icpp/tests bench/probes/probe_plan_small_chunks.cpp \
 //     build/release/libzarr_device_core.a -lzstd -llz4 -lz -lblosc -L/usr/local/cuda/lib64 \
 //     -lcudart_static -ldl -lrt -pthread -o /tmp/probe_plan && /tmp/probe_plan /tmp/plan16k
 #include <algorithm>

@@ -6,7 +6,7 @@
 // large chunks need"); not part of the build.
 //
 //   N=$(python3 -c 'import nvidia.libnvcomp, os; print(os.path.dirname(nvidia.libnvcomp.__file__))')
-//   nvcc -O2 -std=c++17 -arch=sm_90 -I$N/include bench/probe_nvcomp_temp_by_data.cu \
+//   nvcc -O2 -std=c++17 -arch=sm_90 -I$N/include bench/probes/probe_nvcomp_temp_by_data.cu \
 //     -L$N/lib64 -l:libnvcomp.so.6 -lzstd -Xlinker -rpath=$N/lib64 -o /tmp/probe_temp
 //   /tmp/probe_temp
 #include <cuda_runtime.h>

@@ -1,7 +1,7 @@
 """What one small read costs in Python and the engine: host reads of one 16 KiB uncompressed chunk,
 ``like="numpy"`` and ``like="torch"``, best of 5 rounds of 3000 calls (after 500 untimed).
 
-    python bench/probe_read_overhead.py [--calls 3000] [--label NAME]
+    python bench/probes/probe_read_overhead.py [--calls 3000] [--label NAME]
 
 Run it with two builds on PYTHONPATH in turn, alternated, to compare them in one sitting.
 """

@@ -1,4 +1,4 @@
-// The checks the CUDA probes in bench/ share (each a program of its own, built by hand as its
+// The checks the CUDA probes in bench/probes/ share (each a program of its own, built by hand as its
 // header says): a failed CUDA or nvCOMP call prints where and why and ends the probe.
 #pragma once
 

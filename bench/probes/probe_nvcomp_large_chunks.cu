@@ -7,7 +7,7 @@
 // not part of the build.
 //
 //   N=$(python3 -c 'import nvidia.libnvcomp, os; print(os.path.dirname(nvidia.libnvcomp.__file__))')
-//   nvcc -O2 -std=c++17 -arch=sm_90 -I$N/include bench/probe_nvcomp_large_chunks.cu \
+//   nvcc -O2 -std=c++17 -arch=sm_90 -I$N/include bench/probes/probe_nvcomp_large_chunks.cu \
 //     -L$N/lib64 -l:libnvcomp.so.6 -lzstd -Xlinker -rpath=$N/lib64 -o /tmp/probe_nvcomp
 //   /tmp/probe_nvcomp [MiB of data]
 #include <cuda_runtime.h>

@@ -5,7 +5,7 @@
 // path's design (docs/architecture.md, "Copies straight from the page cache"); not part of the
 // build.
 //
-//   nvcc -O2 -std=c++17 -arch=sm_90 bench/probe_page_cache_copies.cu -o /tmp/probe
+//   nvcc -O2 -std=c++17 -arch=sm_90 bench/probes/probe_page_cache_copies.cu -o /tmp/probe
 //   /tmp/probe          # one process: limits, registration rates, pipelined mapped reads
 //   /tmp/probe two      # two processes at once, each its half of the file
 #include <cuda_runtime.h>

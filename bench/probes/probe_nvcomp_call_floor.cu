@@ -7,7 +7,7 @@
 // Measured once to decide what a read that waits for its decodes can do; not part of the build.
 //
 //   N=$(python3 -c 'import nvidia.libnvcomp, os; print(os.path.dirname(nvidia.libnvcomp.__file__))')
-//   nvcc -O2 -std=c++17 -arch=sm_90 -I$N/include bench/probe_nvcomp_call_floor.cu \
+//   nvcc -O2 -std=c++17 -arch=sm_90 -I$N/include bench/probes/probe_nvcomp_call_floor.cu \
 //     -L$N/lib64 -l:libnvcomp.so.6 -lzstd -Xlinker -rpath=$N/lib64 -o /tmp/probe_floor
 //   /tmp/probe_floor
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_c_literalCompressionMode

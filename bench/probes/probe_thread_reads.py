@@ -4,7 +4,7 @@ own read of the same chunk into a fresh CuPy array, with no consumer stream and 
 default stream (CuPy's null stream and torch's default stream, which every thread shares), so that
 what lies between them shows.
 
-    python bench/probe_thread_reads.py [--rows 32] [--threads 1,4,16] [--out /tmp/zd-probe-thread-reads] [--layers]
+    python bench/probes/probe_thread_reads.py [--rows 32] [--threads 1,4,16] [--out /tmp/zd-probe-thread-reads] [--layers]
         [--diagnose] [--only-package]
 
 Two float32 arrays of 16384 x 8192 (512 MiB), chunks of --rows rows (32: 1 MiB), uncompressed and
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/: the shared modules
 from bench_small_reads import timed_rounds  # noqa: E402
 
 ROWS, COLS = 16384, 8192

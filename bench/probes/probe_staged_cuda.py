@@ -2,7 +2,7 @@
 (the path Apple MPS, Intel XPU and ROCm devices take, run here as a "framework" device), against
 the engine's own CUDA read of the same arrays, bit for bit, at several staging sizes.
 
-    python bench/probe_staged_cuda.py      # writes 24 bf16 tensors (~0.9 GiB) to /tmp/staged_sd.zarr
+    python bench/probes/probe_staged_cuda.py      # writes 24 bf16 tensors (~0.9 GiB) to /tmp/staged_sd.zarr
 
 Prints GB/s (decoded bytes per second, 10^9; best of 3, synchronised) for each staging size and
 for the engine's own read, whether read_many's and iter_many's results equal the engine's, and

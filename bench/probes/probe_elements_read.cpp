@@ -7,7 +7,7 @@
 // cache; GB/s of the bytes read out, best of 5; not part of the build.
 //
 //   cmake -S . -B build/release -G Ninja && ninja -C build/release zarr_device_core
-//   g++ -O2 -std=c++20 -Icpp/src -Icpp/include bench/probe_elements_read.cpp \
+//   g++ -O2 -std=c++20 -Icpp/src -Icpp/include bench/probes/probe_elements_read.cpp \
 //     build/release/libzarr_device_core.a -lzstd -llz4 -lz -lblosc -pthread -o /tmp/probe_er
 //   /tmp/probe_er /tmp/probe_er_data
 #include <algorithm>

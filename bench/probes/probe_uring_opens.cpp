@@ -11,7 +11,7 @@
 // submitting thread ran there. Measured to decide how reads of small chunk files open them; not
 // part of the build.
 //
-//   g++ -O2 -std=c++20 -pthread bench/probe_uring_opens.cpp -o /tmp/probe_uring
+//   g++ -O2 -std=c++20 -pthread bench/probes/probe_uring_opens.cpp -o /tmp/probe_uring
 //   /tmp/probe_uring DIR N [BYTES [check [FILES]]]  # N files of BYTES (16384) at DIR/c/<i>/0
 #include <dirent.h>
 #include <fcntl.h>

@@ -4,9 +4,9 @@ bench_many.py's values) read one tensor at a time and in one call, with the engi
 trace and, with --timeline, a GPU timeline of each (CUDA activity through torch.profiler)
 summarised by gpu_timeline.py: the GPU's span, decode kernels at once, and what held the host.
 
-    python bench/trace_reads.py [--size 1GiB] [--non-blocking] [--timeline DIR]
-    ZARR_DEVICE_DECODE_SHARING=off python bench/trace_reads.py   # every chunk to the GPU
-    python bench/trace_reads.py --threads 4   # also 4 threads, each reading its share one by one
+    python bench/probes/trace_reads.py [--size 1GiB] [--non-blocking] [--timeline DIR]
+    ZARR_DEVICE_DECODE_SHARING=off python bench/probes/trace_reads.py   # every chunk to the GPU
+    python bench/probes/trace_reads.py --threads 4   # also 4 threads, each reading its share one by one
 
 Two warm-up rounds of each way, then one timed round of each, traced by the engine
 (ZARR_DEVICE_TRACE=1, one line per read on stderr).
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/: the shared modules
 
 from bench_common import GIB, parse_size  # noqa: E402
 from bench_many import tensor_rows, write_state_dict  # noqa: E402

@@ -7,7 +7,7 @@
 // of 5; not part of the build.
 //
 //   cmake -S . -B build/release -G Ninja && ninja -C build/release zarr_device_core
-//   g++ -O2 -std=c++20 -Icpp/src -Icpp/include bench/probe_window_decode.cpp \
+//   g++ -O2 -std=c++20 -Icpp/src -Icpp/include bench/probes/probe_window_decode.cpp \
 //     build/release/libzarr_device_core.a -lzstd -llz4 -lz -lblosc -pthread -o /tmp/probe_wd
 //   /tmp/probe_wd
 #include <algorithm>

@@ -8,7 +8,7 @@ less also decoded on the CPU (``gpu_decode="off"``). Also prints nvCOMP's decode
 compressed chunks already on the GPU) and how long 14 Python threads take to open and read the
 chunk files.
 
-    python bench/trace_layouts.py --out /tmp/tl --chunks 64KiB,256KiB,1MiB 2> trace.log
+    python bench/probes/trace_layouts.py --out /tmp/tl --chunks 64KiB,256KiB,1MiB 2> trace.log
 
 Arrays are written once into --out and reused.
 """
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/: the shared modules
 
 from bench_common import GIB, MIB, parse_size  # noqa: E402
 from bench_layouts import COLS, ZSTD_CRC, rows_of, weights  # noqa: E402

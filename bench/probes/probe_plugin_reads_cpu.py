@@ -4,7 +4,7 @@
 of 64 KiB (written once at /tmp/pp.zarr), read whole, best of 5, seconds; then where the plug-in
 read's time goes (cProfile of the calling thread).
 
-    python bench/probe_plugin_reads_cpu.py
+    python bench/probes/probe_plugin_reads_cpu.py
 """
 
 import cProfile

@@ -3,7 +3,7 @@
 // to decide how its threads claim items; not part of the build.
 //
 //   cmake -S . -B build/release -G Ninja && ninja -C build/release zarr_device_core
-//   g++ -O2 -std=c++20 -Icpp/src -Icpp/include bench/probe_parallel_for.cpp \
+//   g++ -O2 -std=c++20 -Icpp/src -Icpp/include bench/probes/probe_parallel_for.cpp \
 //     build/release/libzarr_device_core.a -pthread -o /tmp/probe_pf && /tmp/probe_pf
 #include <algorithm>
 #include <chrono>

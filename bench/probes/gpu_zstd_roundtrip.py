@@ -4,7 +4,7 @@ CUDA tensor with the GPU's zstd (gpu_encode="on") and with the CPU's ("off"), ea
 the GPU (best of 4, checked equal to the tensor); then the CPU-decode read (gpu_decode="off") and
 the engine's GPU decode stage alone. Prints each zstd frame's header descriptor byte.
 
-    python bench/gpu_zstd_roundtrip.py
+    python bench/probes/gpu_zstd_roundtrip.py
 """
 import time, sys
 import numpy as np, torch

@@ -10,7 +10,7 @@
 //   cmake -S /tmp/crc32c-src -B /tmp/crc32c-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
 //     -DCRC32C_BUILD_TESTS=OFF -DCRC32C_BUILD_BENCHMARKS=OFF -DCRC32C_USE_GLOG=OFF \
 //     -DCMAKE_INSTALL_PREFIX=/tmp/crc32c && ninja -C /tmp/crc32c-build install
-//   g++ -O2 -std=c++20 -Icpp/include -Icpp/src -I/tmp/crc32c/include bench/bench_crc32c.cpp \
+//   g++ -O2 -std=c++20 -Icpp/include -Icpp/src -I/tmp/crc32c/include bench/probes/bench_crc32c.cpp \
 //     cpp/src/codecs/crc32c.cpp /tmp/crc32c/lib/libcrc32c.a -o /tmp/bench_crc32c
 //   /tmp/bench_crc32c [--trials N, default 7]
 //

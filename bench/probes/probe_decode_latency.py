@@ -3,7 +3,7 @@
 on the GPU (the engine's decode measurement, without staging, copies or checks): what a read that
 waits for its decodes cannot end sooner than.
 
-    python bench/probe_decode_latency.py [--timeline DIR] [--busy] GROUP [GROUP ...]
+    python bench/probes/probe_decode_latency.py [--timeline DIR] [--busy] GROUP [GROUP ...]
 
 GROUP: a state dict written by ``bench/bench_many.py`` (``--out DIR`` holds
 ``state-zstd-R-I.zarr``), zstd chunks. Prints, for its arrays of 16, 64 and 128 MiB among the

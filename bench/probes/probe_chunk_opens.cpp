@@ -4,9 +4,9 @@
 // with and without reading the file, from 1 to 16 threads. Measured once to decide how reads find
 // their chunks (docs/architecture.md, "Trust"); not part of the build.
 //
-//   g++ -O2 -std=c++20 -pthread bench/probe_chunk_opens.cpp -o /tmp/probe_opens
+//   g++ -O2 -std=c++20 -pthread bench/probes/probe_chunk_opens.cpp -o /tmp/probe_opens
 //   /tmp/probe_opens ARRAY_DIR N   # N chunk files at ARRAY_DIR/c/<i>/0, i < N (a 2-d array of
-//                                  # one chunk per row band, as bench/trace_layouts.py writes)
+//                                  # one chunk per row band, as bench/probes/trace_layouts.py writes)
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
