@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "codecs/compression_common.hpp"
 
@@ -115,7 +116,7 @@ class DeltaCodec final : public BytesToBytesCodec {
     ByteArray out(n * astype_.type->size);
     const std::byte* in = decoded.data();
     if (dtype_.type->cls == DTypeClass::kFloat) {
-      float_differences(in, out.data(), n);
+      with_float_type([&](auto zero) { float_differences_as<decltype(zero)>(in, out.data(), n); });
     } else {
       // numcodecs subtracts in `dtype` and casts to `astype`: the difference is taken modulo
       // dtype's width and widened by dtype's sign before astype's width truncates it.
@@ -169,7 +170,7 @@ class DeltaCodec final : public BytesToBytesCodec {
     const std::size_t n = encoded.size() / a;
     const std::byte* in = encoded.data();
     if (dtype_.type->cls == DTypeClass::kFloat) {
-      float_sums(in, out.data(), n);
+      with_float_type([&](auto zero) { float_sums_as<decltype(zero)>(in, out.data(), n); });
       return;
     }
     std::uint64_t sum = 0;
@@ -191,13 +192,6 @@ class DeltaCodec final : public BytesToBytesCodec {
       store(out + i * sizeof(F), std::bit_cast<Bits>(sum), dtype_);
     }
   }
-  void float_sums(const std::byte* in, std::byte* out, std::size_t n) const {
-    if (dtype_.type->size == 4) {
-      float_sums_as<float>(in, out, n);
-    } else {
-      float_sums_as<double>(in, out, n);
-    }
-  }
 
   template <typename F>
   void float_differences_as(const std::byte* in, std::byte* out, std::size_t n) const {
@@ -210,11 +204,15 @@ class DeltaCodec final : public BytesToBytesCodec {
       previous = v;
     }
   }
-  void float_differences(const std::byte* in, std::byte* out, std::size_t n) const {
+
+  // Calls `f` with a zero of dtype's floating-point type (float32 or float64: the constructor
+  // refuses the others), which picks the instantiation.
+  template <typename Fn>
+  void with_float_type(Fn&& f) const {
     if (dtype_.type->size == 4) {
-      float_differences_as<float>(in, out, n);
+      std::forward<Fn>(f)(float{});
     } else {
-      float_differences_as<double>(in, out, n);
+      std::forward<Fn>(f)(double{});
     }
   }
 
