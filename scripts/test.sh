@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# Runs every check: formatting, the C++ suite (release and ASan+UBSan builds), mypy on the
-# package and the Python suite. Installs what is missing first (scripts/setup.sh).
+# The README's test command: formatting, the C++ suite, clang-tidy, mypy on the package and the
+# Python suite (on every core, pytest-xdist). About 20 minutes on a 2-core machine, less where the
+# builds are kept from an earlier run. Installs what is missing first (scripts/setup.sh).
 #
-#   scripts/test.sh              # everything
-#   SKIP_SANITIZERS=1 scripts/test.sh
-#   SKIP_CLEAN_INSTALL=1 scripts/test.sh   # without the clean `pip install` (needs PyPI, ~1-2 min)
-#   SKIP_FUZZ=1 scripts/test.sh            # without the libFuzzer step (FUZZ_SECONDS=N per target)
-#   SKIP_WHEEL=1 scripts/test.sh           # without building and checking this Python's wheel
-#   WHEEL_PYTHONS="/opt/py310/bin/python3.10 ..." scripts/test.sh   # wheels for those Pythons too
-#                                           # (default: the CPython 3.10-3.13 pyenv has; "" none)
-#   SKIP_ZARR_SUITE=1 scripts/test.sh      # without zarr-python's own suite run with the plug-in on
-#   SKIP_NEWEST=1 scripts/test.sh          # without the newest stack (Python 3.12, the newest
-#                                          # zarr-python, numcodecs, xarray, Dask: test-newest.sh)
+# With --full (or CI=true, as CI runs it) it goes on to the slow checks:
+#   the C++ suite under AddressSanitizer + UndefinedBehaviorSanitizer, libFuzzer on every target,
+#   zarr-python's own suite with the plug-in on, the newest stack (Python 3.12, the newest
+#   zarr-python, numcodecs, xarray, Dask), this Python's wheel and the other CPython 3.10-3.13
+#   wheels (built, repaired, installed without a compiler, smoke-tested) and a clean `pip install`.
+#
+#   scripts/test.sh                        # the README's test command
+#   scripts/test.sh --full                 # everything CI runs
+#   PYTEST_WORKERS=1 scripts/test.sh       # the Python suite in one process
+#   Under --full, each slow step can be left out:
+#   SKIP_SANITIZERS=1, SKIP_FUZZ=1 (FUZZ_SECONDS=N per target), SKIP_ZARR_SUITE=1, SKIP_NEWEST=1,
+#   SKIP_WHEEL=1 (WHEEL_PYTHONS="/opt/py310/bin/python3.10 ..." names the other interpreters;
+#   default: the CPython 3.10-3.13 pyenv has; "" none), SKIP_CLEAN_INSTALL=1 (needs PyPI)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,7 +23,17 @@ venv="${ZARR_DEVICE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/zarr-device/venv}"
 jobs="$(nproc 2>/dev/null || echo 2)"
 cd "$repo"
 
-step() { printf '\n==> %s\n' "$*"; }
+full=""
+case "${CI:-}" in true|1) full=1 ;; esac
+for arg in "$@"; do
+  case "$arg" in
+    --full) full=1 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "test.sh: unknown argument '$arg' (--full, or --help)" >&2; exit 2 ;;
+  esac
+done
+started=$SECONDS
+step() { printf '\n==> %s  [%d s]\n' "$*" "$((SECONDS - started))"; }
 
 step "dependencies"
 bash scripts/setup.sh --deps
@@ -43,7 +57,7 @@ if grep -q 'cpp/cuda/cuda_reader.cpp' build/release/compile_commands.json; then
 fi
 printf '%s\n' "${tidy_files[@]}" | xargs -P "$jobs" -n 4 clang-tidy -p build/release --quiet
 
-if [ -z "${SKIP_SANITIZERS:-}" ]; then
+if [ -n "$full" ] && [ -z "${SKIP_SANITIZERS:-}" ]; then
   step "C++ tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
   cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DZARR_DEVICE_SANITIZE=ON >/dev/null
   ninja -C build/asan -j "$jobs"
@@ -51,7 +65,7 @@ if [ -z "${SKIP_SANITIZERS:-}" ]; then
     ctest --test-dir build/asan --output-on-failure -j "$jobs"
 fi
 
-if [ -z "${SKIP_FUZZ:-}" ]; then
+if [ -n "$full" ] && [ -z "${SKIP_FUZZ:-}" ]; then
   # libFuzzer on the metadata parser, shard indexes, each decoder and whole codec chains
   # (clang, ASan + UBSan): a fixed time here, longer by hand (scripts/fuzz.sh --seconds 600).
   step "fuzzing (libFuzzer, ${FUZZ_SECONDS:-40} s per target)"
@@ -65,7 +79,14 @@ step "mypy (strict) on the package"
 mypy
 
 step "Python tests"
-python -m pytest -q -p no:cacheprovider
+# Spread over the cores (pytest-xdist), each module's tests kept in one worker (--dist loadfile:
+# module fixtures such as the S3 server start once per module, as in one process).
+python -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-$jobs}" --dist loadfile
+
+if [ -z "$full" ]; then
+  step "done in $((SECONDS - started)) s (scripts/test.sh --full, as CI runs it, adds the slow checks)"
+  exit 0
+fi
 
 if [ -z "${SKIP_ZARR_SUITE:-}" ]; then
   # zarr-python's own tests with zarr_device.enable() on for each (its sdist's tests, cached;
@@ -116,3 +137,5 @@ if [ -z "${SKIP_CLEAN_INSTALL:-}" ]; then
   step "clean pip install (system CMake)"
   CMAKE_BUILD_PARALLEL_LEVEL="$jobs" bash scripts/check-clean-install.sh "$repo"
 fi
+
+step "done in $((SECONDS - started)) s"
