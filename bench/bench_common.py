@@ -8,7 +8,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import threading
@@ -17,8 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from zarr_device.tools.cli import parse_size  # the package's size parser, as an argparse type
+from zarr_device.tools.machine import machine_info  # the machine, as `zarr-device bench --plot` names it
 
-__all__ = ["parse_size"]  # re-exported for the benchmarks; the rest are used by name
+__all__ = ["machine_info", "parse_size"]  # re-exported for the benchmarks; the rest are used by name
 
 CODECS = ("none", "zstd")
 LAYOUTS = ("sharded", "unsharded")
@@ -60,38 +60,6 @@ def drop_caches() -> str | None:
     except OSError as e:
         return f"cannot drop the page cache ({e.strerror or e}): cold figures need root and a writable /proc/sys"
     return None
-
-
-def machine_info() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "cpu": platform.processor() or "unknown",
-        "cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "memory_bytes": None,
-        "system": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "gpus": [],
-    }
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    info["memory_bytes"] = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        query = "name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current"
-        done = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30)
-        info["gpus"] = [line.strip() for line in done.stdout.splitlines() if line.strip()]
-    except (OSError, subprocess.SubprocessError) as e:
-        info["gpus"] = [f"nvidia-smi unavailable ({e})"]
-    return info
 
 
 def package_versions() -> dict[str, str | None]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import sys
 import time
@@ -132,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--writers", default="zarr-python,zarr-device", help="whose arrays to read")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cold", action="store_true", help="also one read after dropping the page cache (root)")
+    parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
 
     import zarr_device as zd
@@ -142,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = machine_info()
     print(f"machine: {machine['cpu']}; {machine['usable_cores']} cores; zarr-device threads {zd.get_config().threads or 'one per core'}")
     rows: list[tuple[str, str, str, float, float]] = []
+    records: list[dict[str, Any]] = []
     previous = zd.get_config().max_inflight_bytes
     try:
         for chunk in (parse_size(c) for c in args.chunks.split(",")):
@@ -171,6 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     best_peer = max(peers) if peers else float("nan")
                     for name, gbps in same:
                         rows.append((fmt_bytes(chunk), writer, name, gbps, gbps / best_peer))
+                        records.append({"loader": name.removesuffix(", cold"), "written_by": writer,
+                                        "chunk_bytes": chunk, "shard_bytes": args.shards or None, "gbps": gbps,
+                                        "cache": "cold" if cold else "warm", "vs_best_peer": gbps / best_peer})
     finally:
         zd.set_config(max_inflight_bytes=previous)
     if args.shards:
@@ -178,6 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{'chunk':>8}  {'written by':11}  {'reader':38} {'GB/s':>6}  vs best peer")
     for chunk_text, writer, name, gbps, ratio in rows:
         print(f"{chunk_text:>8}  {writer:11}  {name:38} {gbps:6.2f}  {ratio:5.2f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine, "size": args.size, "repeat": args.repeat, "results": records}, f, indent=1)
     return 0
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import time
@@ -28,6 +29,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tests"))
 from s3_server import running_s3_server  # noqa: E402 - the tests' S3 server
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import machine_info  # noqa: E402
 
 import zarr  # noqa: E402
 from zarr.core.buffer import default_buffer_prototype  # noqa: E402
@@ -69,7 +73,9 @@ def main() -> None:
     parser.add_argument("--latency-ms", default="0,20")
     parser.add_argument("--threads", default="2,8,32,128")
     parser.add_argument("--shards", type=int, default=16, help="shards read in part (0: none)")
+    parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args()
+    results: list[dict[str, Any]] = []
     latencies = [float(x) for x in args.latency_ms.split(",")]
     thread_counts = [int(x) for x in args.threads.split(",")]
     n = args.chunks
@@ -105,12 +111,34 @@ def main() -> None:
                         zd.set_config(threads=previous.threads)
                 for reader, rate in rows:
                     print(f"| {kind} | {latency:g} ms | {reader} | {rate:,.0f} |", flush=True)
+                results += result_rows(rows, "whole", kind, latency, data.nbytes // n)
         if args.shards:
-            partial_shards(server, args.shards, latencies, thread_counts)
+            results += partial_shards(server, args.shards, latencies, thread_counts)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine_info(), "results": results}, f, indent=1)
 
 
-def partial_shards(server: Any, shards: int, latencies: list[float], thread_counts: list[int]) -> None:
+def result_rows(rows: list[tuple[str, float]], read: str, store: str, latency: float,
+                chunk_bytes: int) -> list[dict[str, Any]]:
+    """The rows of one table as --json writes them; GB/s from chunks/s, for comparison with the
+    other benchmarks (small chunks make it small: chunks/s is this benchmark's measure)."""
+    out = []
+    for reader, rate in rows:
+        name, _, threads = reader.partition(", threads=")
+        row: dict[str, Any] = {"loader": name, "read": read, "store": store, "latency_ms": latency,
+                               "chunk_bytes": chunk_bytes, "chunks_per_s": rate, "gbps": rate * chunk_bytes / 1e9,
+                               "cache": "warm"}
+        if threads:
+            row["threads"] = int(threads)
+        out.append(row)
+    return out
+
+
+def partial_shards(server: Any, shards: int, latencies: list[float],
+                   thread_counts: list[int]) -> list[dict[str, Any]]:
     inner = 32 * shards
+    results: list[dict[str, Any]] = []
     data = np.random.default_rng(1).random((256 * shards, 1024), dtype=np.float32)
     print(f"\n{shards} shards of 32 inner chunks (8 x 1024 float32, zstd), every other row read: "
           f"inner chunks/s, best of 2")
@@ -135,6 +163,8 @@ def partial_shards(server: Any, shards: int, latencies: list[float], thread_coun
                     zd.set_config(threads=previous.threads)
             for reader, rate in rows:
                 print(f"| {kind} | {latency:g} ms | {reader} | {rate:,.0f} |", flush=True)
+            results += result_rows(rows, "shards in part", kind, latency, 8 * 1024 * 4)
+    return results
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ back (zt.load / safetensors / torch.load) and compared bit for bit once.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -30,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_common import MIB, log  # noqa: E402
+from bench_common import MIB, log, machine_info  # noqa: E402
 from bench_many import COLS, tensor_rows  # noqa: E402
 
 
@@ -64,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--size", default="6GiB")
     parser.add_argument("--out", required=True)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
     import torch
 
@@ -126,6 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{'writer':18s} {'GB/s':>7s} {'of disk':>8s}")
     for name, rate in rows:
         print(f"{name:18s} {rate:7.2f} {rate / disk:8.2f}")
+    if args.json:
+        results = [{"loader": name, "direction": "save", "gbps": rate, "of_disk": rate / disk, "cache": "warm"}
+                   for name, rate in rows]
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine_info(), "nbytes": nbytes, "repeat": args.repeat, "results": results}, f,
+                      indent=1)
     shutil.rmtree(args.out, ignore_errors=True)
     return 0
 

@@ -1,5 +1,5 @@
-"""bench/gpu_timeline.py, the summary of a GPU timeline the benchmarks print, on a trace made by
-hand: the span, decode kernels at once, and the host's waits."""
+"""bench/probes/gpu_timeline.py, the summary of a GPU timeline the benchmarks print, on a trace
+made by hand: the span, decode kernels at once, and the host's waits."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "probes"))
 
 from gpu_timeline import format_summary, summarize  # noqa: E402
 

@@ -872,7 +872,8 @@ def _read_counting_device_memory(arr: zd.Array, values: np.ndarray, warm_at: Pat
     Two chunks grow the decode memory little, so the read measured still counts it. A torch kernel
     runs first, as in any program that uses torch: the first kernel a process launches, whoever's,
     makes the driver set aside about 62 MiB for the context (H100, H200), which the read would
-    otherwise show when a warm read decoded on the CPU launched none (bench/probe_first_kernel_memory.py)."""
+    otherwise show when a warm read decoded on the CPU launched none
+    (bench/probes/probe_first_kernel_memory.py)."""
     torch.zeros(1, device=DEV)
     first = tuple(slice(0, c * (2 if axis == 0 else 1)) for axis, c in enumerate(arr.chunks))
     warm = zd.create(warm_at, shape=values[first].shape, dtype=values.dtype, chunks=arr.chunks,

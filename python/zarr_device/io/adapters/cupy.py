@@ -45,10 +45,10 @@ def cupy_dtype(zarr_name: str) -> np.dtype[Any]:
 def _on_device(cupy: Any, index: int, make: Callable[[], T]) -> T:
     """``make()`` with CUDA device ``index`` current: as it is, when it is current already.
 
-    A CuPy device context sets the device again on leaving (cudaSetDevice), holding the GIL: from
-    16 threads reading at once, 6-23 us a read on an H200 in two runs of
-    ``bench/probe_thread_reads.py --diagnose``, where asking which device is current costs nothing
-    measurable."""
+    A CuPy device context sets the device again on leaving (cudaSetDevice), holding the GIL, which
+    reads from many threads at once pay, where asking which device is current costs nothing
+    measurable (the benchmark notebook, "CUDA calls a read makes holding the GIL, from 16
+    threads")."""
     if cupy.cuda.runtime.getDevice() == index:
         return make()
     with cupy.cuda.Device(index):

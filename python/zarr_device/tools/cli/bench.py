@@ -275,8 +275,37 @@ def _bench_header(layout: SampleLayout, args: argparse.Namespace) -> str:
     )
 
 
+def bench_records(results: Sequence[CodecResult], layout: SampleLayout) -> list[dict[str, Any]]:
+    """What ``bench`` measured, as the records ``zarr_device.tools.bench_plots`` draws."""
+    return [
+        {"loader": t.reader, "codec": r.codec, "chunk_bytes": layout.chunk_nbytes, "gbps": t.gbps,
+         "cache": "warm"}
+        for r in results
+        for t in r.timings
+    ]
+
+
+def plot_bench(path: str, results: Sequence[CodecResult], layout: SampleLayout) -> str | None:
+    """Draws ``bench``'s readers side by side into ``path``; the path, or None with nothing to
+    draw."""
+    import datetime
+
+    from zarr_device.tools.bench_plots import plot_loaders, title_of
+    from zarr_device.tools.machine import machine_info
+
+    what = (f"zarr-device bench: {format_bytes(layout.nbytes)} float32 in "
+            f"{format_bytes(layout.chunk_nbytes)} chunks, page cache warm")
+    today = datetime.date.today().isoformat()
+    return plot_loaders(bench_records(results, layout), title_of(what, machine_info(), today), path)
+
+
 def run_bench(args: argparse.Namespace, out: TextIO) -> int:
     """``zarr-device bench``."""
+    if args.plot is not None:
+        # Before the run: a missing matplotlib should not cost the minutes the run takes.
+        from zarr_device.tools.bench_plots import require_matplotlib
+
+        require_matplotlib()
     if args.size < args.chunk:
         raise UsageError(
             f"--size {format_bytes(args.size)} is smaller than one --chunk "
@@ -304,6 +333,8 @@ def run_bench(args: argparse.Namespace, out: TextIO) -> int:
         )
         if len(results[0].timings) > 1:
             out.write("zarr-device and zarr-python returned identical values.\n")
+        if args.plot is not None and plot_bench(args.plot, results, layout) is not None:
+            out.write(f"chart written to {args.plot}\n")
     finally:
         if args.keep:
             out.write(f"kept the sample arrays in {root}\n")
@@ -322,7 +353,8 @@ to be identical.
 examples:
   zarr-device bench
   zarr-device bench --size 256MiB --chunk 256KiB --repeat 5
-  zarr-device bench --codec both --dir /mnt/nvme/tmp --keep"""
+  zarr-device bench --codec both --dir /mnt/nvme/tmp --keep
+  zarr-device bench --codec both --plot bench.png   (needs matplotlib)"""
 
 
 def add_command(commands: Any) -> None:
@@ -357,6 +389,10 @@ def add_command(commands: Any) -> None:
         "--threads", type=int_at_least(0), default=0, metavar="N",
         help="threads for zarr-device and zarr-python (default: 0, each reader's own default; "
         "zarr-device uses one per core)",
+    )
+    bench.add_argument(
+        "--plot", default=None, metavar="FILE.png",
+        help="also draw the readers' GB/s into this PNG file (needs matplotlib)",
     )
     bench.add_argument("--quiet", action="store_true", help="no progress bars")
     bench.add_argument("--keep", action="store_true", help="keep the sample arrays afterwards")

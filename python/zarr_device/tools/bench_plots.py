@@ -1,0 +1,229 @@
+"""Charts of benchmark results: GB/s by chunk size, readers side by side (warm and cold), and
+scaling with threads. ``zarr-device bench --plot`` and the repository's ``python -m bench plot``
+both draw with these, from records of one shape:
+
+    {"loader" or "case": str, "gbps": float, "cache": "warm" | "cold",
+     "chunk_bytes": int (optional), "threads": int (optional), "codec", ... (optional)}
+
+matplotlib is optional for the package: it is imported inside the functions that draw, and
+``require_matplotlib`` says how to install it before any work is spent on a run that would plot.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from zarr_device.basics.sizes import format_bytes
+from zarr_device.errors import UsageError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "MATPLOTLIB_MISSING",
+    "plot_by_chunk_size",
+    "plot_loaders",
+    "plot_records",
+    "plot_threads",
+    "require_matplotlib",
+    "title_of",
+]
+
+Record = Mapping[str, Any]
+
+MATPLOTLIB_MISSING = "plotting needs matplotlib, which is not installed: pip install matplotlib"
+
+# Fields that tell one series of a chart from another when the records differ in them; the
+# measured quantities (gbps, chunk_bytes, threads, cache) are the axes, not the series.
+SERIES_FIELDS = ("codec", "written_by", "store", "read", "policy", "where", "part")
+
+
+def require_matplotlib() -> None:
+    """Raises UsageError, saying how to install matplotlib, where it cannot be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        raise UsageError(MATPLOTLIB_MISSING) from e
+
+
+def _figure(width: float = 10.0, height: float = 4.8) -> Figure:
+    require_matplotlib()
+    import matplotlib
+
+    # Agg draws to files without a display; set before anything else of matplotlib draws.
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def title_of(what: str, machine: Mapping[str, Any] | None, date: str | None) -> str:
+    """``what``, then the machine (CPU, cores, GPU) and the date, for a chart's title."""
+    parts: list[str] = []
+    if machine:
+        cpu = str(machine.get("cpu") or "unknown CPU")
+        cores = machine.get("cores")
+        parts.append(f"{cpu}, {cores} cores" if cores else cpu)
+        if machine.get("gpu"):
+            parts.append(str(machine["gpu"]))
+    if date:
+        parts.append(date[:10])
+    return what + ("\n" + "; ".join(parts) if parts else "")
+
+
+def _name(record: Record) -> str:
+    return str(record.get("loader") or record.get("case") or "?")
+
+
+def _varying(records: Sequence[Record], fields: Iterable[str]) -> list[str]:
+    return [f for f in fields if len({str(r.get(f)) for r in records}) > 1]
+
+
+def _series(records: Sequence[Record]) -> dict[str, list[Record]]:
+    """The records by series: the reader's name, with whatever else varies among them."""
+    extra = _varying(records, SERIES_FIELDS)
+    out: dict[str, list[Record]] = {}
+    for r in records:
+        qualifiers = [f"{f.replace('_', ' ')} {r[f]}" for f in extra if r.get(f) is not None]
+        label = ", ".join([_name(r), *qualifiers])
+        out.setdefault(label, []).append(r)
+    return out
+
+
+def _gbps(record: Record) -> float | None:
+    value = record.get("gbps")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
+
+
+def _measured(records: Iterable[Record]) -> list[Record]:
+    return [r for r in records if _gbps(r) is not None]
+
+
+def _best_by(records: Iterable[Record], key: str) -> dict[int, float]:
+    """The best GB/s at each value of ``key`` (an int field)."""
+    best: dict[int, float] = {}
+    for r in records:
+        x, y = r.get(key), _gbps(r)
+        if isinstance(x, int) and not isinstance(x, bool) and x > 0 and y is not None:
+            best[x] = max(best.get(x, 0.0), y)
+    return best
+
+
+def _legend(axes: Axes) -> None:
+    # Beside the plot, not on it: the series' names are long and the lines cross.
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+def _save(figure: Figure, path: str) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    figure.savefig(path, dpi=120)
+    return path
+
+
+def plot_by_chunk_size(records: Sequence[Record], title: str, path: str) -> str | None:
+    """GB/s by chunk size, a line per reader, warm reads; None (nothing written) unless some
+    reader was measured at two chunk sizes or more."""
+    warm = [r for r in _measured(records)
+            if r.get("cache", "warm") == "warm" and "chunk_bytes" in r]
+    lines = {label: _best_by(rs, "chunk_bytes") for label, rs in _series(warm).items()}
+    lines = {label: points for label, points in lines.items() if len(points) > 1}
+    if not lines:
+        return None
+    figure = _figure()
+    axes = figure.add_subplot()
+    sizes: set[int] = set()
+    for label, points in sorted(lines.items()):
+        xs = sorted(points)
+        sizes.update(xs)
+        axes.plot(xs, [points[x] for x in xs], marker="o", label=label)
+    axes.set_xscale("log", base=2)
+    ticks = sorted(sizes)
+    axes.set_xticks(ticks, [format_bytes(x).replace(" ", "") for x in ticks], rotation=30)
+    axes.minorticks_off()
+    axes.set_xlabel("chunk size")
+    axes.set_ylabel("GB/s (10^9 bytes/s)")
+    axes.set_ylim(bottom=0)
+    axes.grid(True, alpha=0.3)
+    _legend(axes)
+    axes.set_title(title, fontsize="medium")
+    return _save(figure, path)
+
+
+def plot_loaders(records: Sequence[Record], title: str, path: str) -> str | None:
+    """Each reader's best GB/s as bars, warm and cold side by side; None where nothing was
+    measured."""
+    measured = _measured(records)
+    if not measured:
+        return None
+    best: dict[str, dict[str, float]] = {}
+    for label, rs in _series(measured).items():
+        for r in rs:
+            cache = "cold" if r.get("cache") == "cold" else "warm"
+            value = _gbps(r) or 0.0
+            best.setdefault(label, {})[cache] = max(best.get(label, {}).get(cache, 0.0), value)
+    labels = sorted(best, key=lambda label: -best[label].get("warm", 0.0))
+    caches = [c for c in ("warm", "cold") if any(c in best[label] for label in labels)]
+    figure = _figure(max(6.0, 0.6 * len(labels) + 3.0), 5.2)
+    axes = figure.add_subplot()
+    width = 0.8 / len(caches)
+    for k, cache in enumerate(caches):
+        xs = [i + (k - (len(caches) - 1) / 2) * width for i in range(len(labels))]
+        axes.bar(xs, [best[label].get(cache, 0.0) for label in labels], width, label=cache)
+    axes.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize="small")
+    axes.set_ylabel("GB/s (10^9 bytes/s), best")
+    axes.grid(True, axis="y", alpha=0.3)
+    _legend(axes)
+    axes.set_title(title, fontsize="medium")
+    return _save(figure, path)
+
+
+def plot_threads(records: Sequence[Record], title: str, path: str) -> str | None:
+    """GB/s by thread count, a line per reader, warm reads; None unless some reader was
+    measured with two thread counts or more."""
+    warm = [r for r in _measured(records) if r.get("cache", "warm") == "warm" and "threads" in r]
+    lines = {label: _best_by(rs, "threads") for label, rs in _series(warm).items()}
+    lines = {label: points for label, points in lines.items() if len(points) > 1}
+    if not lines:
+        return None
+    figure = _figure()
+    axes = figure.add_subplot()
+    counts: set[int] = set()
+    for label, points in sorted(lines.items()):
+        xs = sorted(points)
+        counts.update(xs)
+        axes.plot(xs, [points[x] for x in xs], marker="o", label=label)
+    axes.set_xscale("log", base=2)
+    ticks = sorted(counts)
+    axes.set_xticks(ticks, [str(x) for x in ticks])
+    axes.minorticks_off()
+    axes.set_xlabel("threads")
+    axes.set_ylabel("GB/s (10^9 bytes/s)")
+    axes.set_ylim(bottom=0)
+    axes.grid(True, alpha=0.3)
+    _legend(axes)
+    axes.set_title(title, fontsize="medium")
+    return _save(figure, path)
+
+
+def plot_records(records: Sequence[Record], name: str, out_dir: str, *,
+                 machine: Mapping[str, Any] | None = None, date: str | None = None) -> list[str]:
+    """Every chart the records allow, as ``out_dir/NAME-chunks.png``, ``-loaders.png`` and
+    ``-threads.png``, titled with the machine and date; the paths written."""
+    charts = (
+        ("chunks", plot_by_chunk_size, "GB/s by chunk size"),
+        ("loaders", plot_loaders, "readers, warm and cold"),
+        ("threads", plot_threads, "scaling with threads"),
+    )
+    written = []
+    for suffix, draw, what in charts:
+        title = title_of(f"{name}: {what}", machine, date)
+        path = draw(records, title, os.path.join(out_dir, f"{name}-{suffix}.png"))
+        if path is not None:
+            written.append(path)
+    return written
