@@ -1,11 +1,13 @@
-"""The README's Python snippets, run as a reader would paste them.
+"""The Python snippets of README.md and of every docs/*.md page, run as a reader would paste
+them.
 
-Every ```python block of README.md runs. The blocks of one section (the text under one ``#`` or
-``##`` heading) run in their order in one shared namespace, in a fresh temporary working
-directory: a section's snippets must create what they open. Each section is one test, named
-after its heading; a failure points at the README's own line.
+Every ```python block of README.md and of each page of docs/ runs. The blocks of one section (the
+text under one ``#`` or ``##`` heading of one file) run in their order in one shared namespace, in
+a fresh temporary working directory: a section's snippets must create what they open. Each
+section is one test, named after its file and its heading (``README.md:onto-a-gpu``,
+``docs/zarr-plugin.md:zarr-python-plug-in``); a failure points at the file's own line.
 
-Conventions for README.md:
+Conventions, the same in every file:
 
 - ``<!-- gpu -->`` on the line just before a ```python fence (an HTML comment, invisible once
   rendered) marks a block that needs a CUDA GPU. It runs where ``zarr_device.cuda_device_count()
@@ -46,7 +48,10 @@ import pytest
 
 import zarr_device as zd
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPOSITORY = Path(__file__).resolve().parents[2]
+README = REPOSITORY / "README.md"
+# The README, then the site's pages (docs/*.md; docs/hooks holds no pages).
+DOCUMENTS = [README, *sorted((REPOSITORY / "docs").glob("*.md"))]
 GPU_MARKER = "<!-- gpu -->"
 S3_MARKER = "<!-- s3 -->"
 SCRIPT_MARKER = "<!-- script -->"
@@ -57,7 +62,7 @@ _LIKE = re.compile(r"""\blike\s*=\s*["'](""" + "|".join(OPTIONAL_PACKAGES) + r""
 
 @dataclass
 class Block:
-    line: int  # README line of the block's first line of code (1-based)
+    line: int  # the file's line of the block's first line of code (1-based)
     code: str
     gpu: bool
     s3: bool = False
@@ -72,14 +77,21 @@ class Block:
 class Section:
     title: str
     blocks: list[Block] = field(default_factory=list)
+    path: Path = README  # the Markdown file the section is in
+
+    @property
+    def where(self) -> str:
+        """The file as the tests name it: README.md, docs/cli.md."""
+        return self.path.relative_to(REPOSITORY).as_posix()
 
     @property
     def gpu(self) -> bool:
         return any(b.gpu for b in self.blocks)
 
 
-def readme_sections(text: str) -> list[Section]:
-    """The sections of a Markdown text that hold ```python blocks, in order."""
+def readme_sections(text: str, path: Path = README) -> list[Section]:
+    """The sections of a Markdown text (from the file ``path``) that hold ```python blocks, in
+    order."""
     sections: list[Section] = []
     title = ""
     lines = text.splitlines()
@@ -95,7 +107,7 @@ def readme_sections(text: str) -> list[Section]:
             if info == "python":
                 previous = next((l.strip() for l in reversed(lines[:start - 1]) if l.strip()), "")
                 if not sections or sections[-1].title != title:
-                    sections.append(Section(title))
+                    sections.append(Section(title, path=path))
                 code = "\n".join(lines[start:i]) + "\n"
                 sections[-1].blocks.append(
                     Block(start + 1, code, previous == GPU_MARKER, previous == S3_MARKER,
@@ -107,7 +119,11 @@ def readme_sections(text: str) -> list[Section]:
     return sections
 
 
-SECTIONS = readme_sections(README.read_text(encoding="utf-8"))
+SECTIONS = [
+    section
+    for document in DOCUMENTS
+    for section in readme_sections(document.read_text(encoding="utf-8"), document)
+]
 
 
 def _slug(title: str) -> str:
@@ -126,13 +142,25 @@ def _skip_reason(block: Block) -> str | None:
 
 
 def test_readme_has_python_snippets() -> None:
-    assert sum(len(s.blocks) for s in SECTIONS) > 0, f"no ```python blocks found in {README}"
+    found = {s.path for s in SECTIONS}
+    assert README in found, f"no ```python blocks found in {README}"
+    assert len(found) > 1, "no ```python blocks found in docs/*.md"
+
+
+def test_section_ids_are_unique() -> None:
+    # Two sections of one file with one heading would share a test id and hide each other.
+    ids = [_test_id(s) for s in SECTIONS]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+
+
+def _test_id(section: Section) -> str:
+    return f"{section.where}:{_slug(section.title)}"
 
 
 @pytest.mark.parametrize(
     "section",
     [
-        pytest.param(s, id=_slug(s.title), marks=[pytest.mark.gpu] if s.gpu else [])
+        pytest.param(s, id=_test_id(s), marks=[pytest.mark.gpu] if s.gpu else [])
         for s in SECTIONS
     ],
 )
@@ -162,16 +190,16 @@ def _run_section(section: Section, folder: Path) -> None:
         reason = _skip_reason(block)
         if reason is not None:
             pytest.skip(
-                f"README.md:{block.line} ({section.title!r}, block {n + 1} of "
+                f"{section.where}:{block.line} ({section.title!r}, block {n + 1} of "
                 f"{len(section.blocks)}, {n} run before it) {reason}"
             )
-        # Padded so that tracebacks give the README's line numbers.
+        # Padded so that tracebacks give the file's line numbers.
         source = "\n" * (block.line - 1) + block.code
         if block.script:
-            script = folder / f"readme_{block.line}.py"
+            script = folder / f"{section.path.stem}_{block.line}.py"
             script.write_text(source, encoding="utf-8")
             done = subprocess.run([sys.executable, str(script)], cwd=folder, capture_output=True,
                                   text=True, timeout=600)
-            assert done.returncode == 0, f"README.md:{block.line} as a script: {done.stderr[-4000:]}"
+            assert done.returncode == 0, f"{section.where}:{block.line} as a script: {done.stderr[-4000:]}"
             continue
-        exec(compile(source, str(README), "exec"), namespace)  # noqa: S102 - the README's own code
+        exec(compile(source, str(section.path), "exec"), namespace)  # noqa: S102 - the file's own code
