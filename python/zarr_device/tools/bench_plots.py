@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from zarr_device.basics.sizes import format_bytes
@@ -126,33 +126,40 @@ def _save(figure: Figure, path: str) -> str:
     return path
 
 
-def plot_by_chunk_size(records: Sequence[Record], title: str, path: str) -> str | None:
-    """GB/s by chunk size, a line per reader, warm reads; None (nothing written) unless some
-    reader was measured at two chunk sizes or more."""
-    warm = [r for r in _measured(records)
-            if r.get("cache", "warm") == "warm" and "chunk_bytes" in r]
-    lines = {label: _best_by(rs, "chunk_bytes") for label, rs in _series(warm).items()}
+def _plot_lines(records: Sequence[Record], key: str, label_of: Callable[[int], str],
+                axis_label: str, title: str, path: str) -> str | None:
+    """GB/s by the records' ``key`` (log 2 axis), a line per reader, warm reads; None (nothing
+    written) unless some reader was measured at two values of it or more."""
+    warm = [r for r in _measured(records) if r.get("cache", "warm") == "warm" and key in r]
+    lines = {label: _best_by(rs, key) for label, rs in _series(warm).items()}
     lines = {label: points for label, points in lines.items() if len(points) > 1}
     if not lines:
         return None
     figure = _figure()
     axes = figure.add_subplot()
-    sizes: set[int] = set()
+    values: set[int] = set()
     for label, points in sorted(lines.items()):
         xs = sorted(points)
-        sizes.update(xs)
+        values.update(xs)
         axes.plot(xs, [points[x] for x in xs], marker="o", label=label)
     axes.set_xscale("log", base=2)
-    ticks = sorted(sizes)
-    axes.set_xticks(ticks, [format_bytes(x).replace(" ", "") for x in ticks], rotation=30)
+    ticks = sorted(values)
+    axes.set_xticks(ticks, [label_of(x) for x in ticks], rotation=30)
     axes.minorticks_off()
-    axes.set_xlabel("chunk size")
+    axes.set_xlabel(axis_label)
     axes.set_ylabel("GB/s (10^9 bytes/s)")
     axes.set_ylim(bottom=0)
     axes.grid(True, alpha=0.3)
     _legend(axes)
     axes.set_title(title, fontsize="medium")
     return _save(figure, path)
+
+
+def plot_by_chunk_size(records: Sequence[Record], title: str, path: str) -> str | None:
+    """GB/s by chunk size, a line per reader, warm reads; None (nothing written) unless some
+    reader was measured at two chunk sizes or more."""
+    return _plot_lines(records, "chunk_bytes", lambda x: format_bytes(x).replace(" ", ""),
+                       "chunk size", title, path)
 
 
 def plot_loaders(records: Sequence[Record], title: str, path: str) -> str | None:
@@ -186,29 +193,7 @@ def plot_loaders(records: Sequence[Record], title: str, path: str) -> str | None
 def plot_threads(records: Sequence[Record], title: str, path: str) -> str | None:
     """GB/s by thread count, a line per reader, warm reads; None unless some reader was
     measured with two thread counts or more."""
-    warm = [r for r in _measured(records) if r.get("cache", "warm") == "warm" and "threads" in r]
-    lines = {label: _best_by(rs, "threads") for label, rs in _series(warm).items()}
-    lines = {label: points for label, points in lines.items() if len(points) > 1}
-    if not lines:
-        return None
-    figure = _figure()
-    axes = figure.add_subplot()
-    counts: set[int] = set()
-    for label, points in sorted(lines.items()):
-        xs = sorted(points)
-        counts.update(xs)
-        axes.plot(xs, [points[x] for x in xs], marker="o", label=label)
-    axes.set_xscale("log", base=2)
-    ticks = sorted(counts)
-    axes.set_xticks(ticks, [str(x) for x in ticks])
-    axes.minorticks_off()
-    axes.set_xlabel("threads")
-    axes.set_ylabel("GB/s (10^9 bytes/s)")
-    axes.set_ylim(bottom=0)
-    axes.grid(True, alpha=0.3)
-    _legend(axes)
-    axes.set_title(title, fontsize="medium")
-    return _save(figure, path)
+    return _plot_lines(records, "threads", str, "threads", title, path)
 
 
 def plot_records(records: Sequence[Record], name: str, out_dir: str, *,
