@@ -16,6 +16,12 @@ apt_packages=(
   libzstd-dev liblz4-dev zlib1g-dev libblosc-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev clang-format clang-tidy
 )
+# A headless Chromium opens the built docs site in a test (python/tests/test_docs_site.py): Debian
+# packages it apart from the browser; where the distribution has no such package, that test is
+# skipped with a reason.
+if apt-cache policy chromium-headless-shell 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+  apt_packages+=(chromium-headless-shell)
+fi
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,10 +1,13 @@
 """The documentation site builds without a warning, and what it links to is there.
 
 The site (mkdocs.yml, docs/) is built with ``mkdocs build --strict`` into a temporary folder, then
-read without a browser: every page of the nav is an HTML file; every internal link, stylesheet,
+read as files: every page of the nav is an HTML file; every internal link, stylesheet,
 script and image of every built page names a file of the site (and, for a link into a page, an
 anchor that page has); the search index lists every page. The configuration page's tables are
 generated from the engine's settings table as the site is built, so every setting must appear.
+Then the pages are loaded in a headless Chromium from a loopback server, which checks what the
+files alone cannot: the theme renders, and every request a page makes (stylesheets, scripts,
+images, the search index) is answered.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -185,3 +189,80 @@ def test_readme_links_resolve() -> None:
         and not (REPOSITORY / unquote(urlsplit(link).path)).is_file()
     ]
     assert not broken, f"README.md links to files that do not exist: {broken}"
+
+
+def _chromium() -> str | None:
+    """A headless Chromium of this machine (scripts/setup.sh installs chromium-headless-shell
+    where the distribution has it)."""
+    for name in ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+class _Served:
+    """The built site served on a loopback port, recording each request's path and status."""
+
+    def __init__(self, root: Path) -> None:
+        import functools
+        import http.server
+        import threading
+
+        self.requests: list[tuple[str, int]] = []
+        served = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+                served.requests.append((urlsplit(self.path).path, int(code)))
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_pages_load_in_a_browser(site: Path, config: dict[str, Any]) -> None:
+    # What the HTML parse above cannot see: the pages as a browser loads them, with the theme's
+    # scripts run, their stylesheets, images and the search index fetched (the search worker
+    # asks for search/search_index.json as a page loads).
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no headless Chromium (apt-get install chromium-headless-shell)")
+    served = _Served(site)
+    try:
+        for page in _nav_pages(config["nav"]):
+            html = _html_name(page)
+            done = subprocess.run(
+                [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                 "--virtual-time-budget=5000", "--dump-dom", served.url + html],
+                capture_output=True, text=True, timeout=120,
+            )
+            assert done.returncode == 0, f"{html}: {browser} failed: {done.stderr[-2000:]}"
+            # The rendered DOM holds the page's own text inside the theme's content area.
+            assert 'class="md-content' in done.stdout, f"{html}: the theme did not render"
+    finally:
+        served.close()
+    failed = sorted({(path, code) for path, code in served.requests if code >= 400})
+    assert not failed, f"requests that failed while the pages loaded: {failed}"
+    asked = {path for path, _ in served.requests}
+    assert "/search/search_index.json" in asked, "no page loaded the search index"
+    images = {
+        "/" + str((site / html).parent.joinpath(unquote(urlsplit(ref).path)).resolve()
+                  .relative_to(site.resolve()))
+        for html in (_html_name(p) for p in _nav_pages(config["nav"]))
+        for tag, ref in _parse(site / html).references
+        if tag == "img" and not urlsplit(ref).scheme
+    }
+    assert images <= asked, f"images the pages show that the browser did not load: {images - asked}"
