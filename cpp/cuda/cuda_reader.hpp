@@ -45,8 +45,8 @@ void place_on_device(const std::byte* src, const ChunkSpec& spec,
 // GPU reads in flight in this process: all of them, which share the thread pool, and those of one
 // device, which share its SMs. A read weighs the CPU against the GPU with its share of each: four
 // threads each reading tensors of a state dict one by one all found the CPU sooner and decoded on
-// it together, at half the rate of one call that decoded on the GPU (15.5 against 31.5 GB/s of
-// zstd on an H200).
+// it together, at a fraction of the rate of one call that decoded on the GPU (the benchmark
+// notebook, "Several threads, each reading tensors one by one (machine 1)").
 class ReadsInFlight {
  public:
   explicit ReadsInFlight(int device)

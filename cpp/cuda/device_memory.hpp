@@ -69,8 +69,9 @@ class SharedTemp {
   // user's. Growing it first waits for every stream in `users` (and freeing the old block
   // synchronises the device), so it grows at once to what later calls are likely to need:
   // kGrowth times `bytes`, within `room` (its share of the memory), never less than `bytes`.
-  // (Measured on an H200, one-by-one reads of a state dict whose calls grew the regions a little at
-  // a time: each growth held the host for 5-8 ms, a third of the loop's time.)
+  // (One-by-one reads of a state dict whose calls grew the regions a little at a time spent much
+  // of the loop's time with the host held by growths: BENCHMARKS.md, Appendix: decisions, and
+  // what was measured and not kept.)
   static constexpr std::size_t kGrowth = 4;
   std::byte* acquire(std::size_t bytes, std::size_t room, StreamHandle stream,
                      std::span<const StreamHandle> users) {

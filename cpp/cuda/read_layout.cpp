@@ -24,8 +24,8 @@ std::vector<Leaf> Reader::route(std::span<const device_read::ReadTarget> targets
     const auto* files = dynamic_cast<const FileBacked*>(array.store().get());
     return files && files->io() == LocalIo::kGds;
   };
-  // Opening cuFile's driver takes about a second (1.3 s on an H200): only reads of stores opened
-  // for GPUDirect Storage pay it.
+  // Opening cuFile's driver is slow (BENCHMARKS.md, Appendix: decisions, and what was measured
+  // and not kept): only reads of stores opened for GPUDirect Storage pay it.
   if (std::any_of(targets.begin(), targets.end(),
                   [&](const device_read::ReadTarget& t) { return gds_files(*t.array); }) &&
       CuFile::instance().available()) {

@@ -168,8 +168,9 @@ namespace {
 // Small reads (one chunk each from many threads, as Dask's per-chunk tasks make) find the full
 // rings lent when more threads read than there are rings, and would queue behind each other's
 // reads though each needs a sliver of a ring. They take a small ring instead, up to
-// kSmallRingsPerDevice of them: measured on an H200, 16 threads reading 1 MiB zstd chunks got
-// 2.3 GB/s through the 4 full rings while the CPU path gave them 3.5.
+// kSmallRingsPerDevice of them: through the full rings, many threads reading one small chunk each
+// got less than the CPU path gave them (the benchmark notebook, "Single-chunk reads from many
+// threads, reads at once, a process's first read").
 constexpr std::size_t kSmallReadBytes = std::size_t{16} << 20;  // staged by the whole read
 constexpr std::size_t kSmallRingBytes = std::size_t{32} << 20;
 constexpr std::size_t kSmallRingSlots = 4;

@@ -158,9 +158,10 @@ class DeviceContext {
   DeviceContext(int device, const device_read::StagingShape& shape)
       : device_(device), staging_bytes_(shape.bytes), gpu_(get_device("cuda", device)) {
     cut(shape.slots);
-    // The driver's own device memory for the ring's streams and the decoders' kernels (measured
-    // on an H200: 4 MiB for 12 streams, 6-10 MiB in all) comes out of the decode memory, so that
-    // a read's device memory stays within its output, the staging and decode_bytes.
+    // The driver's own device memory for the ring's streams and the decoders' kernels (the
+    // benchmark notebook, "GPU reads with decode regions sized from the data, checks in the read
+    // pieces") comes out of the decode memory, so that a read's device memory stays within its
+    // output, the staging and decode_bytes.
     constexpr std::size_t kDriverShare = std::size_t{16} << 20;
     const std::size_t decode = decode_memory_for(shape.decode_bytes, gpu_->memory_bytes());
     decode_memory_ = decode >= 8 * kDriverShare ? decode - kDriverShare : decode;

@@ -30,8 +30,8 @@ namespace {
 
 // The long ranges a batch needs are announced to their stores as its CPU stage starts on the
 // pool. Shorter ranges are left alone: the stage's parallel reads keep the disk busy, and asking
-// costs an open per chunk and slows warm reads (measured on an H200, a warm 6 GiB read of 2 MiB
-// chunks: 46 GB/s without, 42 with).
+// costs an open per chunk and slows warm reads (BENCHMARKS.md, Appendix: decisions, and what was
+// measured and not kept).
 constexpr std::uint64_t kAnnouncedBytes = std::uint64_t{8} << 20;
 
 }  // namespace
@@ -178,7 +178,9 @@ class Reader::Run {
     }
     // The slot's last batch must be off it. While that batch still decodes, batches already
     // fetched go to the device first: waiting here would hold them on the host for as long as a
-    // decode takes (a 64 MiB zstd chunk 67 ms on an H200's thread block), and large chunks would
+    // decode takes (tens of milliseconds for a large zstd chunk on its thread block: the benchmark
+    // notebook, "Where waiting reads and 64 MiB chunks spend their time, kernel by kernel"), and
+    // large chunks would
     // decode in waves of the batches fetched ahead. A batch that only copies is off its slot
     // within a copy's time: waiting for it starts the next fetch soonest.
     const std::size_t end = next - slots_ + 1;
@@ -286,7 +288,8 @@ void Reader::run(std::span<const device_read::ReadTarget> targets, std::vector<L
     // those wait (below, once the ring is given back), unless the caller asked not to
     // (non_blocking), taking a late report of a chunk the GPU failed to decode
     // (raise_deferred_failures) for the overlap of its reads. The read waits for its last batches
-    // (their decodes take milliseconds: a 2 MiB zstd chunk about 9 ms on an H200's thread block)
+    // (their decodes take milliseconds, a chunk on one thread block: the benchmark notebook,
+    // "Where waiting reads and 64 MiB chunks spend their time, kernel by kernel")
     // after giving the ring back, so that other threads' reads use it meanwhile instead of
     // queueing for one of the device's few rings.
     run.end_queue((!plan.decodes || options_.non_blocking) && may_stream_order, streams);

@@ -97,8 +97,9 @@ std::span<const SettingInfo> settings_table();
 // The GPU memory that reads onto a device of `device_memory` bytes decode in: `decode_bytes`, or
 // where that is 0 (the default) kAutomaticDecodeShare of the device's memory, at least
 // kAutomaticDecodeMinimum. Large chunks decode as fast as that memory lets many decode at once
-// (a 64 MiB zstd chunk on one thread block at about 0.8 GB/s, with about twice its size of
-// memory), so a larger device's default lets more of them decode; a small one keeps the minimum.
+// (each decodes slowly on one thread block, with a multiple of its size of memory: the benchmark
+// notebook, "What bounds large chunks; reads on one CUDA hardware queue"), so a larger device's
+// default lets more of them decode; a small one keeps the minimum.
 inline constexpr std::size_t kAutomaticDecodeShare = 32;
 inline constexpr std::size_t kAutomaticDecodeMinimum = std::size_t{2} << 30;
 std::size_t decode_memory_for(std::size_t decode_bytes, std::size_t device_memory);

@@ -10,7 +10,8 @@ namespace {
 // Arrays from this size on (large stored chunks read whole, decoded chunks, codec outputs) are
 // mapped as huge pages. glibc maps allocations this large itself, in 4 KiB pages faulted in anew
 // each time; smaller ones it serves from its heaps, whose reuse of freed memory faults nothing in
-// (a stored chunk of 7 MiB mapped anew for each read was slower than the heap's).
+// (a stored chunk of 7 MiB mapped anew for each read was slower than the heap's: the benchmark
+// notebook, "Large chunks on the host; copies straight from the page cache").
 constexpr std::size_t kMappedFrom = std::size_t{32} << 20;
 constexpr std::size_t kPage = 4096;
 

@@ -142,9 +142,9 @@ const std::array<SettingInfo, 9> kTable = {{
      "blocks (a frame's blocks are ended every this many bytes; larger chunks, and 0, leave them "
      "to libzstd, up to 128 KiB). The frames stay standard zstd, one per chunk, for any reader. "
      "nvCOMP decodes a block's Huffman-coded literals slowly and some of a frame's blocks side "
-     "by side, so such blocks decode sooner on a GPU: on an H200, bf16 weights in 2 MiB chunks "
-     "4.1 ms a call instead of 8.5, 256 KiB chunks 1.2 instead of 7.0, and arrays of 256 KiB-2 "
-     "MiB chunks read 1.15-1.32x as fast, for 0.3% more bytes stored and CPU decoding as fast. "
+     "by side, so such blocks decode sooner on a GPU, and arrays of 256 KiB-2 MiB chunks read "
+     "faster, for slightly more bytes stored and CPU decoding as fast (BENCHMARKS.md, Appendix: "
+     "decisions, and what was measured and not kept). "
      "Writes from GPU memory that nvCOMP compresses keep its own blocks.",
      [](const Settings& s) { return std::uint64_t{s.zstd_block_bytes}; },
      [](Settings& s, std::uint64_t v) { s.zstd_block_bytes = v; }},

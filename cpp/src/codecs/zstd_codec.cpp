@@ -223,10 +223,10 @@ class ZstdCodec final : public BytesToBytesCodec, public StreamDecoding {
 
  private:
   // The bytes each block of a chunk of `size` bytes covers at most, 0 for libzstd's own blocks
-  // (up to 128 KiB): zstd_block_bytes for chunks of up to kMostBlocks such blocks. Measured on an
-  // H200 (BENCHMARKS.md, "zstd blocks that GPUs decode sooner"): in 16 KiB blocks, 256 KiB-2 MiB
-  // chunks read 1.15-1.32x as fast; 4 MiB chunks in 128 blocks of 32 KiB at 0.89x, 64 MiB chunks
-  // in 4096 blocks of 16 KiB at 0.43x (nvCOMP decodes only so many of a frame's blocks at once).
+  // (up to 128 KiB): zstd_block_bytes for chunks of up to kMostBlocks such blocks. In 16 KiB
+  // blocks, 256 KiB-2 MiB chunks read faster on a GPU; larger chunks in that many or more small
+  // blocks read slower (nvCOMP decodes only so many of a frame's blocks at once), so they keep
+  // libzstd's (the benchmark notebook, "zstd blocks that GPUs decode sooner").
   static std::size_t block_bytes_for(std::size_t size) {
     constexpr std::size_t kMostBlocks = 128;
     const std::size_t block = settings().zstd_block_bytes;

@@ -1,11 +1,11 @@
-// Choosing between the GPU and the CPU threads for a read's decoding. A batched GPU decoder
-// decodes each chunk on one thread block, slowly, and is fast only with many chunks at once; a CPU
-// thread decodes a chunk faster. So a read of few chunks (a single tensor read after another)
-// finishes sooner decoded on the CPU, a read of many on the GPU. (Measured on an H200 with
-// nvCOMP 6, zstd + crc32c of bf16 weights in 2 MiB chunks: a chunk decodes at about 0.2 GB/s on
-// the GPU and 0.45 GB/s on a CPU thread of the pipeline; a 16 MiB tensor read in 10 ms on the
-// GPU, 4.5 on the CPU. A read split between the two was slower than either: the batches holding
-// CPU decodes held up the GPU's.) Pure host logic: every rate it needs is given.
+// Choosing between the GPU and the CPU threads for a read's decoding. A batched GPU decoder decodes
+// each chunk on one thread block, slowly, and is fast only with many chunks at once; a CPU thread
+// decodes a chunk faster. So a read of few chunks (a single tensor read after another) finishes
+// sooner decoded on the CPU, a read of many on the GPU (the benchmark notebook, "Decode sharing
+// (`decode_sharing="auto"`, the default)"; DecodeRates' defaults come from there). A read split
+// between the two was slower than either: the batches holding CPU decodes held up the GPU's
+// (BENCHMARKS.md, Appendix: decisions, and what was measured and not kept). Pure host logic: every
+// rate it needs is given.
 #pragma once
 
 #include <cstddef>
@@ -27,11 +27,10 @@ struct DecodeRates {
   // The pinned staging: CPU-decoded chunks wait there decoded, in its slots, all but one of
   // them being filled at a time.
   StagingShape staging;
-  // Chunks larger than this stay on the device: past a few MiB a chunk decodes faster on the
-  // device than on a CPU thread, the reverse of the small chunks the rates above describe
-  // (measured on an H200, zstd + crc32c: 16 MiB chunks at 0.65 GB/s each on the device, 64 MiB at
-  // 0.7-1.1, against 0.26 for a 64 MiB chunk on a CPU thread, whose output no longer fits its
-  // caches; a 1 GiB read of 64 MiB chunks took 261 ms shared, 123 ms on the device).
+  // Chunks larger than this stay on the device: past a few MiB a chunk decodes faster on the device
+  // than on a CPU thread, whose output no longer fits its caches: the reverse of the small chunks
+  // the rates above describe, and a read of such chunks took longer shared with the CPU than on the
+  // device alone (the benchmark notebook, "Large chunks (machine 1)").
   std::size_t largest_shared = std::size_t{8} << 20;
 };
 
@@ -42,21 +41,20 @@ double decode_seconds(double device_bytes, double cpu_bytes, double largest, dou
                       const DecodeRates& rates);
 
 // The hardware work queues CUDA gives a process's streams on a device, from the value of
-// CUDA_DEVICE_MAX_CONNECTIONS (which the driver reads when the process's context is made): 1-32,
-// or 8, CUDA's default, when unset or not a number in that range. With one queue (Megatron-LM and
-// NeMo set CUDA_DEVICE_MAX_CONNECTIONS=1 for their training processes) the streams share it in
-// order, so a consumer's wait for a read's decodes holds the next read's copies behind them: reads
-// one after another that do not wait no longer overlap on the device (measured on an H200, a 3 GiB
-// state dict of 2 MiB zstd chunks read tensor by tensor with non_blocking: 23.5 GB/s with 8
-// queues, 4.7 with one), and such a read is better decoded as a read that waits.
+// CUDA_DEVICE_MAX_CONNECTIONS (which the driver reads when the process's context is made): 1-32, or
+// 8, CUDA's default, when unset or not a number in that range. With one queue (Megatron-LM and NeMo
+// set CUDA_DEVICE_MAX_CONNECTIONS=1 for their training processes) the streams share it in order, so
+// a consumer's wait for a read's decodes holds the next read's copies behind them: reads one after
+// another that do not wait no longer overlap on the device (the benchmark notebook, "What bounds
+// large chunks; reads on one CUDA hardware queue"), and such a read is better decoded as a read
+// that waits.
 std::size_t hardware_queues(const char* max_connections);
 
 // nvCOMP's time for a zstd frame follows the size of its blocks: each block's Huffman-coded
 // literals are decoded slowly, the blocks of a frame side by side, so frames of 16 KiB blocks
-// (zarr-device's writes of chunks up to 2 MiB) decode about twice as soon as libzstd's 128 KiB
-// blocks (measured on an H200, bf16 weights: a call of 2 MiB frames 3.40-4.09 ms against
-// 7.65-8.48; BENCHMARKS.md, "zstd blocks that GPUs decode sooner"). DecodeRates::device_chunk
-// describes libzstd's blocks.
+// (zarr-device's writes of chunks up to 2 MiB) decode kSmallBlockSpeedup times as soon as
+// libzstd's 128 KiB blocks (the benchmark notebook, "zstd blocks that GPUs decode sooner").
+// DecodeRates::device_chunk describes libzstd's blocks.
 inline constexpr double kSmallBlockSpeedup = 2.0;
 // Blocks of at most this many decoded bytes are small, judged where a chunk is stored in at least
 // kSmallBlockRatio of its size (weights-like data, whose literals dominate, as measured; data

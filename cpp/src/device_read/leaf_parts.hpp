@@ -2,7 +2,8 @@
 // ring, so a chunk larger than a slot made the ring cut into fewer, larger slots (and one larger
 // than the whole ring was refused), and chunks decoded on CPU threads that fill most of a slot
 // each had the slots, not the cores, bound how many decode at once (64 MiB chunks in the default
-// ring's 64 MiB slots: 12 threads of 16, 48-68% of the cores' zstd rate on an H200's host). Such a
+// ring's 64 MiB slots kept fewer threads busy than there were cores: the benchmark notebook,
+// "Chunks staged a part at a time"). Such a
 // chunk is cut into parts of its decoded bytes, each a leaf of its own in a part of a slot: the
 // parts of a copied chunk are read apart, those of a chunk decoded on the CPU are decoded in
 // order from one decoder (CodecChain::stream_decoder), by whichever of their fetches comes first,
@@ -38,10 +39,9 @@ struct PartSizes {
 inline constexpr std::size_t kMinPartBytes = std::size_t{1} << 20;
 // The chunks decoded on the CPU whose parts interleave, for each of the read's threads: a thread
 // that finds the chunk of its next part being decoded by another goes on to another chunk, and
-// with more chunks than threads one is free more often (measured on an H200's 16 cores, 64 MiB
-// zstd chunks in the default ring: 4 GiB of float32 at 5.3-6.7 GB/s with as many chunks as
-// threads, 7.5-7.6 with twice as many, 7.9-8.1 with twice as many in 2 MiB parts, which made a
-// 1 GiB array of 16 such chunks slower, 6.3-6.4 against 6.7-7.1).
+// with more chunks than threads one is free more often. Twice as many read large chunks faster
+// than as many; smaller parts helped large arrays but slowed small ones (the benchmark notebook,
+// "Chunks staged a part at a time").
 inline constexpr std::size_t kChunksPerWorker = 2;
 
 // The bytes of the parts a chunk decoded on the CPU is cut into: a slot holds one of each of the

@@ -20,16 +20,16 @@ inline constexpr std::size_t kMaxBatch = 8192;  // leaves per slot
 // hardware queues (8 unless CUDA_DEVICE_MAX_CONNECTIONS says otherwise), or up to
 // kMaxDecodeRegions for chunks so large that a slot holds fewer than kFewPerSlot, whose regions
 // hold a chunk or two each and bound what decodes at once. Their streams then share queues, which
-// costs them little (measured on an H200, 64 MiB zstd chunks in 64 slots of one each: 17.6 GB/s
-// in 32 regions on 8 queues, 18.8 on 32; the default ring's 12 slots: 10 regions fit its decode
-// memory, 7.4 GB/s); calls of many small chunks were slower on more streams than queues.
+// costs them little; calls of many small chunks were slower on more streams than queues (the
+// benchmark notebook, "More decode regions for large chunks; small chunk files through io_uring").
 inline constexpr std::size_t kHardwareQueues = 8;
 inline constexpr std::size_t kMaxDecodeRegions = 32;
 inline constexpr double kFewPerSlot = 4;
 // Batches of copies: small enough that the copy engine starts early and finds the next batch ready
-// (measured on an H200, 6 GiB of 2 MiB chunks: 44 GB/s in 8 or 16 MiB batches, 34 in 32 MiB and
-// 31 in 64 MiB ones); a small read is cut finer, down to kMinBatchBytes, where a batch's fixed
-// costs are still small. Batches with decodes fill their slot instead (pack_batches).
+// (larger batches read slower: the benchmark notebook, "Many arrays: batch sizes, lookahead,
+// stream-ordered reads, threads, layouts"); a small read is cut finer, down to kMinBatchBytes,
+// where a batch's fixed costs are still small. Batches with decodes fill their slot instead
+// (pack_batches).
 inline constexpr std::size_t kCopyBatchBytes = std::size_t{8} << 20;
 inline constexpr std::size_t kMinBatchBytes = std::size_t{4} << 20;
 
@@ -54,10 +54,11 @@ double device_decodes_per_slot(std::span<const Leaf> leaves, std::size_t capacit
 // `decode_memory` bytes, off its slots (device_read/fifo_ring.hpp), rather than in regions: where a
 // slot holds fewer than kFewPerSlot of its device-decoded chunks, their slots, not the decode
 // memory, bound how many decode at once (a 64 MiB chunk fills a slot of the default ring: 12 at
-// most, at 0.7-0.8 GB/s each on an H200). Only where each chunk alone, at `costs` (which plan for
-// the worst case) and with its scratch (set by plan_decode_regions), fits a batch's budget
-// (off_slot_decode_budget): a batch's bytes and its decoder's memory are two ranges of the arena
-// at once, and its decoder's memory is known only once its bytes are across.
+// most, each decoding slowly on its thread block: the benchmark notebook, "What bounds large
+// chunks; reads on one CUDA hardware queue"). Only where each chunk alone, at `costs` (which plan
+// for the worst case) and with its scratch (set by plan_decode_regions), fits a batch's budget
+// (off_slot_decode_budget): a batch's bytes and its decoder's memory are two ranges of the arena at
+// once, and its decoder's memory is known only once its bytes are across.
 bool decodes_off_slots(std::span<const Leaf> leaves, std::size_t capacity,
                        std::size_t decode_memory, const DecodeCosts& costs);
 
@@ -77,18 +78,16 @@ std::size_t off_slot_streams(std::span<const Leaf> leaves, std::size_t decode_me
 // contiguous, aligned to its decoder's `output_alignment`) and returns how many regions the decode
 // memory (`decode_memory` bytes) of a ring of `slots` slots of `capacity` bytes is best split into.
 //
-// A batched decoder decodes a chunk per thread block: its speed follows the chunks decoded at
-// once, not how they are split into calls (measured on an H200, 256 KiB zstd chunks: about 17 GB/s
-// with 512 in flight, 30 with 1024, 95 with 8192; 64 MiB chunks: 0.6-0.8 GB/s each), while its
-// temporary memory grows with them. A batch is cut where its slot or its decode region is full,
-// and the batches of R regions decode at once: R x min(a slot's chunks, a region's chunks) in
-// flight. The fewest regions that put the most chunks in flight make the largest calls, on at most
-// CUDA's hardware queues' streams unless the chunks are large (kMaxDecodeRegions). (Large chunks
-// are where this matters: a slot holds one 64 MiB chunk or four of 16 MiB, so the regions, not
-// the memory, bound them.)
-// `in_place`: false has every chunk decoded into scratch, even those that could land in place
-// (a read that must not write its outputs before the consumer's earlier work is done, while its
-// decoding need not wait for it).
+// A batched decoder decodes a chunk per thread block: its speed follows the chunks decoded at once,
+// not how they are split into calls (the benchmark notebook, "GPU reads with bounded decode memory;
+// GPU writes with in-place checksums"), while its temporary memory grows with them. A batch is cut
+// where its slot or its decode region is full, and the batches of R regions decode at once: R x
+// min(a slot's chunks, a region's chunks) in flight. The fewest regions that put the most chunks in
+// flight make the largest calls, on at most CUDA's hardware queues' streams unless the chunks are
+// large (kMaxDecodeRegions). (Large chunks are where this matters: a slot holds one 64 MiB chunk or
+// four of 16 MiB, so the regions, not the memory, bound them.) `in_place`: false has every chunk
+// decoded into scratch, even those that could land in place (a read that must not write its outputs
+// before the consumer's earlier work is done, while its decoding need not wait for it).
 std::size_t plan_decode_regions(std::span<Leaf> leaves, const DecodeCosts& costs,
                                 const PerKind& output_alignment, std::size_t slots,
                                 std::size_t capacity, std::size_t decode_memory,
@@ -117,11 +116,12 @@ std::size_t batch_target(const StagingNeed& need, std::size_t capacity, std::siz
 
 // A read that waits for its device decodes pays its fetch, its copy and its last decoder call one
 // after another, and a decoder call takes milliseconds however few its chunks (a 2 MiB zstd chunk
-// decodes on one thread block: 3.4 ms a call of one, 4.1 of 32, measured on an H200), so such a
-// read of one tensor is cut into about kWaitingPieces batches: the first decodes while the rest
-// are fetched and copied, and its last call holds a quarter of the chunks. Batches are not cut
-// below kMinDecodeBatchBytes, nor is a larger read (one whose quarter fills a slot) cut finer
-// than its slots: its batches already overlap.
+// decodes on one thread block, so a call of one takes nearly as long as a call of many: the
+// benchmark notebook, "Where the many-arrays targets stand"), so such a read of one tensor is cut
+// into about kWaitingPieces batches: the first decodes while the rest are fetched and copied, and
+// its last call holds a quarter of the chunks. Batches are not cut below kMinDecodeBatchBytes, nor
+// is a larger read (one whose quarter fills a slot) cut finer than its slots: its batches already
+// overlap.
 inline constexpr std::size_t kWaitingPieces = 4;
 inline constexpr std::size_t kMinDecodeBatchBytes = std::size_t{4} << 20;
 
@@ -130,18 +130,19 @@ inline constexpr std::size_t kMinDecodeBatchBytes = std::size_t{4} << 20;
 // `waits` for its decodes, then a kWaitingPieces-th of the read (at least kMinDecodeBatchBytes).
 std::size_t decode_batch_target(const StagingNeed& need, std::size_t capacity, bool waits);
 
-// How many batches past the one going to the device a read fetches while it goes: batch b uses
-// slot b % slots, so the CPU stages of the next fetch_ahead(batch) batches run on the pool while
-// batch b is copied and decoded, and the copy engine finds the next slot full when it is done
-// with this one. A batch that only copies (or decodes on the device) fetches half the ring ahead:
-// the other half holds batches on the device, where device decodes keep their slots until decoded
-// and copies stay queued while the host is busy (measured on an H200, a warm 6 GiB read of 8 MiB
-// copy batches: 46 GB/s with 6 of 12 slots ahead, 44 with 10). A batch with chunks decoded on CPU
-// threads and none on the device leaves its slot within a copy's time, and its fetch is the
-// decode: it fetches all but one slot ahead, so that as many threads decode as the ring has
-// slots (a 64 MiB chunk fills a slot of the default ring: half the ring kept 7 of 16 threads
-// busy, 4.2-4.7 GB/s on an H200). So does a batch of parts whose fetches checksum the bytes
-// around a stretch (checks_around), whose fetch is mostly that checksum.
+// How many batches past the one going to the device a read fetches while it goes: batch b uses slot
+// b % slots, so the CPU stages of the next fetch_ahead(batch) batches run on the pool while batch b
+// is copied and decoded, and the copy engine finds the next slot full when it is done with this
+// one. A batch that only copies (or decodes on the device) fetches half the ring ahead: the other
+// half holds batches on the device, where device decodes keep their slots until decoded and copies
+// stay queued while the host is busy (fetching further ahead read slower: the benchmark notebook,
+// "Many arrays: batch sizes, lookahead, stream-ordered reads, threads, layouts"). A batch with
+// chunks decoded on CPU threads and none on the device leaves its slot within a copy's time, and
+// its fetch is the decode: it fetches all but one slot ahead, so that as many threads decode as the
+// ring has slots (a 64 MiB chunk fills a slot of the default ring: half the ring kept fewer than
+// half of the threads busy; the benchmark notebook, "CPU-decoded batches fetched further ahead").
+// So does a batch of parts whose fetches checksum the bytes around a stretch (checks_around), whose
+// fetch is mostly that checksum.
 std::size_t fetch_ahead(std::span<const Leaf> batch, std::size_t slots);
 
 // Packs `leaves` in order into batches: as many as fit `target` bytes, or a slot's `capacity` once

@@ -204,7 +204,7 @@ Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoder
     // for them (and not after a numcodecs shuffle of their own). For now only where the caller
     // asks for that process ('isolated'): by default they stay with c-blosc on the CPU until every
     // layout of the stream route has run on a GPU and it reads as fast as the raw data
-    // (BENCHMARKS.md).
+    // (BENCHMARKS.md, One GPU).
     decoding.route =
         policy == GpuDecode::kIsolated && decoding.unshuffle == 1 && decoders.has_isolated(d->kind)
             ? Route::kIsolatedDecode

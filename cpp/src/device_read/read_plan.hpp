@@ -37,10 +37,10 @@ class ValueChanged : public StoreError {
 // Chunks (not inner chunks of shards) whose codecs store them in at most this many bytes are
 // planned without asking the store for their size (StoredBytes::sized false, room for the most they
 // can be): the fetch opens each chunk anyway, and learns there whether and how large it is stored.
-// Finding a chunk's file is most of what planning it costs (a path walk: about 2 of 3 us a chunk
-// on one thread), and for small chunks that doubled the work per file of a read; a large chunk
-// pays it once against milliseconds of reading, and is sized exactly, so that its slot holds what
-// it stores, not its bound.
+// Finding a chunk's file is most of what planning it costs (a path walk: the benchmark notebook,
+// "Small chunks sized by their fetch"), and for small chunks that doubled the work per file of a
+// read; a large chunk pays it once against milliseconds of reading, and is sized exactly, so that
+// its slot holds what it stores, not its bound.
 inline constexpr std::size_t kSizedAtFetchBytes = std::size_t{1} << 20;
 
 // How chunks are sized by a plan: as above, or every one asked for its size now (for callers

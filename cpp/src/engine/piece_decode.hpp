@@ -17,8 +17,9 @@ namespace zarr_device::engine {
 // Stored chunks (and inner chunks of shards) from this size on whose codecs decode as a stream
 // (CodecChain::stream_target) are read kDecodePieceBytes at a time and each piece decoded as the
 // decoder pulls it, instead of read whole into memory first. A read then holds one piece instead
-// of the stored chunk (so chunks of tens of MiB decode on every core within a host read's budget:
-// measured before, 64 MiB zstd chunks on 16 cores read at 2.4 GB/s at 256 MiB, 6.8 at 1 GiB), no
+// of the stored chunk (so chunks of tens of MiB decode on every core within a host read's budget,
+// where whole chunks held most cores idle unless the budget grew: the benchmark notebook, "Large
+// chunks decoded from pieces on the host"), no
 // buffer of the chunk's size is mapped and faulted in for every chunk, and each piece is decoded
 // while it is in the reading core's cache.
 inline constexpr std::uint64_t kPieceDecodeBytes = std::uint64_t{8} << 20;

@@ -1,11 +1,11 @@
 // Announcing a read's chunks to the page cache ahead of its threads, once its data turn out to be
 // on the disk. A read gives each thread one chunk file at a time, so a cold read keeps only as
 // many requests at the disk as it has threads, each for one small file, while a reader of one
-// large file has the kernel's read-ahead working far ahead of it (measured on the 2-core
-// development machine's virtio disk, a 2 GiB state dict in 2 MiB chunk files read cold: 0.8-1.0
-// GB/s; with every file announced by a thread beside the read, 1.6-1.8, as one 2 GiB file read
-// in 64 MiB requests). An announcement is an open and a system call that starts the disk's reads
-// (a quarter of a millisecond each there), so a thread of its own makes them, not the read's,
+// large file has the kernel's read-ahead working far ahead of it: with every file announced by a
+// thread beside the read, a cold read of many chunk files reads about as fast as one large file
+// (the benchmark notebook, "Cold reads of many chunk files: the files ahead announced once the
+// data turn out cold"). An announcement is an open and a system call that starts the disk's
+// reads, so a thread of its own makes them, not the read's,
 // and only once a read of this process has waited for the disk (stores::reads_from_disk): warm
 // reads pay nothing. Pure host logic: what announcing an item means is given.
 #pragma once

@@ -116,8 +116,9 @@ int FileTree::open(std::string_view path, int flags, mode_t mode) const {
 
 int FileTree::open_once(std::string_view path, int flags, mode_t mode) const {
   // Opening the root's path for every key does not scale across threads: they contend for the
-  // root directory's entry (on a 16-core H200 host, 16 threads opened, read and closed 16384
-  // chunk files in 40 ms that way, no faster than 4 threads, and in 21 ms from a held root).
+  // root directory's entry, so more threads opened chunk files no sooner that way, and a held
+  // root opened them sooner (the benchmark notebook, "Finding chunk files: the root held for a
+  // read, sizes from a stat").
   FileHandle opened;
   if (!held_) {
     opened = FileHandle(::open(root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));

@@ -146,10 +146,10 @@ class LocalStore final : public Store, public FileBacked, public HeldRoot {
 
   std::optional<std::uint64_t> size_to_plan(std::string_view key) const override {
     // A stat instead of an open: no descriptor to make and close, which is most of an open's cost
-    // when many threads do it (on a 16-core H200 host, 16 threads: 0.19 us a chunk from a held
-    // root against 1.25). The stat may pass through links inside the path wherever they lead;
-    // what it finds is only planned for, and the read opens it beneath the root and checks its
-    // size. Anything but a regular file (nothing there, a link at the end, a directory, a FIFO)
+    // when many threads do it (the benchmark notebook, "Finding chunk files: the root held for a
+    // read, sizes from a stat"). The stat may pass through links inside the path wherever they
+    // lead; what it finds is only planned for, and the read opens it beneath the root and checks
+    // its size. Anything but a regular file (nothing there, a link at the end, a directory, a FIFO)
     // is what size() says, with its errors.
     validate_key(key);
     struct stat st {};

@@ -150,8 +150,8 @@ def _fill_value_json(value: Any, dtype: np.dtype[Any]) -> Any:
 
 
 #: Zarr data types of floating point numbers of two bytes or more, by their size: weights of these
-#: types have their bytes shuffled before zstd in :func:`weight_codecs` (BENCHMARKS.md, "Checkpoint
-#: layouts for weights": bf16 weights stored at 0.69 of raw, against zstd's 0.78).
+#: types have their bytes shuffled before zstd in :func:`weight_codecs`, which stores such weights
+#: smaller than zstd alone (BENCHMARKS.md, Checkpoint layouts for weights).
 _SHUFFLED_TYPES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
 
 

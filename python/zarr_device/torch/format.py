@@ -56,9 +56,10 @@ FILL_CHUNKS_KEY = "fill_chunks"
 #: Each tensor array's attribute: its tensor name, Zarr data type and shape, checked on load.
 TENSOR_ATTRIBUTE = "zarr_device_tensor"
 
-#: About 1 MiB inner chunks inside about 64 MiB shards: BENCHMARKS.md, run D (GPU reads of 1 MiB
-#: chunks are the fastest for zstd + crc32c and for uncompressed data; shards keep the number of
-#: files to about one per 64 MiB).
+#: About 1 MiB inner chunks inside about 64 MiB shards: GPU reads of 1 MiB chunks are the fastest
+#: for zstd + crc32c and for uncompressed data, and shards keep the number of files to about one
+#: per 64 MiB (the benchmark notebook, "Many arrays: batch sizes, lookahead, stream-ordered reads,
+#: threads, layouts").
 CHUNK_BYTES = 1 << 20
 SHARD_BYTES = 64 << 20
 CRC32C: dict[str, Any] = {"name": "crc32c"}  # lets GPU reads decode chunks on the GPU

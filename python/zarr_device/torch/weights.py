@@ -26,8 +26,9 @@ from zarr_device.torch.load import DeviceArg, Keys, PathLike, iter_load
 __all__ = ["iter_weights", "DEFAULT_WINDOW"]
 
 #: How many bytes of tensors are allocated ahead of the consumer on a GPU by default: enough for
-#: the read pipeline to run at full speed between windows (at tens of GB/s a window takes tens of
-#: milliseconds), small beside a model that is being filled on the same GPU.
+#: the read pipeline to run at full speed between windows (a window is read in a small fraction of
+#: a second: BENCHMARKS.md, Many arrays and layouts), small beside a model that is being filled on
+#: the same GPU.
 DEFAULT_WINDOW = "1GiB"
 
 

@@ -1,11 +1,11 @@
 """Reads of one box of an array, without zarr-python's batch of chunks.
 
 Before it calls a codec pipeline, zarr-python describes a read as one item per chunk (the chunk's
-store path, its spec, its selections): about 15 us a chunk, which the engine then parses back into
-the box the selection is. For 4096 chunks of 1 MiB that is 60 ms, a third of the whole read at the
-engine's GPU speed. When the selection is one box of the array (slices and integers: ``z[...]``,
-``z.blocks[...]``, orthogonal slices), the engine reads the box straight into zarr-python's output,
-and no batch is built.
+store path, its spec, its selections), which the engine then parses back into the box the selection
+is. For thousands of small chunks that is a large share of the whole read at the engine's GPU speed
+(the benchmark notebook, "The plug-in on 4 GiB arrays; reads of one box"). When the selection is one
+box of the array (slices and integers: ``z[...]``, ``z.blocks[...]``, orthogonal slices), the engine
+reads the box straight into zarr-python's output, and no batch is built.
 
 zarr-python's function that reads a selection (``zarr.core.array._get_selection``) is wrapped:
 arrays served by a pipeline with ``read_box`` and selections that are one box go to it; every
@@ -16,11 +16,12 @@ where they are.
 The synchronous reads of ``zarr.Array`` (``get_basic_selection``, ``get_orthogonal_selection``,
 ``get_block_selection``, which ``z[...]``, ``z.oindex[...]`` and ``z.blocks[...]`` call) are wrapped
 too: zarr-python runs every one of them as a coroutine on its one event-loop thread, and the
-engine's read then goes to a worker thread and back, three hand-offs between threads per read
-(about 0.45 ms on a 2-core machine, more than a 1 MiB chunk's read), and every thread's reads queue
-on that one loop (Dask's tasks, a loader's threads). A box of a plug-in array is read on the
-calling thread instead, which waits for it in any case; the engine lets the GIL go while it reads,
-so that reads from many threads run at once. Everything else calls zarr-python's method.
+engine's read then goes to a worker thread and back, three hand-offs between threads per read (which
+cost more than a 1 MiB chunk's read: the benchmark notebook, "Synchronous reads and writes through
+the plug-in on the calling thread"), and every thread's reads queue on that one loop (Dask's tasks,
+a loader's threads). A box of a plug-in array is read on the calling thread instead, which waits for
+it in any case; the engine lets the GIL go while it reads, so that reads from many threads run at
+once. Everything else calls zarr-python's method.
 
 What differs between zarr-python releases (the chunk grid indexers take, ``_get_selection``'s
 parameters) comes from the adapter :func:`zarr_versions.internals` picks; a release none was

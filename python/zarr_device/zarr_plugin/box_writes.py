@@ -3,9 +3,10 @@
 zarr-python runs every synchronous write (``z[...] = v``, ``z.oindex[...] = v``,
 ``z.blocks[...] = v``) as a coroutine on its one event-loop thread, which describes the write as
 one item per chunk and hands the plug-in's pipeline the batch, which then writes it on a worker
-thread: three hand-offs between threads a write (a 1 MiB chunk took 1.3-1.5 ms through the
-plug-in on a 2-core machine, against 0.4 for the engine's own write), and the writes of every
-thread queue on that one loop. ``zarr.Array``'s three synchronous writes of a selection are
+thread: three hand-offs between threads a write (a 1 MiB chunk took far longer through the
+plug-in than the engine's own write: the benchmark notebook, "Synchronous reads and writes through
+the plug-in on the calling thread"), and the writes of every thread queue on that one loop.
+``zarr.Array``'s three synchronous writes of a selection are
 wrapped: a box of a plug-in array (slices and integers, as :func:`box_reads.box_of` finds it)
 whose values are already what zarr-python would make of them (an array of the selection's shape
 and of the array's own data type: zarr-python converts nothing then) is written on the calling

@@ -9,7 +9,7 @@ the only bytes-to-bytes codec, a fixed-size data type, no sharding, no Zarr v2 f
 chunk's bytes are first decompressed into a buffer of at most that size plus one byte; a chunk
 that would grow past it is a :class:`~zarr_device.errors.CodecError` naming its key before
 zarr-python's codec sees it. The check decodes a chunk twice, on a path that is the slow one in
-any case (these codecs decode at tens of MB/s).
+any case (these codecs decode far slower than the engine's).
 """
 
 from __future__ import annotations
