@@ -1,5 +1,5 @@
-"""``python -m bench list | run SUITE... --out DIR [--quick] | plot DIR --out PNGDIR`` (see
-``bench/__init__.py``)."""
+"""``python -m bench list | run SUITE... --out DIR [--quick] | plot DIR --out PNGDIR |
+report [--check]`` (see ``bench/__init__.py``)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,18 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from zarr_device.errors import UsageError
+
+    from bench.report import report
+
+    try:
+        return report(check=args.check)
+    except UsageError as e:
+        print(f"python -m bench report: {e}", file=sys.stderr)
+        return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m bench", description="zarr-device's benchmark suites")
@@ -75,11 +87,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     plot = commands.add_parser("plot", help="PNG charts of the SUITE.json files in DIR")
     plot.add_argument("dir")
     plot.add_argument("--out", required=True, help="folder for the charts")
+    report = commands.add_parser(
+        "report", help="rewrite BENCHMARKS.md's results blocks and charts from bench/results/")
+    report.add_argument("--check", action="store_true",
+                        help="only say whether BENCHMARKS.md is what bench/results/ make (exit 1 if not)")
     args = parser.parse_args(argv)
     if args.command == "list":
         return _list()
     if args.command == "run":
         return _run(args, argv)
+    if args.command == "report":
+        return _report(args)
     return _plot(args)
 
 

@@ -17,5 +17,8 @@ PAGE = "benchmarks-record.md"
 
 
 def on_files(files: Files, config: Any, **kwargs: Any) -> Files:
-    files.append(File.generated(config, PAGE, content=RECORD.read_text(encoding="utf-8")))
+    # The record's charts are in docs/images/ (a path from the repository's root, where the file
+    # lives); the page is at the site's root, beside images/.
+    content = RECORD.read_text(encoding="utf-8").replace("](docs/images/", "](images/")
+    files.append(File.generated(config, PAGE, content=content))
     return files

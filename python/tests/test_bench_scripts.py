@@ -43,7 +43,9 @@ def test_a_benchmark_prints_its_usage(script: str) -> None:
 
 def bench(*argv: str, timeout: float = 120, prelude: str = "") -> subprocess.CompletedProcess[str]:
     """``python -m bench ARGV`` from the repository's root; ``prelude``: Python run before it."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
+    # The package these tests import (installed, or the source tree with its built module), first.
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(zd.__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")])}
     code = (f"{prelude}\nimport runpy, sys\nsys.argv = ['bench', *{list(argv)!r}]\n"
             "runpy.run_module('bench', run_name='__main__', alter_sys=True)")
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -176,3 +178,65 @@ def test_a_failed_suite_fails_the_run_and_the_others_go_on(tmp_path: Path) -> No
     assert "timed out after" in host["error"] and host["results"] == []
     gpu = json.loads((tmp_path / "gpu.json").read_text())
     assert "chosen by --only" in gpu["skipped"]
+
+
+def test_benchmarks_md_is_what_its_results_make() -> None:
+    # BENCHMARKS.md's results blocks are written by `python -m bench report` from bench/results/;
+    # an edit of either without the other fails here.
+    done = bench("report", "--check")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _report_case(tmp_path: Path, results: list[dict[str, Any]]) -> tuple[Path, Path]:
+    (tmp_path / "results").mkdir()
+    document = {"suite": "many", "machine": {"cpu": "Test CPU", "cores": 16, "gpu": "Test GPU"},
+                "date": "2026-12-07T08:00:00+00:00", "command": "python -m bench run many --out r",
+                "results": results}
+    (tmp_path / "results" / "many.json").write_text(json.dumps(document))
+    text = tmp_path / "B.md"
+    text.write_text("# Figures\n\nWritten by hand.\n\n<!-- results: many -->\nstale\n<!-- end results -->\n\nAfter.\n")
+    return text, tmp_path / "results"
+
+
+def test_report_writes_tables_with_same_run_ratios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench.report import report
+
+    results = [
+        {"loader": "zarr-device", "gbps": 40.0, "cache": "warm", "chunk_bytes": 1 << 20, "part": "bench_many.py"},
+        {"loader": "zarr-device", "gbps": 30.0, "cache": "warm", "chunk_bytes": 4 << 20, "part": "bench_many.py"},
+        {"loader": "safetensors", "gbps": 10.0, "cache": "warm", "chunk_bytes": 1 << 20, "part": "bench_many.py"},
+        {"loader": "safetensors", "gbps": 12.0, "cache": "warm", "chunk_bytes": 4 << 20, "part": "bench_many.py"},
+        {"loader": "safetensors", "gbps": 8.0, "cache": "warm", "chunk_bytes": 4 << 20, "part": "bench_many.py"},
+    ]
+    text, folder = _report_case(tmp_path, results)
+    messages: list[str] = []
+    assert report(check=True, document=str(text), results=str(folder), charts_dir=str(tmp_path / "c"),
+                  log=messages.append) == 1
+    assert "run `python -m bench report`" in messages[-1]
+    assert report(check=False, document=str(text), results=str(folder), charts_dir=str(tmp_path / "c"),
+                  log=messages.append) == 0
+    written = text.read_text()
+    assert written.startswith("# Figures\n\nWritten by hand.\n") and written.endswith("\nAfter.\n")
+    assert "stale" not in written
+    assert "| reader | 1 MiB | 4 MiB |" in written
+    assert "| zarr-device | 40.00 | 30.00 |" in written
+    assert "| safetensors | 10.00 | 12.00 |" in written  # the best of its runs
+    assert "| zarr-device / best other | 4.00x | 2.50x |" in written
+    assert "Machine: Test GPU, 16 cores of Test CPU; 2026-12-07; `python -m bench run many --out r`." in written
+    charts = sorted(p.name for p in (tmp_path / "c").iterdir())
+    assert charts == ["many-chunks.png", "many-loaders.png"]
+    assert all(f"]({os.path.relpath(tmp_path / 'c' / name, ROOT)})" in written for name in charts)
+    assert report(check=True, document=str(text), results=str(folder), charts_dir=str(tmp_path / "c"),
+                  log=messages.append) == 0
+
+
+def test_report_names_a_block_without_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench.report import report
+
+    text, folder = _report_case(tmp_path, [])
+    (folder / "many.json").unlink()
+    messages: list[str] = []
+    assert report(check=True, document=str(text), results=str(folder), log=messages.append) == 1
+    assert any("many: no many.json in" in m for m in messages)

@@ -25,10 +25,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MATPLOTLIB_MISSING",
+    "chart_names",
+    "gbps_of",
     "plot_by_chunk_size",
     "plot_loaders",
     "plot_records",
     "plot_threads",
+    "reader_of",
     "require_matplotlib",
     "title_of",
 ]
@@ -75,7 +78,8 @@ def title_of(what: str, machine: Mapping[str, Any] | None, date: str | None) -> 
     return what + ("\n" + "; ".join(parts) if parts else "")
 
 
-def _name(record: Record) -> str:
+def reader_of(record: Record) -> str:
+    """What a record measured: its reader (loader) or case."""
     return str(record.get("loader") or record.get("case") or "?")
 
 
@@ -89,12 +93,13 @@ def _series(records: Sequence[Record]) -> dict[str, list[Record]]:
     out: dict[str, list[Record]] = {}
     for r in records:
         qualifiers = [f"{f.replace('_', ' ')} {r[f]}" for f in extra if r.get(f) is not None]
-        label = ", ".join([_name(r), *qualifiers])
+        label = ", ".join([reader_of(r), *qualifiers])
         out.setdefault(label, []).append(r)
     return out
 
 
-def _gbps(record: Record) -> float | None:
+def gbps_of(record: Record) -> float | None:
+    """A record's GB/s, None where it has no finite, positive one."""
     value = record.get("gbps")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -102,17 +107,36 @@ def _gbps(record: Record) -> float | None:
 
 
 def _measured(records: Iterable[Record]) -> list[Record]:
-    return [r for r in records if _gbps(r) is not None]
+    return [r for r in records if gbps_of(r) is not None]
 
 
 def _best_by(records: Iterable[Record], key: str) -> dict[int, float]:
     """The best GB/s at each value of ``key`` (an int field)."""
     best: dict[int, float] = {}
     for r in records:
-        x, y = r.get(key), _gbps(r)
+        x, y = r.get(key), gbps_of(r)
         if isinstance(x, int) and not isinstance(x, bool) and x > 0 and y is not None:
             best[x] = max(best.get(x, 0.0), y)
     return best
+
+
+def _lines_by(records: Sequence[Record], key: str) -> dict[str, dict[int, float]]:
+    """The series measured warm at two values of ``key`` or more: their best GB/s at each."""
+    warm = [r for r in _measured(records) if r.get("cache", "warm") == "warm" and key in r]
+    lines = {label: _best_by(rs, key) for label, rs in _series(warm).items()}
+    return {label: points for label, points in lines.items() if len(points) > 1}
+
+
+def chart_names(records: Sequence[Record]) -> list[str]:
+    """The charts plot_records draws of these records, by the suffix of their file names."""
+    names = []
+    if _lines_by(records, "chunk_bytes"):
+        names.append("chunks")
+    if _measured(records):
+        names.append("loaders")
+    if _lines_by(records, "threads"):
+        names.append("threads")
+    return names
 
 
 def _legend(axes: Axes) -> None:
@@ -130,9 +154,7 @@ def _plot_lines(records: Sequence[Record], key: str, label_of: Callable[[int], s
                 axis_label: str, title: str, path: str) -> str | None:
     """GB/s by the records' ``key`` (log 2 axis), a line per reader, warm reads; None (nothing
     written) unless some reader was measured at two values of it or more."""
-    warm = [r for r in _measured(records) if r.get("cache", "warm") == "warm" and key in r]
-    lines = {label: _best_by(rs, key) for label, rs in _series(warm).items()}
-    lines = {label: points for label, points in lines.items() if len(points) > 1}
+    lines = _lines_by(records, key)
     if not lines:
         return None
     figure = _figure()
@@ -172,7 +194,7 @@ def plot_loaders(records: Sequence[Record], title: str, path: str) -> str | None
     for label, rs in _series(measured).items():
         for r in rs:
             cache = "cold" if r.get("cache") == "cold" else "warm"
-            value = _gbps(r) or 0.0
+            value = gbps_of(r) or 0.0
             best.setdefault(label, {})[cache] = max(best.get(label, {}).get(cache, 0.0), value)
     labels = sorted(best, key=lambda label: -best[label].get("warm", 0.0))
     caches = [c for c in ("warm", "cold") if any(c in best[label] for label in labels)]

@@ -1,0 +1,244 @@
+"""``python -m bench report [--check]``: the generated parts of BENCHMARKS.md, from the suites'
+results kept in ``bench/results/`` (SUITE.json, as ``python -m bench run`` writes them).
+
+BENCHMARKS.md holds the text people write (what an area measures, what is not met yet, the
+decisions) and, between two markers, what this command writes:
+
+    <!-- results: SUITE -->
+    (a table for each script of the suite and each setting it ran with, the machine, the date
+    and the command, and the charts)
+    <!-- end results -->
+
+One command brings every table and chart up to the results committed beside them; ``--check``
+(run by the tests) fails when BENCHMARKS.md says something else than its results. A new run is
+committed by copying its SUITE.json into ``bench/results/`` and running this again; the history
+of the figures is the history of those files.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from zarr_device.basics.sizes import format_bytes
+from zarr_device.tools.bench_plots import chart_names, gbps_of, reader_of
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+RESULTS = os.path.join(BENCH, "results")
+DOCUMENT = os.path.join(ROOT, "BENCHMARKS.md")
+CHARTS = os.path.join(ROOT, "docs", "images", "bench")
+
+_BLOCK = re.compile(r"(<!-- results: (?P<suite>[\w-]+) -->\n)(?P<body>.*?)(<!-- end results -->)", re.S)
+
+Record = Mapping[str, Any]
+
+# What names a row (the reader) and what the columns are made of; every other field a record
+# carries with a text value (codec, data type, writer) or a size tells one table from another.
+_ROW = ("loader", "case")
+_NOT_SETTINGS = {*_ROW, "gbps", "warm_gbps", "cold_gbps", "cache", "chunk_bytes", "threads", "part"}
+
+
+@dataclass(frozen=True)
+class Table:
+    """The records of one script run with one setting, as rows of readers."""
+
+    part: str
+    setting: tuple[tuple[str, str], ...]
+    records: tuple[Record, ...]
+
+
+def _setting_of(record: Record) -> tuple[tuple[str, str], ...]:
+    setting = []
+    for key, value in record.items():
+        if key in _NOT_SETTINGS or value is None or isinstance(value, bool):
+            continue
+        if isinstance(value, str):
+            setting.append((key, value))
+        elif key.endswith("_bytes") and isinstance(value, int):
+            setting.append((key, format_bytes(value)))
+    return tuple(sorted(setting))
+
+
+def tables_of(records: Sequence[Record]) -> list[Table]:
+    """The records with a GB/s figure grouped by script and setting, in the order they came; runs
+    that name their thread count (a scaling series) apart from those that do not."""
+    groups: dict[tuple[str, tuple[tuple[str, str], ...], bool], list[Record]] = {}
+    for record in records:
+        if gbps_of(record) is None:
+            continue
+        key = (str(record.get("part", "")), _setting_of(record), "threads" in record)
+        groups.setdefault(key, []).append(record)
+    return [Table(part, setting, tuple(rs)) for (part, setting, _), rs in groups.items()]
+
+
+def _columns(table: Table) -> tuple[str, list[Any], Callable[[Record], Any]]:
+    """The heading, the values and the key of the table's columns: chunk sizes, else thread
+    counts, else warm and cold."""
+    records = table.records
+    if any("chunk_bytes" in r for r in records):
+        def by_chunk(r: Record) -> Any:
+            return (r.get("chunk_bytes"), r.get("cache", "warm"))
+        values = sorted({by_chunk(r) for r in records}, key=lambda v: (v[0] or 0, v[1] != "warm"))
+        return "chunk", values, by_chunk
+    if any("threads" in r for r in records):
+        def by_threads(r: Record) -> Any:
+            return r.get("threads")
+        return "threads", sorted({by_threads(r) for r in records}, key=lambda v: v or 0), by_threads
+
+    def by_cache(r: Record) -> Any:
+        return r.get("cache", "warm")
+    return "", sorted({by_cache(r) for r in records}, key=lambda v: v != "warm"), by_cache
+
+
+def _column_title(kind: str, value: Any, caches: set[str]) -> str:
+    if kind == "chunk":
+        size, cache = value
+        name = format_bytes(size) if isinstance(size, int) else "-"
+        return f"{name} {cache}" if len(caches) > 1 else name
+    if kind == "threads":
+        return f"{value} threads" if value != 1 else "1 thread"
+    return str(value)
+
+
+def render_table(table: Table) -> str:
+    """A Markdown table: a row per reader, its best GB/s in each column, and where zarr-device
+    and others ran in the same columns, the ratio of zarr-device's best to the best other's."""
+    kind, values, key = _columns(table)
+    caches = {str(r.get("cache", "warm")) for r in table.records}
+    rows: dict[str, dict[Any, float]] = {}
+    for record in table.records:
+        gbps = gbps_of(record)
+        assert gbps is not None
+        cells = rows.setdefault(reader_of(record), {})
+        cells[key(record)] = max(cells.get(key(record), 0.0), gbps)
+    setting = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in table.setting)
+    lines = [f"`{table.part}`" + (f", {setting}" if setting else "") + " (GB/s)", ""]
+    titles = [_column_title(kind, v, caches) for v in values]
+    lines.append("| reader | " + " | ".join(titles) + " |")
+    lines.append("|---|" + "---|" * len(titles))
+    for label, cells in rows.items():
+        lines.append(f"| {label} | " + " | ".join(
+            f"{cells[v]:.2f}" if v in cells else "" for v in values) + " |")
+    ours = {label for label in rows if label.startswith("zarr-device")}
+    if ours and len(ours) < len(rows):
+        ratios = []
+        for v in values:
+            best_ours = max((rows[label][v] for label in ours if v in rows[label]), default=None)
+            best_other = max((cells[v] for label, cells in rows.items()
+                              if label not in ours and v in cells), default=None)
+            ratios.append(f"{best_ours / best_other:.2f}x" if best_ours and best_other else "")
+        lines.append("| zarr-device / best other | " + " | ".join(ratios) + " |")
+    return "\n".join(lines)
+
+
+def machine_line(document: Mapping[str, Any]) -> str:
+    """The machine, the date and the command of a suite's run, in one sentence."""
+    machine = document.get("machine") or {}
+    parts = []
+    if machine.get("gpu"):
+        parts.append(str(machine["gpu"]))
+    cpu = machine.get("cpu")
+    cores = machine.get("cores")
+    if cpu or cores:
+        parts.append(f"{cores} cores of {cpu}" if cpu and cores else str(cpu or f"{cores} cores"))
+    memory = machine.get("memory_bytes")
+    if isinstance(memory, int):
+        parts.append(format_bytes(memory) + " of memory")
+    date = str(document.get("date") or "")
+    try:
+        date = datetime.datetime.fromisoformat(date).date().isoformat()
+    except ValueError:
+        pass
+    command = document.get("command") or "not recorded"
+    quick = " (`--quick`: small sizes)" if document.get("quick") else ""
+    return f"Machine: {', '.join(parts) or 'not recorded'}; {date or 'no date'}; `{command}`{quick}."
+
+
+def render_suite(document: Mapping[str, Any], charts: Sequence[str]) -> str:
+    """What stands between a suite's markers: its tables, its machine line, its charts (paths
+    relative to the repository's root)."""
+    name = str(document.get("suite", "?"))
+    if document.get("skipped"):
+        return f"*{name}: not run ({document['skipped']}).*\n\n{machine_line(document)}\n"
+    tables = tables_of(document.get("results") or [])
+    if not tables:
+        return f"*{name}: no results.*\n\n{machine_line(document)}\n"
+    out = [render_table(t) + "\n" for t in tables]
+    out.append(machine_line(document) + "\n")
+    for chart in charts:
+        kind = os.path.splitext(os.path.basename(chart))[0].rsplit("-", 1)[-1]
+        out.append(f"![{name}: {kind}]({chart})\n")
+    return "\n".join(out)
+
+
+def _load(suite: str, results: str) -> dict[str, Any] | None:
+    path = os.path.join(results, f"{suite}.json")
+    try:
+        with open(path) as f:
+            document: dict[str, Any] = json.load(f)
+    except FileNotFoundError:
+        return None
+    return document
+
+
+def regenerate(text: str, results: str, *, draw: bool, charts_dir: str = CHARTS,
+               root: str = ROOT) -> tuple[str, list[str]]:
+    """``text`` with each results block rewritten from ``results``/SUITE.json; the problems found
+    (a block whose results are missing). Charts are drawn into ``charts_dir`` when ``draw``; their
+    names are the same either way, so a check without drawing compares the same text."""
+    problems: list[str] = []
+
+    def block(match: re.Match[str]) -> str:
+        suite = match.group("suite")
+        document = _load(suite, results)
+        if document is None:
+            problems.append(f"results: {suite}: no {suite}.json in {results}")
+            return match.group(0)
+        charts: list[str] = []
+        if not document.get("skipped"):
+            from zarr_device.tools.bench_plots import plot_records
+
+            names = chart_names(document.get("results") or [])
+            if draw:
+                plot_records(document.get("results") or [], suite, charts_dir,
+                             machine=document.get("machine"), date=document.get("date"))
+            charts = [os.path.relpath(os.path.join(charts_dir, f"{suite}-{n}.png"), root)
+                      for n in names]
+        return match.group(1) + "\n" + render_suite(document, charts) + "\n" + match.group(4)
+
+    return _BLOCK.sub(block, text), problems
+
+
+def report(*, check: bool, document: str = DOCUMENT, results: str = RESULTS,
+           charts_dir: str = CHARTS, log: Callable[[str], Any] = print) -> int:
+    """Rewrites ``document``'s results blocks (or, with ``check``, says whether they are what the
+    results make); the exit status."""
+    with open(document, encoding="utf-8") as f:
+        text = f.read()
+    blocks = len(_BLOCK.findall(text))
+    if check:
+        made, problems = regenerate(text, results, draw=False, charts_dir=charts_dir)
+    else:
+        from zarr_device.tools.bench_plots import require_matplotlib
+
+        require_matplotlib()
+        made, problems = regenerate(text, results, draw=True, charts_dir=charts_dir)
+    for problem in problems:
+        log(f"{document}: {problem}")
+    if check:
+        if made != text:
+            log(f"{document} is not what {results} make: run `python -m bench report`")
+            return 1
+        log(f"{document}: {blocks} results blocks, as {results} make them")
+        return 1 if problems else 0
+    if made != text:
+        with open(document, "w", encoding="utf-8") as f:
+            f.write(made)
+    log(f"{document}: {blocks} results blocks written from {results}")
+    return 1 if problems else 0
