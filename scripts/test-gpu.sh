@@ -4,8 +4,9 @@
 # and OFFLINE_DEBS a folder of Debian packages (c-blosc) to install from (scripts/fetch-offline.sh
 # fetches both; --newest there fetches the newest-stack zarr-python, numcodecs and Dask).
 #
-#   scripts/test-gpu.sh [--bench] [LOG_DIR]      build, C++ device tests, GPU pytest (+ benchmarks)
-#   scripts/test-gpu.sh --bench-only [LOG_DIR]   the benchmarks of an installed build
+#   scripts/test-gpu.sh [--bench] [LOG_DIR]      build, C++ device tests, GPU pytest (+ the
+#                                                benchmark suites BENCH_SUITES: gpu many layouts)
+#   scripts/test-gpu.sh --bench-only [LOG_DIR]   the benchmark suites of an installed build
 #   scripts/test-gpu.sh --build-only [LOG_DIR]   the build alone
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,7 +18,7 @@ build_only=0
 if [ "${1:-}" = "--build-only" ]; then build_only=1; shift; fi
 logs="${1:-$repo/build/gpu-logs}"
 mkdir -p "$logs"
-cd "$repo"
+cd "$repo" || exit 1
 export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}"
 
 if [ -n "${OFFLINE_WHEELS:-}" ]; then
@@ -68,9 +69,14 @@ if [ "$tests" = 1 ]; then
   [ "$gtest_status" = 0 ] || status=1
 fi
 if [ "$bench" = 1 ]; then
-  echo "== GPU benchmarks"
-  PYTHONUNBUFFERED=1 python3 bench/bench_gpu.py --out "$logs" ${BENCH_READ_ARGS:-} 2>&1 | tee "$logs/bench-gpu.log"
-  PYTHONUNBUFFERED=1 python3 bench/bench_gpu_write.py --out "$logs/write" ${BENCH_WRITE_ARGS:-} 2>&1 |
-    tee "$logs/bench-gpu-write.log"
+  # The suites of python -m bench (BENCH_SUITES, BENCH_ARGS such as --quick): their JSON in
+  # LOG_DIR/results, which become BENCHMARKS.md's figures once copied into bench/results/ and
+  # written by `python -m bench report`.
+  suites="${BENCH_SUITES:-gpu many layouts}"
+  echo "== GPU benchmark suites: $suites"
+  # shellcheck disable=SC2086 # the suites and arguments are words
+  PYTHONUNBUFFERED=1 python3 -m bench run $suites --out "$logs/results" ${BENCH_ARGS:-} 2>&1 |
+    tee "$logs/bench.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 exit "$status"
