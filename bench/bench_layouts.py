@@ -178,7 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     parser.add_argument("--json", default=None)
     parser.add_argument("--parts", default="limits,sweep,foreign",
-                        help="limits, sweep, foreign, foreign-crc, shuffle, blosc (the last three not in the default)")
+                        help="limits, sweep, foreign, foreign-crc, shuffle, blosc, deflate "
+                             "(the last four not in the default)")
     parser.add_argument("--chunks", default=",".join(fmt_bytes(c).replace(" ", "") for c in CHUNKS),
                         help="chunk sizes of the sweep (default 16KiB,...,64MiB)")
     args = parser.parse_args(argv)
@@ -318,6 +319,31 @@ def main(argv: Sequence[str] | None = None) -> int:
                    f"decoder process: {rates['checked'] / rates['trusted']:.2f}x trusted")
         except ImportError:
             log("tensorstore: not installed, skipped")
+
+    if "deflate" in parts:
+        # gzip (zarr-python's v3 codec) and zlib (numcodecs', as Zarr v2 arrays hold it) without a
+        # crc32c: by default ("checked") decoded in the decoder process, which verifies their
+        # CRC-32 or Adler-32 on the GPU; "off" decodes on the host's cores (zlib, one chunk a
+        # thread); "trusted" decodes in this process without the check.
+        import zarr
+        import zarr.codecs.numcodecs
+
+        for name in ("gzip", "zlib"):
+            for chunk in (MIB, 4 * MIB):
+                path = os.path.join(out_dir, f"{name}-{chunk}.zarr")
+                compressor: Any = (zarr.codecs.GzipCodec(level=1) if name == "gzip"
+                                   else zarr.codecs.numcodecs.Zlib(level=1))
+                z = zarr.create_array(path, shape=(rows, COLS), chunks=(rows_of(chunk), COLS), dtype="uint16",
+                                      overwrite=True, compressors=[compressor])
+                z[...] = data.view(np.uint16)
+                stored = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+                layout = f"zarr-python {name} chunks {fmt_bytes(chunk)}"
+                rates = {policy: read_gpu(path, layout, policy) for policy in ("trusted", "checked", "off")}
+                record(layout, name, "trusted", rates["trusted"], f"stored at {stored / data.nbytes:.3f}")
+                record(layout, name, "checked", rates["checked"],
+                       f"decoder process, check on the GPU: {rates['checked'] / rates['trusted']:.2f}x trusted, "
+                       f"{rates['checked'] / rates['off']:.2f}x the CPU")
+                record(layout, name, "off", rates["off"], f"{cores} cores")
 
     if "shuffle" in parts:
         # numcodecs' shuffle before zstd, as zarr-python writes it: the bytes of each bf16 split into

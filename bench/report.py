@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from zarr_device.basics.sizes import format_bytes
-from zarr_device.tools.bench_plots import chart_names, gbps_of, reader_of
+from zarr_device.tools.bench_plots import CHARTS as CHART_KINDS
+from zarr_device.tools.bench_plots import (LIMIT_NOTE, PART_TITLES, arranged, chart_names, codec_label, gbps_of,
+                                           limit_of, reader_of)
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
@@ -39,24 +41,29 @@ _BLOCK = re.compile(r"(<!-- results: (?P<suite>[\w-]+) -->\n)(?P<body>.*?)(<!-- 
 Record = Mapping[str, Any]
 
 # What names a row (the reader) and what the columns are made of; every other field a record
-# carries with a text value (codec, data type, writer) or a size tells one table from another.
+# carries with a text value (data type, writer) or a size tells one table from another. A codec
+# does too where the columns are chunk sizes or thread counts; where they are warm and cold, each
+# codec has columns of its own in one table.
 _ROW = ("loader", "case")
-_NOT_SETTINGS = {*_ROW, "gbps", "warm_gbps", "cold_gbps", "cache", "chunk_bytes", "threads", "part"}
+_NOT_SETTINGS = {*_ROW, "gbps", "warm_gbps", "cold_gbps", "cache", "chunk_bytes", "threads", "part", "limit"}
 
 
 @dataclass(frozen=True)
 class Table:
-    """The records of one script run with one setting, as rows of readers."""
+    """The records of one script run with one setting, as rows of readers (or of the limits
+    measured in the same run, where ``limits``)."""
 
     part: str
     setting: tuple[tuple[str, str], ...]
     records: tuple[Record, ...]
+    limits: bool = False
 
 
 def _setting_of(record: Record) -> tuple[tuple[str, str], ...]:
+    by_cache = "chunk_bytes" not in record and "threads" not in record
     setting = []
     for key, value in record.items():
-        if key in _NOT_SETTINGS or value is None or isinstance(value, bool):
+        if key in _NOT_SETTINGS or value is None or isinstance(value, bool) or (by_cache and key == "codec"):
             continue
         if isinstance(value, str):
             setting.append((key, value))
@@ -66,20 +73,23 @@ def _setting_of(record: Record) -> tuple[tuple[str, str], ...]:
 
 
 def tables_of(records: Sequence[Record]) -> list[Table]:
-    """The records with a GB/s figure grouped by script and setting, in the order they came; runs
-    that name their thread count (a scaling series) apart from those that do not."""
-    groups: dict[tuple[str, tuple[tuple[str, str], ...], bool], list[Record]] = {}
-    for record in records:
+    """The records with a GB/s figure (arranged: see bench_plots.arranged) grouped by script and
+    setting, in the order they came, each script's limits after its readers; runs that name
+    their thread count (a scaling series) apart from those that do not."""
+    groups: dict[tuple[str, tuple[tuple[str, str], ...], bool, bool], list[Record]] = {}
+    for record in arranged(records):
         if gbps_of(record) is None:
             continue
-        key = (str(record.get("part", "")), _setting_of(record), "threads" in record)
+        key = (str(record.get("part", "")), _setting_of(record), "threads" in record, "limit" in record)
         groups.setdefault(key, []).append(record)
-    return [Table(part, setting, tuple(rs)) for (part, setting, _), rs in groups.items()]
+    parts = list(dict.fromkeys(part for part, _, _, _ in groups))
+    keys = sorted(groups, key=lambda k: (parts.index(k[0]), k[3]))  # a stable sort: else as they came
+    return [Table(k[0], k[1], tuple(groups[k]), k[3]) for k in keys]
 
 
 def _columns(table: Table) -> tuple[str, list[Any], Callable[[Record], Any]]:
     """The heading, the values and the key of the table's columns: chunk sizes, else thread
-    counts, else warm and cold."""
+    counts, else codec and cache (warm and cold)."""
     records = table.records
     if any("chunk_bytes" in r for r in records):
         def by_chunk(r: Record) -> Any:
@@ -91,49 +101,79 @@ def _columns(table: Table) -> tuple[str, list[Any], Callable[[Record], Any]]:
             return r.get("threads")
         return "threads", sorted({by_threads(r) for r in records}, key=lambda v: v or 0), by_threads
 
+    codecs = list(dict.fromkeys(r.get("codec") for r in records))
+
     def by_cache(r: Record) -> Any:
-        return r.get("cache", "warm")
-    return "", sorted({by_cache(r) for r in records}, key=lambda v: v != "warm"), by_cache
+        return (r.get("codec"), r.get("cache", "warm"))
+    return "cache", sorted({by_cache(r) for r in records}, key=lambda v: (codecs.index(v[0]), v[1] != "warm")), by_cache
 
 
-def _column_title(kind: str, value: Any, caches: set[str]) -> str:
+def _column_title(kind: str, value: Any, caches: set[str], codecs: set[Any]) -> str:
     if kind == "chunk":
         size, cache = value
         name = format_bytes(size) if isinstance(size, int) else "-"
         return f"{name} {cache}" if len(caches) > 1 else name
     if kind == "threads":
         return f"{value} threads" if value != 1 else "1 thread"
-    return str(value)
+    codec, cache = value
+    words = [codec_label(codec)] if len(codecs) > 1 and codec is not None else []
+    if len(caches) > 1 or not words:
+        words.append(str(cache))
+    return ", ".join(words)
 
 
-def render_table(table: Table) -> str:
-    """A Markdown table: a row per reader, its best GB/s in each column, and where zarr-device
-    and others ran in the same columns, the ratio of zarr-device's best to the best other's."""
+def _ratio_row(label: str, values: Sequence[Any], ratio: Callable[[Any], str]) -> str:
+    return f"| {label} | " + " | ".join(ratio(v) for v in values) + " |"
+
+
+def render_table(table: Table, limits: Sequence[Record] = ()) -> str:
+    """A Markdown table: a row per reader, its best GB/s in each column; where zarr-device and
+    others ran in the same columns, the ratio of zarr-device's best to the best other's; where
+    ``limits`` (arranged records of the limits measured in the same run) give the column's
+    limit, the best reader's share of it."""
     kind, values, key = _columns(table)
     caches = {str(r.get("cache", "warm")) for r in table.records}
+    codecs = {r.get("codec") for r in table.records}
     rows: dict[str, dict[Any, float]] = {}
     for record in table.records:
         gbps = gbps_of(record)
         assert gbps is not None
         cells = rows.setdefault(reader_of(record), {})
         cells[key(record)] = max(cells.get(key(record), 0.0), gbps)
-    setting = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in table.setting)
-    lines = [f"`{table.part}`" + (f", {setting}" if setting else "") + " (GB/s)", ""]
-    titles = [_column_title(kind, v, caches) for v in values]
-    lines.append("| reader | " + " | ".join(titles) + " |")
+    setting = [f"{k.replace('_', ' ')} {v}" for k, v in table.setting]
+    if kind == "cache" and len(codecs) == 1 and None not in codecs:
+        setting.insert(0, f"codec {next(iter(codecs))}")
+    if table.limits:
+        what = ": limits measured in the same run"
+    else:
+        what = f": {PART_TITLES[table.part]}" if table.part in PART_TITLES else ""
+    lines = [f"`{table.part}`{what}" + "".join(f", {s}" for s in setting) + " (GB/s)", ""]
+    titles = [_column_title(kind, v, caches, codecs) for v in values]
+    heading = "limit" if table.limits else "reader" if all(r.get("loader") for r in table.records) else "case"
+    lines.append(f"| {heading} | " + " | ".join(titles) + " |")
     lines.append("|---|" + "---|" * len(titles))
     for label, cells in rows.items():
         lines.append(f"| {label} | " + " | ".join(
             f"{cells[v]:.2f}" if v in cells else "" for v in values) + " |")
+    if table.limits:
+        return "\n".join(lines)
     ours = {label for label in rows if label.startswith("zarr-device")}
+
+    def best(v: Any, labels: Callable[[str], bool]) -> float | None:
+        return max((cells[v] for label, cells in rows.items() if labels(label) and v in cells), default=None)
+
     if ours and len(ours) < len(rows):
-        ratios = []
-        for v in values:
-            best_ours = max((rows[label][v] for label in ours if v in rows[label]), default=None)
-            best_other = max((cells[v] for label, cells in rows.items()
-                              if label not in ours and v in cells), default=None)
-            ratios.append(f"{best_ours / best_other:.2f}x" if best_ours and best_other else "")
-        lines.append("| zarr-device / best other | " + " | ".join(ratios) + " |")
+        def versus(v: Any) -> str:
+            best_ours, best_other = best(v, lambda label: label in ours), best(v, lambda label: label not in ours)
+            return f"{best_ours / best_other:.2f}x" if best_ours and best_other else ""
+        lines.append(_ratio_row("zarr-device / best other", values, versus))
+    if kind == "cache" and limits:
+        def share(v: Any) -> str:
+            limit = limit_of(limits, v[0], str(v[1]))
+            top = best(v, lambda label: label in ours) if ours else best(v, lambda label: True)
+            return f"{top / limit:.1%}" if top and limit else ""
+        if any(share(v) for v in values):
+            lines.append(_ratio_row("zarr-device / limit" if ours else "best / limit", values, share))
     return "\n".join(lines)
 
 
@@ -169,11 +209,21 @@ def render_suite(document: Mapping[str, Any], charts: Sequence[str]) -> str:
     tables = tables_of(document.get("results") or [])
     if not tables:
         return f"*{name}: no results.*\n\n{machine_line(document)}\n"
-    out = [render_table(t) + "\n" for t in tables]
+    out = []
+    shares = False
+    for table in tables:
+        # The limits measured by the same script, with the table's setting or a part of it.
+        limits = [r for other in tables if other.limits and other.part == table.part
+                  and set(other.setting) <= set(table.setting) for r in other.records]
+        text = render_table(table, limits)
+        shares = shares or "/ limit |" in text
+        out.append(text + "\n")
+    if shares:
+        out.append(LIMIT_NOTE[0].upper() + LIMIT_NOTE[1:] + ".\n")
     out.append(machine_line(document) + "\n")
     for chart in charts:
         kind = os.path.splitext(os.path.basename(chart))[0].rsplit("-", 1)[-1]
-        out.append(f"![{name}: {kind}]({chart})\n")
+        out.append(f"![{name}: {CHART_KINDS.get(kind, kind)}]({chart})\n")
     return "\n".join(out)
 
 

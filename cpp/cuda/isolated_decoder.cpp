@@ -120,11 +120,14 @@ bool IsolatedDecoder::ensure_process(std::string& why) {
 
 IsolatedDecoder::Sent IsolatedDecoder::send(DeviceDecoding::Kind codec,
                                             std::span<const isolated_decode::ChunkJob> chunks,
-                                            cudaStream_t stream) {
+                                            cudaStream_t stream,
+                                            isolated_decode::DecodedCheck check) {
   Sent sent;
   sent.batch = {next_batch_++,
                 static_cast<isolated_decode::CodecKind>(codec),
-                {chunks.begin(), chunks.end()}};
+                {chunks.begin(), chunks.end()},
+                isolated_decode::kNoEvent,
+                check};
   if (chunks.empty()) return sent;
   ZD_CUDA_CHECK(cudaSetDevice(device_));
   for (const auto& c : chunks) {
@@ -175,6 +178,9 @@ IsolatedDecoder::Outcome IsolatedDecoder::receive(const Sent& sent,
     outcome.decoded[i] = chunk.status == 0 && chunk.bytes == chunks[i].capacity;
     if (chunk.status == isolated_decode::kWrotePastOutput) {
       outcome.why = "a decode wrote past its output";
+    }
+    if (chunk.status == isolated_decode::kCheckFailed && outcome.why.empty()) {
+      outcome.why = "a chunk's decoded bytes did not match its stored check";
     }
   }
   return outcome;

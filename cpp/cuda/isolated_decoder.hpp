@@ -74,8 +74,10 @@ class IsolatedDecoder {
   // for on the GPU, and sends the batch. Batches are received in the order they are sent, at most
   // kMostInFlight at a time; the arenas' ranges of those in flight (each output with the guard
   // band after it) must not overlap.
+  // `check`: the check of the decoded bytes the process verifies, against each job's `expected`.
   Sent send(DeviceDecoding::Kind codec, std::span<const isolated_decode::ChunkJob> chunks,
-            cudaStream_t stream);
+            cudaStream_t stream,
+            isolated_decode::DecodedCheck check = isolated_decode::DecodedCheck::kNone);
   // Whether the answer to the oldest batch in flight (`sent`) can be received without waiting
   // (or it never will be: the process has ended).
   [[nodiscard]] bool answered(const Sent& sent) const;
@@ -83,8 +85,9 @@ class IsolatedDecoder {
   Outcome receive(const Sent& sent, std::chrono::steady_clock::time_point deadline);
   // Both, for one batch.
   Outcome decode(DeviceDecoding::Kind codec, std::span<const isolated_decode::ChunkJob> chunks,
-                 cudaStream_t stream, std::chrono::steady_clock::time_point deadline) {
-    return receive(send(codec, chunks, stream), deadline);
+                 cudaStream_t stream, std::chrono::steady_clock::time_point deadline,
+                 isolated_decode::DecodedCheck check = isolated_decode::DecodedCheck::kNone) {
+    return receive(send(codec, chunks, stream, check), deadline);
   }
 
   // Processes started so far (one, unless some were lost to faults or hangs).

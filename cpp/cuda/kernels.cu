@@ -206,6 +206,11 @@ __global__ void mark_non_fill_kernel(const void* const* inputs, const std::size_
   if (__syncthreads_or(differs) && threadIdx.x == 0) flags[chunk] = 1;
 }
 
+__global__ void fill_kernel(void* const* ranges, const std::size_t* sizes, unsigned char value) {
+  auto* range = static_cast<unsigned char*>(ranges[blockIdx.x]);
+  for (std::size_t i = threadIdx.x; i < sizes[blockIdx.x]; i += blockDim.x) range[i] = value;
+}
+
 constexpr std::size_t kPackAlignment = 16;
 
 __global__ void pack_kernel(const void* const* inputs, const std::size_t* sizes,
@@ -249,6 +254,13 @@ void launch_mark_non_fill(const void* const* inputs, const std::size_t* sizes, s
   mark_non_fill_kernel<<<grid, 256, 0, stream>>>(inputs, sizes, pattern, element_size, flags);
 }
 
+void launch_fill(void* const* ranges, const std::size_t* sizes, std::size_t count, std::byte value,
+                 cudaStream_t stream) {
+  if (count == 0) return;
+  fill_kernel<<<static_cast<unsigned int>(count), 256, 0, stream>>>(
+      ranges, sizes, static_cast<unsigned char>(value));
+}
+
 void launch_pack(const void* const* inputs, const std::size_t* sizes, std::size_t count,
                  std::byte* packed, std::size_t* offsets, cudaStream_t stream) {
   if (count == 0) return;
@@ -286,15 +298,94 @@ struct GatherLaunch {
   const unsigned char* source[kGatherSources];
 };
 
-__global__ void gather_blocks_kernel(const __grid_constant__ GatherLaunch launch) {
-  const StreamBlock& b = launch.block[blockIdx.x];
-  const unsigned char* const* sources = launch.source + b.first;
+// Byte `at` onwards of a block, a byte at a time from where stream_byte says.
+__device__ void gather_bytes(const StreamBlock& b, const unsigned char* const* sources,
+                             std::uint32_t at, std::uint32_t stride) {
   auto* out = reinterpret_cast<unsigned char*>(b.out);
-  for (std::uint32_t at = blockIdx.y * blockDim.x + threadIdx.x; at < b.bytes;
-       at += gridDim.y * blockDim.x) {
+  for (; at < b.bytes; at += stride) {
     const auto from = device_read::stream_byte(at, b.bytes, b.typesize, b.streams);
     out[at] = sources[from.stream][from.offset];
   }
+}
+
+// A block of byte planes (device_read::has_planes) four elements a thread at a time: a 32-bit load
+// from each plane, TS words stored as wide as the output allows. False, with nothing written,
+// where an address is not aligned for that (the block is then gathered byte by byte); the decoded
+// streams and the outputs in the read path are aligned, so that is for odd callers.
+template <std::uint32_t TS>
+__device__ bool gather_planes(const StreamBlock& b, const unsigned char* const* sources,
+                              std::uint32_t first, std::uint32_t stride) {
+  static_assert(TS == 2 || TS % 4 == 0);
+  const std::uint32_t elements = b.bytes / TS;
+  const unsigned char* planes[TS];
+  bool aligned = reinterpret_cast<std::uintptr_t>(b.out) % (TS == 2 ? 8 : 16) == 0;
+#pragma unroll
+  for (std::uint32_t j = 0; j < TS; ++j) {
+    planes[j] = b.streams == 1 ? sources[0] + j * elements : sources[j];
+    aligned = aligned && reinterpret_cast<std::uintptr_t>(planes[j]) % 4 == 0;
+  }
+  if (!aligned) return false;
+  const std::uint32_t groups = elements / 4;
+  for (std::uint32_t g = first; g < groups; g += stride) {
+    std::uint32_t in[TS];
+#pragma unroll
+    for (std::uint32_t j = 0; j < TS; ++j) {
+      in[j] = reinterpret_cast<const std::uint32_t*>(planes[j])[g];
+    }
+    std::uint32_t words[TS];
+    device_read::interleave_planes<TS>(in, words);
+    if constexpr (TS == 2) {
+      reinterpret_cast<uint2*>(b.out)[g] = make_uint2(words[0], words[1]);
+    } else {
+      auto* to = reinterpret_cast<uint4*>(b.out) + static_cast<std::size_t>(g) * (TS / 4);
+#pragma unroll
+      for (std::uint32_t k = 0; k < TS / 4; ++k) {
+        to[k] = make_uint4(words[4 * k], words[4 * k + 1], words[4 * k + 2], words[4 * k + 3]);
+      }
+    }
+  }
+  // The last elements (fewer than four) and any bytes past the last whole element.
+  gather_bytes(b, sources, groups * 4 * TS + first, stride);
+  return true;
+}
+
+__global__ void gather_blocks_kernel(const __grid_constant__ GatherLaunch launch) {
+  const StreamBlock& b = launch.block[blockIdx.x];
+  const unsigned char* const* sources = launch.source + b.first;
+  const std::uint32_t first = blockIdx.y * blockDim.x + threadIdx.x;
+  const std::uint32_t stride = gridDim.y * blockDim.x;
+  // (The same choice in every thread of the block: no divergence.)
+  if (device_read::has_planes(b.bytes, b.typesize, b.streams)) {
+    switch (b.typesize) {
+      case 1:  // one plane: a copy, 16 bytes at a time where both ends are aligned for it
+        if (b.streams == 1 && ((reinterpret_cast<std::uintptr_t>(b.out) |
+                                reinterpret_cast<std::uintptr_t>(sources[0])) %
+                               16) == 0) {
+          const std::uint32_t words = b.bytes / 16;
+          for (std::uint32_t w = first; w < words; w += stride) {
+            reinterpret_cast<uint4*>(b.out)[w] = reinterpret_cast<const uint4*>(sources[0])[w];
+          }
+          gather_bytes(b, sources, words * 16 + first, stride);
+          return;
+        }
+        break;
+      case 2:
+        if (gather_planes<2>(b, sources, first, stride)) return;
+        break;
+      case 4:
+        if (gather_planes<4>(b, sources, first, stride)) return;
+        break;
+      case 8:
+        if (gather_planes<8>(b, sources, first, stride)) return;
+        break;
+      case 16:
+        if (gather_planes<16>(b, sources, first, stride)) return;
+        break;
+      default:
+        break;
+    }
+  }
+  gather_bytes(b, sources, first, stride);
 }
 
 // CUDA blocks per range or block: enough for the largest to spread over the GPU, 16 KiB each.

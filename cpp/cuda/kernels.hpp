@@ -34,6 +34,11 @@ void launch_strided_copy(const StridedCopy& copy, cudaStream_t stream);
 void launch_mark_non_fill(const void* const* inputs, const std::size_t* sizes, std::size_t count,
                           const std::byte* fill, int element_size, int* flags, cudaStream_t stream);
 
+// Sets every byte of ranges[i] (sizes[i] bytes; device arrays of `count`) to `value`: many small
+// ranges in one launch instead of a memset each.
+void launch_fill(void* const* ranges, const std::size_t* sizes, std::size_t count, std::byte value,
+                 cudaStream_t stream);
+
 // Copies chunk i (inputs[i], sizes[i] bytes) to packed + offsets[i], where offsets[i] is the sum of
 // the earlier sizes each rounded up to 16, and writes offsets (device arrays of `count`). Lets
 // compressed chunks of unknown size cross to the host in one copy.

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -40,6 +41,18 @@ constexpr std::size_t kStreamAlignment = 16;
 
 // How long a call may take before its process is taken for hung: far more than any decode of the
 // arenas' bytes takes (GB/s on any GPU nvCOMP runs on), far less than a user would wait.
+isolated_decode::DecodedCheck decoded_check(DeviceCheck check) {
+  switch (check) {
+    case DeviceCheck::kCrc32:
+      return isolated_decode::DecodedCheck::kCrc32;
+    case DeviceCheck::kAdler32:
+      return isolated_decode::DecodedCheck::kAdler32;
+    case DeviceCheck::kNone:
+      break;
+  }
+  return isolated_decode::DecodedCheck::kNone;
+}
+
 std::chrono::steady_clock::time_point deadline_for(std::size_t decoded_bytes) {
   constexpr std::size_t kBytesPerSecond = std::size_t{64} << 20;
   return std::chrono::steady_clock::now() + std::chrono::seconds(10) +
@@ -125,10 +138,20 @@ void Reader::place_cpu_decoded(DeviceContext& ctx, cudaStream_t stream, Leaf& le
 
 namespace {
 
-// The leaves of `members` from `begin` that one call decodes: at most half of each arena, so that
-// the next call is staged and sent while this one decodes, unless one chunk alone is larger (up to
-// the whole arena); none where the first is larger than the arenas. Offsets from the call's start.
-// (All of them chunks of many streams, or none: `members` are of one kind.)
+// The most a call decodes (its chunks alone may be larger, up to the whole arena): a batch of a
+// staging slot at the usual ratios, and a 16th of the output arena, so that many calls are in the
+// process at once (it decodes batches side by side, and nvCOMP's working memory for each is a
+// multiple of what it decodes).
+std::size_t most_decoded_by_a_call(const IsolatedDecoder& decoder) {
+  constexpr std::size_t kLeast = std::size_t{64} << 20;
+  return std::min(decoder.output_bytes() / 2, std::max(decoder.output_bytes() / 16, kLeast));
+}
+
+// The leaves of `members` from `begin` that one call decodes: at most half of the input arena and
+// most_decoded_by_a_call of the output one, so that the next calls are staged and sent while this
+// one decodes, unless one chunk alone is larger (up to the whole arena); none where the first is
+// larger than the arenas. Offsets from the call's start. (All of them chunks of many streams, or
+// none: `members` are of one kind.)
 IsolatedCall next_call(std::span<Leaf> batch, std::span<const std::size_t> members,
                        std::size_t begin, const IsolatedDecoder& decoder, const std::byte* host) {
   IsolatedCall call;
@@ -165,7 +188,14 @@ IsolatedCall next_call(std::span<Leaf> batch, std::span<const std::size_t> membe
       from = std::min(span_begin, leaf.staging.offset);
       to = std::max(span_end, leaf.staging.offset + leaf.stored.length);
       input_end = to - from;
-      jobs.push_back({at, in, add_output(out), out});
+      // The check's value as the stored bytes carry it (the codec's encoding, before any crc32c).
+      const std::uint32_t expected =
+          leaf.decoding.check_value == nullptr
+              ? 0
+              : leaf.decoding.check_value(
+                    {host + leaf.staging.offset,
+                     leaf.stored.length - 4 * static_cast<std::size_t>(leaf.decoding.crc32c)});
+      jobs.push_back({at, in, add_output(out), out, expected});
     } else if (leaf.decoding.streams({host + at, in}, out, streams)) {
       for (const auto& stream : streams.streams) {
         if (stream.stored) continue;  // gathered from the slot
@@ -178,7 +208,7 @@ IsolatedCall next_call(std::span<Leaf> batch, std::span<const std::size_t> membe
     const bool first = call.leaves.empty();
     if (device_read::align_up(input_end, kArenaAlignment) >
             decoder.input_bytes() / (first ? 1 : 2) ||
-        output_end > decoder.output_bytes() / (first ? 1 : 2)) {
+        output_end > (first ? decoder.output_bytes() : most_decoded_by_a_call(decoder))) {
       break;
     }
     span_begin = from;
@@ -224,18 +254,20 @@ void Reader::release_decoder() {
 
 void Reader::decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const std::byte* host,
                              const std::byte* staged, cudaStream_t stream, Slot* slot) {
-  // Calls of one codec each, chunks of many streams apart from the others.
-  std::map<std::pair<GpuCodec, bool>, std::vector<std::size_t>> by_codec;
+  // Calls of one codec (and check) each, chunks of many streams apart from the others.
+  std::map<std::tuple<GpuCodec, bool, DeviceCheck>, std::vector<std::size_t>> by_codec;
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    if (batch[i].decoding.route == Route::kIsolatedDecode && batch[i].staging.scratch != kPlaced) {
-      by_codec[{batch[i].decoding.codec, batch[i].decoding.streams != nullptr}].push_back(i);
+    const auto& decoding = batch[i].decoding;
+    if (decoding.route == Route::kIsolatedDecode && batch[i].staging.scratch != kPlaced) {
+      by_codec[{decoding.codec, decoding.streams != nullptr, decoding.check}].push_back(i);
     }
   }
   if (by_codec.empty()) return;
   if (!isolated_) isolated_ = std::make_shared<IsolatedCalls>();
   std::vector<std::size_t> on_cpu;  // chunks no decoder can take
   for (const auto& [kind, members] : by_codec) {
-    const GpuCodec codec = kind.first;
+    const GpuCodec codec = std::get<0>(kind);
+    const isolated_decode::DecodedCheck check = decoded_check(std::get<2>(kind));
     for (std::size_t begin = 0; begin < members.size();) {
       hold_decoder();
       IsolatedDecoder* decoder = isolated_->lease.decoder;
@@ -304,7 +336,7 @@ void Reader::decode_isolated(DeviceContext& ctx, std::span<Leaf> batch, const st
         }
       }
       // (A call whose chunks are all stored streams has nothing to decode and is not sent.)
-      if (!call.jobs.empty()) call.sent = decoder->send(codec, call.jobs, stream);
+      if (!call.jobs.empty()) call.sent = decoder->send(codec, call.jobs, stream, check);
       isolated_times_.staging += seconds_since(staging_from);
       ++isolated_calls_;
       isolated_chunks_ += call.leaves.size();

@@ -1,6 +1,10 @@
 #include "shared_decoder.hpp"
 
+#include <cuda_runtime_api.h>
+
 #include <map>
+
+#include "zarr_device/settings.hpp"
 
 namespace zarr_device::cuda {
 
@@ -29,19 +33,45 @@ SharedDecoder::Lease SharedDecoder::lease() {
   if (failed_to_start_) return lease;
   const std::string program = this->program();
   if (program.empty()) return lease;
+  const Settings now = settings();
+  const DecoderArenas arenas =
+      decoder_arenas_for(now.decoder_bytes, now.staging_bytes, device_memory());
+  if (decoder_ && (requested_.input != arenas.input || requested_.output != arenas.output)) {
+    starts_before_ += decoder_->starts();  // a changed setting: a process with the new arenas
+    decoder_.reset();
+  }
   if (!decoder_) {
-    try {
-      decoder_ = std::make_unique<IsolatedDecoder>(device_, kInputBytes, kOutputBytes, program);
-    } catch (const Error& e) {
+    requested_ = arenas;
+    const DecoderArenas least = decoder_arenas_for(kDecoderMinimum, 0, 0);
+    for (const DecoderArenas& tried : {arenas, least}) {
+      try {
+        decoder_ = std::make_unique<IsolatedDecoder>(device_, tried.input, tried.output, program);
+        break;
+      } catch (const Error& e) {
+        last_failure_ = e.what();
+      }
+      if (tried.input == least.input && tried.output == least.output) break;
+    }
+    if (!decoder_) {
       // No memory for its arenas: the chunks decode on the CPU, as where it is not installed.
       failed_to_start_ = true;
       ++failures_;
-      last_failure_ = e.what();
       return lease;
     }
   }
   lease.decoder = decoder_.get();
   return lease;
+}
+
+std::size_t SharedDecoder::device_memory() {
+  // (Called with the lease's lock held.)
+  if (device_memory_ == 0) {
+    cudaDeviceProp properties{};
+    if (cudaGetDeviceProperties(&properties, device_) == cudaSuccess) {
+      device_memory_ = properties.totalGlobalMem;
+    }
+  }
+  return device_memory_;
 }
 
 void SharedDecoder::record(const IsolatedDecoder::Outcome& outcome) {

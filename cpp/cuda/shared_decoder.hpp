@@ -12,17 +12,18 @@
 #include <string>
 
 #include "isolated_decoder.hpp"
+#include "zarr_device/settings.hpp"
 
 namespace zarr_device::cuda {
 
 class SharedDecoder {
  public:
-  // Memory the engine lends each device's decoder process: the stored bytes of the calls in
-  // flight, and what they decode to (with a guard band after each chunk). A call takes at most
-  // half of each, so that one decodes while the next is staged (a read's batch of 64-96 MiB is one
-  // call); a chunk larger than the whole decodes on the CPU.
-  static constexpr std::size_t kInputBytes = std::size_t{192} << 20;
-  static constexpr std::size_t kOutputBytes = std::size_t{384} << 20;
+  // The memory the engine lends each device's decoder process (the stored bytes of the calls in
+  // flight, and what they decode to, with a guard band after each chunk) is the decoder_bytes
+  // setting's (zarr_device/settings.hpp, decoder_arenas_for), looked up as each lease is taken: a
+  // changed setting ends the process, and the next one has arenas of the new sizes. Where the
+  // device cannot spare that much, the least (kDecoderMinimum) is tried before the chunks are left
+  // to the CPU.
 
   // The one of `device`. Never destroyed: its process ends with the caller's, whose end closes
   // the socket the process reads from.
@@ -53,6 +54,8 @@ class SharedDecoder {
 
  private:
   explicit SharedDecoder(int device) : device_(device) {}
+  // The device's memory, looked up once.
+  std::size_t device_memory();
   // decoder_program(), looked up on first use.
   std::string program() const;
 
@@ -66,6 +69,8 @@ class SharedDecoder {
   mutable std::mutex mutex_;  // the decoder and every field below
   std::unique_ptr<IsolatedDecoder> decoder_;
   std::size_t starts_before_ = 0;  // of decoders released
+  std::size_t device_memory_ = 0;
+  DecoderArenas requested_;  // the arenas the decoder was made for (it may have the least)
   std::size_t calls_ = 0;
   std::size_t chunks_ = 0;
   std::size_t not_decoded_ = 0;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../cuda/checksum_kernels.hpp"
 #include "../cuda/kernels.hpp"
 #include "../cuda/nvcomp_api.hpp"
 #include "isolated_decode/decoder_service.hpp"
@@ -34,13 +35,38 @@ void check(cudaError_t e, const char* what) {
 }
 
 // Batches decode on streams of their own, up to kDepth at once: one batch's chunks seldom fill the
-// GPU (nvCOMP gives each chunk a thread block, and a batch holds tens of MiB), so the next batch's
-// decode runs beside it. Each stream has its own arrays, temporary memory and pinned answers.
+// GPU (nvCOMP gives each chunk a thread block, and a batch holds tens of MiB), so the next batches'
+// decodes run beside it. Each stream has its own arrays, temporary memory and pinned answers
+// (the engine keeps each batch to a 16th of the output arena, and so the memory of all).
 constexpr unsigned char kGuardByte = 0xA5;
+
+// Where a batch of n chunks keeps its arrays, the same in pinned host memory and on the device so
+// that what is sent and what is answered move in one copy each: per chunk, input pointers,
+// output pointers and guard-band pointers, then input sizes, capacities and band sizes, then the
+// checks' expected values; then the answers: decoded sizes, statuses, band flags and check flags.
+struct BatchLayout {
+  explicit BatchLayout(std::size_t n)
+      : pointers(0),
+        sizes(3 * n * sizeof(void*)),
+        expected(sizes + 3 * n * sizeof(std::size_t)),
+        sent((expected + n * sizeof(std::uint32_t) + 7) / 8 * 8),
+        decoded_sizes(sent),
+        statuses(decoded_sizes + n * sizeof(std::size_t)),
+        band_flags(statuses + n * sizeof(int)),
+        check_flags(band_flags + n * sizeof(int)),
+        total(check_flags + n * sizeof(int)) {}
+  std::size_t pointers, sizes, expected, sent, decoded_sizes, statuses, band_flags, check_flags,
+      total;  // byte offsets; [0, sent) goes to the device, [sent, total) comes back
+};
+
+cuda::ChecksumKind checksum_kind(DecodedCheck check) {
+  return check == DecodedCheck::kAdler32 ? cuda::ChecksumKind::kAdler32
+                                         : cuda::ChecksumKind::kCrc32;
+}
 
 class NvcompBackend final : public DecodeBackend {
  public:
-  static constexpr std::size_t kDepth = 4;
+  static constexpr std::size_t kDepth = 8;
 
   NvcompBackend() = default;
   NvcompBackend(const NvcompBackend&) = delete;
@@ -94,22 +120,18 @@ class NvcompBackend final : public DecodeBackend {
     if (batch.event != kNoEvent) {
       check(cudaStreamWaitEvent(lane.stream, events_[batch.event], 0), "cudaStreamWaitEvent");
     }
-    // Per chunk: input pointers, output pointers and guard-band pointers, then input sizes,
-    // capacities, band sizes and decoded sizes, then statuses and band flags; the same layout in
-    // pinned host memory and on the device, so that the answers come back in one copy.
-    const std::size_t p = n * sizeof(void*);
-    const std::size_t z = n * sizeof(std::size_t);
-    const std::size_t sent = 3 * p + 3 * z;  // what goes to the device
-    const std::size_t answers = z + 2 * n * sizeof(int);
+    const BatchLayout at(n);
+    lane.check = batch.check;
     std::size_t most = 0;
     for (const ChunkJob& c : batch.chunks) {
       most = std::max<std::size_t>(most, c.capacity);
       lane.bytes += c.capacity;
     }
-    std::byte* host = lane.host.reserve(sent + answers);
-    std::byte* device = lane.arrays.reserve(sent + answers);
-    auto* pointers = reinterpret_cast<const void**>(host);
-    auto* sizes = reinterpret_cast<std::size_t*>(host + 3 * p);
+    std::byte* host = lane.host.reserve(at.total);
+    std::byte* device = lane.arrays.reserve(at.total);
+    auto* pointers = reinterpret_cast<const void**>(host + at.pointers);
+    auto* sizes = reinterpret_cast<std::size_t*>(host + at.sizes);
+    auto* expected = reinterpret_cast<std::uint32_t*>(host + at.expected);
     for (std::size_t i = 0; i < n; ++i) {
       const ChunkJob& c = batch.chunks[i];
       pointers[i] = input_ + c.input_offset;
@@ -118,16 +140,18 @@ class NvcompBackend final : public DecodeBackend {
       sizes[i] = c.input_bytes;
       sizes[n + i] = c.capacity;
       sizes[2 * n + i] = kGuardBytes;
-      // The band after the output, filled with a pattern a write past the output would change.
-      check(cudaMemsetAsync(output_ + c.output_offset + c.capacity, kGuardByte, kGuardBytes,
-                            lane.stream),
-            "memset");
+      expected[i] = c.expected;
     }
-    auto* device_pointers = reinterpret_cast<void**>(device);
-    auto* device_sizes = reinterpret_cast<std::size_t*>(device + 3 * p);
-    auto* statuses = reinterpret_cast<int*>(device + sent + z);
-    auto* flags = statuses + n;
-    check(cudaMemcpyAsync(device, host, sent, cudaMemcpyHostToDevice, lane.stream), "copy");
+    auto* device_pointers = reinterpret_cast<void**>(device + at.pointers);
+    auto* device_sizes = reinterpret_cast<std::size_t*>(device + at.sizes);
+    auto* statuses = reinterpret_cast<int*>(device + at.statuses);
+    auto* band_flags = reinterpret_cast<int*>(device + at.band_flags);
+    check(cudaMemcpyAsync(device, host, at.sent, cudaMemcpyHostToDevice, lane.stream), "copy");
+    // The band after each output, filled with a pattern a write past the output would change
+    // (one launch: a memset per chunk costs the launching thread more than the decode takes).
+    cuda::launch_fill(device_pointers + 2 * n, device_sizes + 2 * n, n, std::byte{kGuardByte},
+                      lane.stream);
+    check(cudaGetLastError(), "band fill");
     // nvCOMP's temporary memory for the worst case (zstd: about 3 bytes per decoded byte), not
     // sized from the frames: sizing parses frames nobody has checked, outside what the fuzz
     // campaign covers, and a size too small for a malformed frame would not show in the bands.
@@ -135,17 +159,27 @@ class NvcompBackend final : public DecodeBackend {
         d->temp_size(n, std::max<std::size_t>(most, 1), std::max<std::size_t>(lane.bytes, 1));
     std::byte* temp_memory = temp != 0 ? lane.temp.reserve(temp) : nullptr;
     check(cudaMemsetAsync(statuses, 0xFF, n * sizeof(int), lane.stream), "memset");
-    check(cudaMemsetAsync(flags, 0, n * sizeof(int), lane.stream), "memset");
-    auto* decoded_sizes = reinterpret_cast<std::size_t*>(device + sent);
+    check(cudaMemsetAsync(band_flags, 0, 2 * n * sizeof(int), lane.stream), "memset");
+    auto* decoded_sizes = reinterpret_cast<std::size_t*>(device + at.decoded_sizes);
     d->decompress(device_pointers, device_sizes, device_sizes + n, decoded_sizes, n, temp_memory,
                   temp, device_pointers + n, statuses, lane.stream);
     // The bands checked once the decodes have ended (on this stream): a write past an output
     // touched its band.
     const std::byte pattern{kGuardByte};
-    cuda::launch_mark_non_fill(device_pointers + 2 * n, device_sizes + 2 * n, n, &pattern, 1, flags,
-                               lane.stream);
+    cuda::launch_mark_non_fill(device_pointers + 2 * n, device_sizes + 2 * n, n, &pattern, 1,
+                               band_flags, lane.stream);
     check(cudaGetLastError(), "band check");
-    check(cudaMemcpyAsync(host + sent, device + sent, answers, cudaMemcpyDeviceToHost, lane.stream),
+    // The stored form's check of the decoded bytes, which nvCOMP does not verify: over each
+    // output's capacity (a chunk of another size is not trusted anyway).
+    if (batch.check != DecodedCheck::kNone) {
+      cuda::launch_check_checksums(
+          checksum_kind(batch.check), const_cast<const void* const*>(device_pointers + n),
+          device_sizes + n, reinterpret_cast<const std::uint32_t*>(device + at.expected),
+          reinterpret_cast<int*>(device + at.check_flags), n, lane.stream);
+      check(cudaGetLastError(), "checksum check");
+    }
+    check(cudaMemcpyAsync(host + at.sent, device + at.sent, at.total - at.sent,
+                          cudaMemcpyDeviceToHost, lane.stream),
           "copy back");
     check(cudaEventRecord(lane.done, lane.stream), "record");
     lane.decoded = true;
@@ -157,16 +191,20 @@ class NvcompBackend final : public DecodeBackend {
     std::vector<ChunkOutcome> out(n, ChunkOutcome{-1, 0});
     if (!lane.decoded) return out;
     check(cudaEventSynchronize(lane.done), "decode");
-    // (The layout launch() made: the answers after what it sent.)
-    const std::byte* answers =
-        lane.host.data() + 3 * n * sizeof(void*) + 3 * n * sizeof(std::size_t);
-    const auto* sizes = reinterpret_cast<const std::size_t*>(answers);
-    const auto* statuses = reinterpret_cast<const int*>(answers + n * sizeof(std::size_t));
-    const int* flags = statuses + n;
+    const BatchLayout at(n);  // (the layout launch() made)
+    const std::byte* host = lane.host.data();
+    const auto* sizes = reinterpret_cast<const std::size_t*>(host + at.decoded_sizes);
+    const auto* statuses = reinterpret_cast<const int*>(host + at.statuses);
+    const auto* band_flags = reinterpret_cast<const int*>(host + at.band_flags);
+    const auto* check_flags = reinterpret_cast<const int*>(host + at.check_flags);
     // A band written into may have come from any chunk's overrun: none of the batch is trusted.
-    const bool overran = std::any_of(flags, flags + n, [](int f) { return f != 0; });
+    const bool overran = std::any_of(band_flags, band_flags + n, [](int f) { return f != 0; });
     for (std::size_t i = 0; i < n; ++i) {
-      out[i] = {overran ? kWrotePastOutput : statuses[i], sizes[i]};
+      const bool mismatched = lane.check != DecodedCheck::kNone && check_flags[i] != 0;
+      out[i] = {overran      ? kWrotePastOutput
+                : mismatched ? (statuses[i] != 0 ? statuses[i] : kCheckFailed)
+                             : statuses[i],
+                sizes[i]};
     }
     if (trace_) {
       std::fprintf(
@@ -215,6 +253,7 @@ class NvcompBackend final : public DecodeBackend {
     std::size_t chunks = 0;
     std::size_t bytes = 0;  // decoded
     bool decoded = false;   // launched on the GPU (not where the codec has no decoder here)
+    DecodedCheck check = DecodedCheck::kNone;
     std::chrono::steady_clock::time_point started;
   };
 

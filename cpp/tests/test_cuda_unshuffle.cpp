@@ -92,10 +92,11 @@ TEST(CudaDeviceUnshuffle, WholeChunksMatchTheCpusUnshuffle) {
 }
 
 // Streams of many blocks gathered and unshuffled into place (a chunk decoded stream by stream),
-// against the CPU's unshuffle of the blocks; more blocks and sources than one launch takes.
-TEST(CudaDeviceUnshuffle, GatheredBlocksMatchTheCpusUnshuffle) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  std::mt19937 rng(6);
+// against the CPU's unshuffle of the blocks; more blocks and sources than one launch takes. Laid
+// out as the read path lays them out (every stream and output 256-byte aligned: the fast way,
+// four elements a thread, where the block is byte planes), or packed at any address (byte by byte).
+void check_gathered_blocks(bool aligned) {
+  std::mt19937 rng(aligned ? 16 : 6);
   struct Case {
     std::uint32_t bytes;
     std::uint32_t streams;
@@ -110,37 +111,111 @@ TEST(CudaDeviceUnshuffle, GatheredBlocksMatchTheCpusUnshuffle) {
     const std::uint32_t bytes = elements * typesize + (split ? 0 : rng() % typesize);
     cases.push_back({bytes, split ? typesize : 1, i % 5 == 0 ? 1 : typesize});
   }
-  std::size_t total = 0;
-  for (const auto& c : cases) total += c.bytes;
-  std::vector<std::byte> shuffled(total);
-  for (auto& b : shuffled) b = static_cast<std::byte>(rng());
+  const auto place = [&](std::size_t at) { return aligned ? (at + 255) / 256 * 256 : at; };
+  // Where each case's streams and output are on the device.
+  std::vector<std::vector<std::size_t>> stream_at(cases.size());
+  std::vector<std::size_t> out_at(cases.size());
+  std::size_t end = 0;
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    for (std::uint32_t s = 0; s < cases[k].streams; ++s) {
+      end = place(end);
+      stream_at[k].push_back(end);
+      end += cases[k].bytes / cases[k].streams;
+    }
+    end += cases[k].bytes % cases[k].streams;
+  }
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    end = place(end);
+    out_at[k] = end;
+    end += cases[k].bytes;
+  }
+  std::vector<std::vector<std::byte>> shuffled(cases.size());
+  std::vector<std::byte> image(end);
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    shuffled[k].resize(cases[k].bytes);
+    for (auto& b : shuffled[k]) b = static_cast<std::byte>(rng());
+    const std::uint32_t part = cases[k].bytes / cases[k].streams;
+    for (std::uint32_t s = 0; s < cases[k].streams; ++s) {
+      // The last stream holds the bytes past the equal parts (none in a split block).
+      const std::uint32_t bytes = s + 1 == cases[k].streams ? cases[k].bytes - s * part : part;
+      std::copy_n(shuffled[k].begin() + s * part, bytes, image.begin() + stream_at[k][s]);
+    }
+  }
   std::byte* device = nullptr;
-  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), 2 * total), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(device, shuffled.data(), total, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), end), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(device, image.data(), end, cudaMemcpyHostToDevice), cudaSuccess);
   std::vector<StreamBlock> blocks;
   std::vector<const std::byte*> sources;
-  std::size_t at = 0;
-  for (const auto& c : cases) {
-    blocks.push_back({device + total + at, c.bytes, static_cast<std::uint32_t>(sources.size()),
-                      c.streams, c.typesize});
-    for (std::uint32_t s = 0; s < c.streams; ++s) {
-      sources.push_back(device + at + s * (c.bytes / c.streams));
-    }
-    at += c.bytes;
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    blocks.push_back({device + out_at[k], cases[k].bytes,
+                      static_cast<std::uint32_t>(sources.size()), cases[k].streams,
+                      cases[k].typesize});
+    for (const std::size_t at : stream_at[k]) sources.push_back(device + at);
   }
   launch_gather_blocks(blocks, sources, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<std::byte> got(total);
-  ASSERT_EQ(cudaMemcpy(got.data(), device + total, total, cudaMemcpyDeviceToHost), cudaSuccess);
-  at = 0;
-  for (const auto& c : cases) {
+  std::vector<std::byte> got(end);
+  ASSERT_EQ(cudaMemcpy(got.data(), device, end, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    const Case& c = cases[k];
     std::vector<std::byte> expected(c.bytes);
-    codecs::byte_unshuffle(shuffled.data() + at, expected.data(), c.bytes, c.typesize);
-    ASSERT_TRUE(
-        std::equal(expected.begin(), expected.end(), got.begin() + static_cast<std::ptrdiff_t>(at)))
-        << c.bytes << " bytes, " << c.streams << " streams, typesize " << c.typesize;
-    at += c.bytes;
+    codecs::byte_unshuffle(shuffled[k].data(), expected.data(), c.bytes, c.typesize);
+    ASSERT_TRUE(std::equal(expected.begin(), expected.end(),
+                           got.begin() + static_cast<std::ptrdiff_t>(out_at[k])))
+        << c.bytes << " bytes, " << c.streams << " streams, typesize " << c.typesize
+        << (aligned ? ", aligned" : ", packed");
   }
+  cudaFree(device);
+}
+
+TEST(CudaDeviceUnshuffle, GatheredBlocksMatchTheCpusUnshuffle) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  check_gathered_blocks(false);
+}
+
+TEST(CudaDeviceUnshuffle, GatheredAlignedBlocksMatchTheCpusUnshuffle) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  check_gathered_blocks(true);
+}
+
+// Many small ranges filled in one launch, and the bytes between them left as they were.
+TEST(CudaDeviceUnshuffle, FilledRangesAndNothingElse) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(8);
+  constexpr std::size_t kBytes = 4 << 20;
+  std::byte* device = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), kBytes), cudaSuccess);
+  ASSERT_EQ(cudaMemset(device, 0, kBytes), cudaSuccess);
+  std::vector<void*> ranges;
+  std::vector<std::size_t> sizes;
+  std::vector<std::byte> expected(kBytes);
+  for (std::size_t at = 0; at + 5000 < kBytes;) {
+    at += 1 + rng() % 300;
+    const std::size_t bytes = 1 + rng() % 4096;
+    ranges.push_back(device + at);
+    sizes.push_back(bytes);
+    std::fill_n(expected.begin() + static_cast<std::ptrdiff_t>(at), bytes, std::byte{0xA5});
+    at += bytes;
+  }
+  void** device_ranges = nullptr;
+  std::size_t* device_sizes = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device_ranges), ranges.size() * sizeof(void*)),
+            cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device_sizes), sizes.size() * sizeof(std::size_t)),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(device_ranges, ranges.data(), ranges.size() * sizeof(void*),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(device_sizes, sizes.data(), sizes.size() * sizeof(std::size_t),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  launch_fill(device_ranges, device_sizes, ranges.size(), std::byte{0xA5}, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<std::byte> got(kBytes);
+  ASSERT_EQ(cudaMemcpy(got.data(), device, kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_TRUE(got == expected) << ranges.size() << " ranges";
+  cudaFree(device_sizes);
+  cudaFree(device_ranges);
   cudaFree(device);
 }
 

@@ -39,6 +39,15 @@ TEST(DecodeMessages, BatchRoundTrips) {
   const auto again = decode_batch(encode(waits), 128, kOut, why);
   ASSERT_TRUE(again) << why;
   EXPECT_EQ(again->event, 3U);
+  EXPECT_EQ(again->check, DecodedCheck::kNone);
+  DecodeBatch checked = b;  // gzip's CRC-32 of each chunk, verified by the decoder
+  checked.check = DecodedCheck::kCrc32;
+  checked.chunks[1].expected = 0xCBF43926;
+  const auto verified = decode_batch(encode(checked), 128, kOut, why);
+  ASSERT_TRUE(verified) << why;
+  EXPECT_EQ(verified->check, DecodedCheck::kCrc32);
+  EXPECT_EQ(verified->chunks[1].expected, 0xCBF43926U);
+  EXPECT_EQ(verified->chunks[0].expected, 0U);
 }
 
 TEST(DecodeMessages, RangesOutsideTheArenasAreRefused) {
@@ -59,15 +68,19 @@ TEST(DecodeMessages, RangesOutsideTheArenasAreRefused) {
 
 TEST(DecodeMessages, CountsThatLieAreRefused) {
   std::vector<std::uint8_t> bytes = encode(sample_batch());
-  bytes[16] = 4;  // four chunks claimed, three sent (after the id, the codec and the event)
+  bytes[20] = 4;  // four chunks claimed, three sent (after the id, codec, event and check)
   std::string why;
   EXPECT_FALSE(decode_batch(bytes, 128, kOut, why));
   bytes = encode(sample_batch());
   bytes.push_back(0);
   EXPECT_FALSE(decode_batch(bytes, 128, kOut, why));
   bytes = encode(sample_batch());
-  std::memset(bytes.data() + 16, 0xFF, 8);  // 2^64 - 1 chunks
+  std::memset(bytes.data() + 20, 0xFF, 8);  // 2^64 - 1 chunks
   EXPECT_FALSE(decode_batch(bytes, 128, kOut, why));
+  bytes = encode(sample_batch());
+  bytes[16] = 3;  // a check there is none of
+  EXPECT_FALSE(decode_batch(bytes, 128, kOut, why));
+  EXPECT_NE(why.find("unknown check 3"), std::string::npos) << why;
 }
 
 TEST(DecodeMessages, AnswersMustMatchTheirBatch) {

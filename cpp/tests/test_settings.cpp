@@ -71,9 +71,10 @@ TEST_F(Settings, TheTableGivesEverySettingAVariableADefaultAndDocumentation) {
     EXPECT_EQ(&zd::setting_info(setting.name), &setting);
     EXPECT_NO_THROW(parse(setting.name, setting.default_text)) << setting.name;
   }
-  EXPECT_EQ(names, (std::set<std::string_view>{
-                       "threads", "max_inflight_bytes", "gpu_decode", "gpu_encode", "staging_bytes",
-                       "decode_bytes", "staging_slots", "decode_sharing", "zstd_block_bytes"}));
+  EXPECT_EQ(names,
+            (std::set<std::string_view>{"threads", "max_inflight_bytes", "gpu_decode", "gpu_encode",
+                                        "staging_bytes", "decode_bytes", "decoder_bytes",
+                                        "staging_slots", "decode_sharing", "zstd_block_bytes"}));
   try {
     (void)zd::setting_info("stagingbytes");
     FAIL() << "an unknown setting was found";
@@ -90,7 +91,8 @@ TEST_F(Settings, DefaultsAreTheTables) {
   EXPECT_EQ(defaults.gpu_encode, zd::GpuEncode::kOn);
   EXPECT_EQ(defaults.decode_sharing, zd::DecodeSharing::kAuto);
   EXPECT_EQ(defaults.staging_bytes, 768 * kMiB);
-  EXPECT_EQ(defaults.decode_bytes, 0U);  // sized by the device
+  EXPECT_EQ(defaults.decode_bytes, 0U);   // sized by the device
+  EXPECT_EQ(defaults.decoder_bytes, 0U);  // sized by the staging and the device
   EXPECT_EQ(defaults.staging_slots, 12);
   for (const auto& setting : zd::settings_table()) {
     EXPECT_EQ(setting.get(defaults), parse(setting.name, setting.default_text)) << setting.name;
@@ -143,6 +145,19 @@ TEST_F(Settings, ADecodeMemoryOfZeroIsSizedByTheDevice) {
   EXPECT_EQ(zd::decode_memory_for(0, 24 * kGiB), 2 * kGiB);  // at least the minimum
   EXPECT_EQ(zd::decode_memory_for(0, 0), 2 * kGiB);
   EXPECT_EQ(zd::decode_memory_for(512 * kMiB, 141 * kGiB), 512 * kMiB);  // a size set is kept
+  // The decoder process's arenas: three times the staging, a third for stored bytes.
+  const auto arenas = zd::decoder_arenas_for(0, 768 * kMiB, 80 * kGiB);
+  EXPECT_EQ(arenas.input, 768 * kMiB);
+  EXPECT_EQ(arenas.output, 1536 * kMiB);
+  const auto share = zd::decoder_arenas_for(0, 768 * kMiB, 24 * kGiB);  // a 16th of the GPU
+  EXPECT_EQ(share.input, 512 * kMiB);
+  EXPECT_EQ(share.output, 1024 * kMiB);
+  const auto least = zd::decoder_arenas_for(0, 2 * kMiB, 80 * kGiB);  // at least 576 MiB
+  EXPECT_EQ(least.input, 192 * kMiB);
+  EXPECT_EQ(least.output, 384 * kMiB);
+  const auto set = zd::decoder_arenas_for(3 * kGiB, 768 * kMiB, 8 * kGiB);  // a size set is kept
+  EXPECT_EQ(set.input, kGiB);
+  EXPECT_EQ(set.output, 2 * kGiB);
 }
 
 TEST_F(Settings, CountsAndChoicesAreCheckedAgainstTheirRanges) {

@@ -2,8 +2,8 @@
 data users have (zstd without a checksum, LZ4) read onto the GPU by default and equal to the
 host's read bit for bit; damaged chunks cost the decoder process, never the caller's CUDA context,
 and are reported as the CPU's decoders report them, naming the chunk. gzip and zlib chunks carry a
-check (CRC-32, Adler-32) the device does not verify: they decode on the CPU unless a crc32c
-vouches for them."""
+check (CRC-32, Adler-32) nvCOMP does not verify: the decoder process verifies it on the GPU after
+its decode, and a chunk whose decoded bytes do not match decodes on the CPU, which reports it."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ UNCHECKED = {
     "zstd": "zstd",
     "lz4": [{"name": "numcodecs.lz4", "configuration": {"acceleration": 1}}],
 }
-# Those whose own check only the CPU verifies.
+# Those whose own check nvCOMP skips and the decoder process verifies.
 SELF_CHECKED = {
     "gzip": "gzip",
     "zlib": [{"name": "numcodecs.zlib", "configuration": {"level": 1}}],
@@ -113,11 +113,42 @@ def test_policies_choose_where_chunks_decode(tmp_path: Path) -> None:
     assert sent(unchecked, "off") == 0
     for name, compressors in SELF_CHECKED.items():
         own = _array(tmp_path / f"{name}.zarr", compressors)
-        assert sent(own, "checked") == 0, name  # its CRC-32 or Adler-32: verified on the CPU
-        assert sent(own, "isolated") == 0, name
+        assert sent(own, "checked") == 12, name  # its CRC-32 or Adler-32 verified by the process
+        assert sent(own, "isolated") == 12, name
         chain = compressors if isinstance(compressors, list) else [{"name": compressors}]
         vouched = _array(tmp_path / f"{name}-crc.zarr", [*chain, {"name": "crc32c"}])
+        assert sent(vouched, "checked") == 0, name  # a crc32c vouches: decoded in this process
         assert sent(vouched, "isolated") == 12, name
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.usefixtures("decoder_process")
+@pytest.mark.parametrize("name", sorted(SELF_CHECKED))
+def test_checks_nvcomp_skips_are_verified_by_the_decoder_process(tmp_path: Path, name: str) -> None:
+    """gzip's CRC-32 and zlib's Adler-32, which nvCOMP does not verify, verified on the GPU after
+    the process's decode: valid chunks are decoded there and equal the host's read; a chunk whose
+    trailer disagrees with its (valid) deflate stream decodes to the wrong check, is answered as
+    not decoded and is the CPU's typed error naming it."""
+    arr = _array(tmp_path / "a.zarr", SELF_CHECKED[name], shape=(64, 4096), chunks=(4, 4096))
+    good = np.ascontiguousarray(arr[...])
+    before = _decoder()
+    assert_bits_equal(_on_device(arr).view(good.dtype).reshape(good.shape), good, name)
+    after = _decoder()
+    assert after["chunks"] - before["chunks"] == 16
+    assert after["not_decoded"] == before["not_decoded"]  # every check matched
+    path = tmp_path / "a.zarr" / "c" / "5" / "0"
+    frame = path.read_bytes()
+    # gzip: the CRC-32 is the trailer's first 4 bytes (then ISIZE); zlib: the last 4 (Adler-32).
+    at = len(frame) - (8 if name == "gzip" else 4)
+    path.write_bytes(frame[:at] + bytes([frame[at] ^ 0x10]) + frame[at + 1:])
+    with pytest.raises(zd.CodecError, match="c/5/0"):
+        np.ascontiguousarray(arr[...])  # the host's read refuses it
+    with pytest.raises(zd.CodecError, match="c/5/0"):
+        _on_device(arr)
+    assert _decoder()["not_decoded"] - after["not_decoded"] == 1  # the process's check refused it
+    path.write_bytes(frame)
+    assert_bits_equal(_on_device(arr).view(good.dtype).reshape(good.shape), good, f"{name} again")
 
 
 @pytest.mark.gpu

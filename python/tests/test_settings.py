@@ -40,7 +40,7 @@ def test_python_takes_its_defaults_and_documentation_from_the_engine() -> None:
     defaults = dataclasses.asdict(IoConfig())
     assert defaults == {name: row["default"] for name, row in TABLE.items()}
     assert defaults == {"threads": 0, "max_inflight_bytes": 256 << 20, "gpu_decode": "checked",
-                        "staging_bytes": 768 << 20, "decode_bytes": 0, "staging_slots": 12,
+                        "staging_bytes": 768 << 20, "decode_bytes": 0, "decoder_bytes": 0, "staging_slots": 12,
                         "gpu_encode": "on", "decode_sharing": "auto", "zstd_block_bytes": 16 << 10}
     hints = typing.get_type_hints(IoConfig)
     for name, row in TABLE.items():
@@ -81,12 +81,12 @@ def test_the_environment_is_read_by_the_engine_with_units_and_choices() -> None:
                              ZARR_DEVICE_STAGING_BYTES="64 mib", ZARR_DEVICE_STAGING_SLOTS="4",
                              ZARR_DEVICE_GPU_DECODE="off", ZARR_DEVICE_GPU_ENCODE="off",
                              ZARR_DEVICE_DECODE_SHARING="off", ZARR_DEVICE_DECODE_BYTES="512MiB",
-                             ZARR_DEVICE_ZSTD_BLOCK_BYTES="0")
+                             ZARR_DEVICE_ZSTD_BLOCK_BYTES="0", ZARR_DEVICE_DECODER_BYTES="1GiB")
     assert child.returncode == 0, child.stderr
     import json
 
     assert json.loads(child.stdout) == {"threads": 3, "max_inflight_bytes": 3 << 29, "gpu_decode": "off",
-                                        "staging_bytes": 64 << 20, "decode_bytes": 512 << 20, "staging_slots": 4,
+                                        "staging_bytes": 64 << 20, "decode_bytes": 512 << 20, "decoder_bytes": 1 << 30, "staging_slots": 4,
                                         "gpu_encode": "off", "decode_sharing": "off", "zstd_block_bytes": 0}
 
 

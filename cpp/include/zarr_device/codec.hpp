@@ -150,6 +150,8 @@ struct DecodedSize {
 // Codecs without it decode on CPU threads.
 // The formats a device's batched codecs (nvCOMP) work in.
 enum class DeviceCodec { kChecksum, kZstd, kGzip, kDeflate, kLz4 };
+// A check of the decoded bytes that a stored form carries (DeviceDecoding::check).
+enum class DeviceCheck { kNone, kCrc32, kAdler32 };
 
 // The streams of one stored chunk (DeviceDecoding::streams), all checked against the chunk and its
 // decoded size: every range lies inside them, the blocks tile the decoded bytes in order, and each
@@ -199,6 +201,11 @@ struct DeviceDecoding {
   // stream by stream, and the engine gathers and unshuffles the streams into place.
   bool (*streams)(std::span<const std::byte> stored, std::size_t decoded,
                   DeviceStreams& out) = nullptr;
+  // The check skips_check names, where a GPU can verify it after the decode instead (the decoder
+  // process does, on its own stream, before the engine trusts the bytes): its kind, and its value
+  // as `stored` (the whole encoding, as accepts takes it) carries it.
+  DeviceCheck check = DeviceCheck::kNone;
+  std::uint32_t (*check_value)(std::span<const std::byte> stored) = nullptr;
 };
 
 // Decodes a codec's encoded bytes, pulled from a source as it needs them, into its decoded bytes,

@@ -54,6 +54,7 @@ struct Settings {
   GpuDecode gpu_decode;
   std::size_t staging_bytes;
   std::size_t decode_bytes;
+  std::size_t decoder_bytes;
   int staging_slots;
   GpuEncode gpu_encode;
   DecodeSharing decode_sharing;
@@ -103,6 +104,21 @@ std::span<const SettingInfo> settings_table();
 inline constexpr std::size_t kAutomaticDecodeShare = 32;
 inline constexpr std::size_t kAutomaticDecodeMinimum = std::size_t{2} << 30;
 std::size_t decode_memory_for(std::size_t decode_bytes, std::size_t device_memory);
+// The GPU memory lent to a device's decoder process (gpu_decode "checked" or "isolated" on chunks
+// without a checksum): its arena of stored bytes and its arena of decoded ones, a third and two
+// thirds of `decoder_bytes`, or where that is 0 (the default) of kDecoderStagingMultiple times
+// `staging_bytes` (so that every staging slot's batch can be in the process at once, with room
+// for what it decodes to), at most a kDecoderShare-th of the device's memory and at least
+// kDecoderMinimum. The process decodes only as many batches at once as are in its arenas.
+inline constexpr std::size_t kDecoderStagingMultiple = 3;
+inline constexpr std::size_t kDecoderShare = 16;
+inline constexpr std::size_t kDecoderMinimum = std::size_t{576} << 20;
+struct DecoderArenas {
+  std::size_t input = 0;
+  std::size_t output = 0;
+};
+DecoderArenas decoder_arenas_for(std::size_t decoder_bytes, std::size_t staging_bytes,
+                                 std::size_t device_memory);
 // The row of `name`; UsageError naming the settings there are for any other name.
 const SettingInfo& setting_info(std::string_view name);
 

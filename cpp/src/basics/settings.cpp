@@ -30,7 +30,7 @@ static_assert(static_cast<std::size_t>(GpuEncode::kOn) == 0 &&
 
 // The one table. A new setting is a member of Settings and a row here (Settings() sets every
 // member from its row, so a member without one is left undefined).
-const std::array<SettingInfo, 9> kTable = {{
+const std::array<SettingInfo, 10> kTable = {{
     {"threads",
      "ZARR_DEVICE_THREADS",
      SettingKind::kCount,
@@ -105,6 +105,23 @@ const std::array<SettingInfo, 9> kTable = {{
      "copies, which they do not otherwise use.",
      [](const Settings& s) { return std::uint64_t{s.decode_bytes}; },
      [](Settings& s, std::uint64_t v) { s.decode_bytes = v; },
+     true},
+    {"decoder_bytes",
+     "ZARR_DEVICE_DECODER_BYTES",
+     SettingKind::kSize,
+     "0",
+     64 * kMiB,
+     kNoLimit,
+     {},
+     "GPU memory lent to the decoder process, which decodes chunks without a checksum on the GPU "
+     "under gpu_decode 'checked' and 'isolated' (a third for the stored bytes of the batches in "
+     "it, two thirds for what they decode to), allocated when it starts and kept until "
+     "zarr_device.empty_cache(). The process decodes only as many batches at once as these hold. "
+     "0 (the default): three times staging_bytes, so that every staging slot's batch can be in "
+     "the process at once, at most a 16th of the GPU's memory and at least 576 MiB. A change "
+     "takes effect at the next read that uses the process.",
+     [](const Settings& s) { return std::uint64_t{s.decoder_bytes}; },
+     [](Settings& s, std::uint64_t v) { s.decoder_bytes = v; },
      true},
     {"staging_slots",
      "ZARR_DEVICE_STAGING_SLOTS",
@@ -362,6 +379,22 @@ std::span<const SettingInfo> settings_table() { return kTable; }
 std::size_t decode_memory_for(std::size_t decode_bytes, std::size_t device_memory) {
   if (decode_bytes != 0) return decode_bytes;
   return std::max(device_memory / kAutomaticDecodeShare, kAutomaticDecodeMinimum);
+}
+
+DecoderArenas decoder_arenas_for(std::size_t decoder_bytes, std::size_t staging_bytes,
+                                 std::size_t device_memory) {
+  std::size_t total = decoder_bytes;
+  if (total == 0) {
+    const std::size_t wanted = staging_bytes > SIZE_MAX / kDecoderStagingMultiple
+                                   ? SIZE_MAX
+                                   : staging_bytes * kDecoderStagingMultiple;
+    total = std::max(std::min(wanted, device_memory / kDecoderShare), kDecoderMinimum);
+  }
+  constexpr std::size_t kAlignment = std::size_t{2} << 20;  // of each arena's size
+  const std::size_t input = std::max(total / 3 / kAlignment * kAlignment, kAlignment);
+  const std::size_t output =
+      std::max((total - std::min(total, input)) / kAlignment * kAlignment, kAlignment);
+  return {input, output};
 }
 
 const SettingInfo& setting_info(std::string_view name) {

@@ -132,13 +132,38 @@ bool zlib_stream(std::span<const std::byte> stored, std::size_t /*decoded*/) {
          ((p[0] << 8) | p[1]) % 31 == 0;
 }
 
+// The CRC-32 of a gzip member's decoded bytes, from its trailer (RFC 1952: CRC-32, then ISIZE,
+// little-endian); of the last member where there are several, which then decode on the CPU (their
+// decoded bytes' CRC-32 is not that one, or their size not the one nvCOMP reports).
+std::uint32_t gzip_crc32(std::span<const std::byte> stored) {
+  return stored.size() < 8 ? 0 : load_le32(stored.data() + stored.size() - 8);
+}
+
+// The Adler-32 of a zlib stream's decoded bytes, from its trailer (RFC 1950: big-endian).
+std::uint32_t zlib_adler32(std::span<const std::byte> stored) {
+  if (stored.size() < 4) return 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(stored.data() + stored.size() - 4);
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         std::uint32_t{p[3]};
+}
+
 class DeflateCodec final : public BytesToBytesCodec {
  public:
   [[nodiscard]] std::optional<DeviceDecoding> device_decoding() const override {
     if (wrapper_ == Wrapper::kGzip) {
-      return DeviceDecoding{DeviceDecoding::Kind::kGzip, 0, 0, &gzip_member_of, nullptr, true};
+      return DeviceDecoding{
+          DeviceDecoding::Kind::kGzip, 0,          0, &gzip_member_of, nullptr, true, nullptr,
+          DeviceCheck::kCrc32,         &gzip_crc32};
     }
-    return DeviceDecoding{DeviceDecoding::Kind::kDeflate, 2, 4, &zlib_stream, nullptr, true};
+    return DeviceDecoding{DeviceDecoding::Kind::kDeflate,
+                          2,
+                          4,
+                          &zlib_stream,
+                          nullptr,
+                          true,
+                          nullptr,
+                          DeviceCheck::kAdler32,
+                          &zlib_adler32};
   }
 
   DeflateCodec(std::string name, MetadataStyle style, Wrapper wrapper, int default_level,

@@ -109,6 +109,10 @@ struct Decoding {
   // The codec's streams (DeviceDecoding::streams): set for chunks of many streams, which decode in
   // the decoder process stream by stream and are gathered into place by the engine.
   bool (*streams)(std::span<const std::byte>, std::size_t, DeviceStreams&) = nullptr;
+  // The codec's check the decoder process verifies (DeviceDecoding::check), and its value in the
+  // stored bytes.
+  DeviceCheck check = DeviceCheck::kNone;
+  std::uint32_t (*check_value)(std::span<const std::byte>) = nullptr;
 };
 
 // Where a leaf is staged: its place in a slot, set as it is batched (pack_batches), its decode

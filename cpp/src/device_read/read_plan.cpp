@@ -199,6 +199,8 @@ Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoder
   decoding.header = d->header;
   decoding.trailer += d->trailer;
   decoding.streams = d->streams;
+  decoding.check = d->check;
+  decoding.check_value = d->check_value;
   if (d->streams != nullptr) {
     // Chunks of many streams decode on the device only in the decoder process, whatever vouches
     // for them (and not after a numcodecs shuffle of their own). For now only where the caller
@@ -214,9 +216,11 @@ Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoder
   const bool vouched = decoding.crc32c > 0;
   const bool in_process =
       policy == GpuDecode::kTrusted || (policy == GpuDecode::kChecked && vouched);
-  // (A check the device skips leaves the CPU's the only one: such chunks stay there.)
+  // (A check the device skips leaves the CPU's the only one: such chunks stay there, unless the
+  // decoder process verifies it after its decode.)
+  const bool checked_in_process = d->check != DeviceCheck::kNone && d->check_value != nullptr;
   const bool isolated =
-      (vouched || !d->skips_check) &&
+      (vouched || !d->skips_check || checked_in_process) &&
       (policy == GpuDecode::kIsolated || (policy == GpuDecode::kChecked && !vouched));
   if (in_process && decoders.has(d->kind)) {
     decoding.route = Route::kDeviceDecode;

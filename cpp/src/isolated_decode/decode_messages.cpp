@@ -158,12 +158,14 @@ std::vector<std::uint8_t> encode(const DecodeBatch& batch) {
   w.u64(batch.id);
   w.u32(batch.codec);
   w.u32(batch.event);
+  w.u32(static_cast<std::uint32_t>(batch.check));
   w.u64(batch.chunks.size());
   for (const ChunkJob& c : batch.chunks) {
     w.u64(c.input_offset);
     w.u64(c.input_bytes);
     w.u64(c.output_offset);
     w.u64(c.capacity);
+    w.u32(c.expected);
   }
   return w.take();
 }
@@ -217,11 +219,17 @@ std::optional<DecodeBatch> decode_batch(std::span<const std::uint8_t> payload,
   Reader r(payload);
   DecodeBatch b;
   std::uint64_t count = 0;
-  if (!r.u64(b.id) || !r.u32(b.codec) || !r.u32(b.event) || !r.u64(count)) {
+  std::uint32_t check = 0;
+  if (!r.u64(b.id) || !r.u32(b.codec) || !r.u32(b.event) || !r.u32(check) || !r.u64(count)) {
     why = "decode message is truncated";
     return std::nullopt;
   }
-  if (count > kMostChunks || count * 32 != r.left()) {
+  if (check > static_cast<std::uint32_t>(DecodedCheck::kAdler32)) {
+    why = "decode message asks for an unknown check " + std::to_string(check);
+    return std::nullopt;
+  }
+  b.check = static_cast<DecodedCheck>(check);
+  if (count > kMostChunks || count * 36 != r.left()) {
     why = "decode message claims " + std::to_string(count) + " chunks in " +
           std::to_string(r.left()) + " bytes";
     return std::nullopt;
@@ -233,6 +241,7 @@ std::optional<DecodeBatch> decode_batch(std::span<const std::uint8_t> payload,
     r.u64(c.input_bytes);
     r.u64(c.output_offset);
     r.u64(c.capacity);
+    r.u32(c.expected);
     if (!within(c.input_offset, c.input_bytes, input_bytes) || c.capacity > output_bytes ||
         !within(c.output_offset, c.capacity + kGuardBytes, output_bytes)) {
       why = "chunk " + std::to_string(i) + " of batch " + std::to_string(b.id) +

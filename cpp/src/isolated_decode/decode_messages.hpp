@@ -18,10 +18,10 @@
 namespace zarr_device::isolated_decode {
 
 inline constexpr std::uint32_t kMagic = 0x5A445743;  // "ZDWC"
-inline constexpr std::uint32_t kVersion = 3;
+inline constexpr std::uint32_t kVersion = 4;
 // Bounds on what a message may claim, so that a parser never allocates from an untrusted count.
 inline constexpr std::size_t kMostChunks = std::size_t{1} << 20;
-inline constexpr std::size_t kMostPayload = 64 + 32 * kMostChunks;
+inline constexpr std::size_t kMostPayload = 64 + 36 * kMostChunks;
 
 enum class MessageType : std::uint32_t {
   kSetup = 1,    // engine -> decoder: the arenas and the device; answered by kReady
@@ -62,9 +62,15 @@ struct ChunkJob {
   std::uint64_t input_bytes = 0;
   std::uint64_t output_offset = 0;
   std::uint64_t capacity = 0;  // the bytes the chunk decodes to, as the array's metadata says
+  std::uint32_t expected = 0;  // the value of the batch's check (DecodeBatch::check)
 };
 
 inline constexpr std::uint32_t kNoEvent = UINT32_MAX;
+
+// A check of the decoded bytes that the decoder verifies after the decode, since nvCOMP does not
+// (gzip's CRC-32, zlib's Adler-32), against the value each chunk's job carries from the stored
+// trailer.
+enum class DecodedCheck : std::uint32_t { kNone = 0, kCrc32 = 1, kAdler32 = 2 };
 
 struct DecodeBatch {
   std::uint64_t id = 0;
@@ -72,6 +78,7 @@ struct DecodeBatch {
   std::vector<ChunkJob> chunks;
   // The setup's event to wait for before reading the inputs; kNoEvent: they are there already.
   std::uint32_t event = kNoEvent;
+  DecodedCheck check = DecodedCheck::kNone;
 };
 
 // Bytes of guard band after each chunk's output in the output arena: the decoder fills it before
@@ -80,6 +87,9 @@ inline constexpr std::size_t kGuardBytes = 4096;
 // The status of every chunk of a batch in which some decode wrote into a guard band: the overrun
 // may have come from any of them, so none of the batch is trusted.
 inline constexpr std::int32_t kWrotePastOutput = -0x40000000;
+// The status of a chunk that decoded to bytes whose check (DecodeBatch::check) is not the one its
+// job carries.
+inline constexpr std::int32_t kCheckFailed = -0x40000001;
 
 // Per chunk: 0 where the decoder says it decoded, else its status; and the size it reports.
 struct ChunkOutcome {

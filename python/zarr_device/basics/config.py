@@ -80,6 +80,7 @@ class IoConfig:
     gpu_decode: Literal["checked", "trusted", "off", "isolated"] = _TABLE["gpu_decode"]["default"]
     staging_bytes: int = _TABLE["staging_bytes"]["default"]
     decode_bytes: int = _TABLE["decode_bytes"]["default"]
+    decoder_bytes: int = _TABLE["decoder_bytes"]["default"]
     staging_slots: int = _TABLE["staging_slots"]["default"]
     gpu_encode: Literal["on", "off"] = _TABLE["gpu_encode"]["default"]
     decode_sharing: Literal["auto", "off"] = _TABLE["decode_sharing"]["default"]
@@ -110,7 +111,7 @@ def get_config() -> IoConfig:
 
 def set_config(**changes: Any) -> IoConfig:
     """Changes settings (``threads=``, ``max_inflight_bytes=``, ``gpu_decode=``, ``gpu_encode=``,
-    ``staging_bytes=``, ``decode_bytes=``, ``staging_slots=``, ``decode_sharing=``,
+    ``staging_bytes=``, ``decode_bytes=``, ``decoder_bytes=``, ``staging_slots=``, ``decode_sharing=``,
     ``zstd_block_bytes=``) for the reads and writes started afterwards, and
     returns the previous ones. Sizes take units (``"256MiB"``). Raises UsageError naming the
     setting when a value is invalid; nothing changes then."""
