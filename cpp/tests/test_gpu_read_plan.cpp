@@ -107,11 +107,13 @@ TEST(GpuReadPlan, ChunksNoChecksumVouchesForGoToTheDecoderProcess) {
       {blosc, GpuDecode::kTrusted, Route::kCpuDecode},
       {blosc, GpuDecode::kOff, Route::kCpuDecode},
       {blosclz, GpuDecode::kIsolated, Route::kCpuDecode},
-      // gzip's CRC-32 and zlib's Adler-32 are not verified by nvCOMP: the decoder process
-      // verifies them after its decode, and never the caller's context.
-      {gzip, GpuDecode::kChecked, Route::kIsolatedDecode},
+      // gzip's CRC-32 and zlib's Adler-32 are not verified by nvCOMP: under 'isolated' the
+      // decoder process verifies them after its decode; by default the CPU keeps them.
+      {gzip, GpuDecode::kChecked, Route::kCpuDecode},
       {gzip, GpuDecode::kIsolated, Route::kIsolatedDecode},
       {json::array({{{"name", "bytes"}}, {{"name", "numcodecs.zlib"}}}), GpuDecode::kChecked,
+       Route::kCpuDecode},
+      {json::array({{{"name", "bytes"}}, {{"name", "numcodecs.zlib"}}}), GpuDecode::kIsolated,
        Route::kIsolatedDecode},
       {gzip_crc, GpuDecode::kChecked, Route::kDeviceDecode},
       {gzip_crc, GpuDecode::kIsolated, Route::kIsolatedDecode},

@@ -2,8 +2,9 @@
 data users have (zstd without a checksum, LZ4) read onto the GPU by default and equal to the
 host's read bit for bit; damaged chunks cost the decoder process, never the caller's CUDA context,
 and are reported as the CPU's decoders report them, naming the chunk. gzip and zlib chunks carry a
-check (CRC-32, Adler-32) nvCOMP does not verify: the decoder process verifies it on the GPU after
-its decode, and a chunk whose decoded bytes do not match decodes on the CPU, which reports it."""
+check (CRC-32, Adler-32) nvCOMP does not verify: under ``gpu_decode="isolated"`` the decoder
+process verifies it on the GPU after its decode, and a chunk whose decoded bytes do not match
+decodes on the CPU, which reports it; by default they decode on the CPU."""
 
 from __future__ import annotations
 
@@ -113,8 +114,8 @@ def test_policies_choose_where_chunks_decode(tmp_path: Path) -> None:
     assert sent(unchecked, "off") == 0
     for name, compressors in SELF_CHECKED.items():
         own = _array(tmp_path / f"{name}.zarr", compressors)
-        assert sent(own, "checked") == 12, name  # its CRC-32 or Adler-32 verified by the process
-        assert sent(own, "isolated") == 12, name
+        assert sent(own, "checked") == 0, name  # its CRC-32 or Adler-32: verified on the CPU
+        assert sent(own, "isolated") == 12, name  # verified by the decoder process
         chain = compressors if isinstance(compressors, list) else [{"name": compressors}]
         vouched = _array(tmp_path / f"{name}-crc.zarr", [*chain, {"name": "crc32c"}])
         assert sent(vouched, "checked") == 0, name  # a crc32c vouches: decoded in this process
@@ -127,9 +128,10 @@ def test_policies_choose_where_chunks_decode(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", sorted(SELF_CHECKED))
 def test_checks_nvcomp_skips_are_verified_by_the_decoder_process(tmp_path: Path, name: str) -> None:
     """gzip's CRC-32 and zlib's Adler-32, which nvCOMP does not verify, verified on the GPU after
-    the process's decode: valid chunks are decoded there and equal the host's read; a chunk whose
+    the process's decode (under ``isolated``): valid chunks are decoded there and equal the host's read; a chunk whose
     trailer disagrees with its (valid) deflate stream decodes to the wrong check, is answered as
     not decoded and is the CPU's typed error naming it."""
+    zd.set_config(gpu_decode="isolated")
     arr = _array(tmp_path / "a.zarr", SELF_CHECKED[name], shape=(64, 4096), chunks=(4, 4096))
     good = np.ascontiguousarray(arr[...])
     before = _decoder()

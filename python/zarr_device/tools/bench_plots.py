@@ -299,10 +299,13 @@ def _plot_lines(records: Sequence[Record], key: str, label_of: Callable[[int], s
     figure = _figure()
     axes = figure.add_subplot()
     values: set[int] = set()
-    for label, points in sorted(lines.items()):
+    # Past ten lines the default colours repeat: a line style and marker of its own for each ten.
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+    for index, (label, points) in enumerate(sorted(lines.items())):
         xs = sorted(points)
         values.update(xs)
-        axes.plot(xs, [points[x] for x in xs], marker="o", label=label)
+        style, marker = styles[index // 10 % len(styles)]
+        axes.plot(xs, [points[x] for x in xs], linestyle=style, marker=marker, label=label)
     axes.set_xscale("log", base=2)
     ticks = sorted(values)
     axes.set_xticks(ticks, [label_of(x) for x in ticks], rotation=30)
