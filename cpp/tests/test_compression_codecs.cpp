@@ -3,6 +3,7 @@
 // / zarr-python 3.1, so a change in our encoding of the formats shows up here rather than as
 // unreadable data elsewhere. zstd, blosc and crc32c have files of their own.
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <atomic>
 #include <string>
@@ -118,6 +119,25 @@ TEST(CompressionCodecs, DeflateGoldenStreams) {
   const Bytes ours = to_bytes(make("numcodecs.gzip")->encode(to_buffer(text)));
   ASSERT_EQ(ours.size(), gzip.size());
   EXPECT_EQ(Bytes(ours.begin() + 10, ours.end()), Bytes(gzip.begin() + 10, gzip.end()));
+}
+
+// The check a GPU verifies after nvCOMP's decode (which skips it), as the codec reads it from the
+// stored trailer: zlib's crc32() of the decoded bytes for gzip, adler32() for zlib.
+TEST(CompressionCodecs, DeflateDeclaresTheCheckOfItsTrailer) {
+  const Bytes data = typed_data(70000, 4, 9);
+  const auto* bytes = reinterpret_cast<const Bytef*>(data.data());
+  const auto crc = static_cast<std::uint32_t>(crc32(crc32(0, nullptr, 0), bytes, data.size()));
+  const auto adler =
+      static_cast<std::uint32_t>(adler32(adler32(0, nullptr, 0), bytes, data.size()));
+  for (const char* name : {"gzip", "numcodecs.gzip", "numcodecs.zlib"}) {
+    const auto codec = make(name);
+    const Bytes stored = to_bytes(codec->encode(to_buffer(data)));
+    const auto d = codec->device_decoding();
+    ASSERT_TRUE(d && d->skips_check && d->check_value != nullptr) << name;
+    const bool zlib = std::string_view(name) == "numcodecs.zlib";
+    EXPECT_EQ(d->check, zlib ? DeviceCheck::kAdler32 : DeviceCheck::kCrc32) << name;
+    EXPECT_EQ(d->check_value(stored), zlib ? adler : crc) << name;
+  }
 }
 
 TEST(CompressionCodecs, GzipConcatenatedMembersAndPadding) {

@@ -220,8 +220,8 @@ Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoder
   // decoder process verifies it after its decode. For now that is where the caller asks for the
   // process ('isolated'): by default they stay with the CPU until the process's check has run on
   // every layout of the GPU suite.)
-  const bool checked_in_process = policy == GpuDecode::kIsolated &&
-                                  d->check != DeviceCheck::kNone && d->check_value != nullptr;
+  const bool checked_in_process =
+      policy == GpuDecode::kIsolated && d->check != DeviceCheck::kNone && d->check_value != nullptr;
   const bool isolated =
       (vouched || !d->skips_check || checked_in_process) &&
       (policy == GpuDecode::kIsolated || (policy == GpuDecode::kChecked && !vouched));
