@@ -501,7 +501,7 @@ def test_io_config_reaches_the_engine_not_each_call() -> None:
     try:
         assert _core.settings() == {"threads": 3, "max_inflight_bytes": 1 << 20, "gpu_decode": "trusted",
                                     "staging_bytes": 32 << 20, "staging_slots": 2,
-                                    "decode_bytes": previous.decode_bytes,
+                                    "decode_bytes": previous.decode_bytes, "decoder_bytes": previous.decoder_bytes,
                                     "gpu_encode": previous.gpu_encode, "decode_sharing": previous.decode_sharing,
                                     "zstd_block_bytes": previous.zstd_block_bytes}
         transfers.fill(Recorder(), [(0, 1, 4)], Destination(None, index=1, ptr=1234, nbytes=16, stream=7))  # type: ignore[arg-type]
