@@ -39,8 +39,7 @@ constexpr std::size_t kArenaAlignment = 256;  // of each input and output in the
 // ask of their inputs).
 constexpr std::size_t kStreamAlignment = 16;
 
-// How long a call may take before its process is taken for hung: far more than any decode of the
-// arenas' bytes takes (GB/s on any GPU nvCOMP runs on), far less than a user would wait.
+// The protocol's name for a codec's check (the wire form keeps its own numbering).
 isolated_decode::DecodedCheck decoded_check(DeviceCheck check) {
   switch (check) {
     case DeviceCheck::kCrc32:
@@ -53,6 +52,8 @@ isolated_decode::DecodedCheck decoded_check(DeviceCheck check) {
   return isolated_decode::DecodedCheck::kNone;
 }
 
+// How long a call may take before its process is taken for hung: far more than any decode of the
+// arenas' bytes takes (GB/s on any GPU nvCOMP runs on), far less than a user would wait.
 std::chrono::steady_clock::time_point deadline_for(std::size_t decoded_bytes) {
   constexpr std::size_t kBytesPerSecond = std::size_t{64} << 20;
   return std::chrono::steady_clock::now() + std::chrono::seconds(10) +
