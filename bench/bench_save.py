@@ -9,10 +9,13 @@ each is timed from the call to its return:
                         and fsynced: the rate the disk takes
     zarr-device         zt.save(state, p): chunks laid out on the GPU, one crossing, fsync, rename
     zarr-device zstd    zt.save(state, p, compressors="zstd"): compressed on the GPU
+    zarr-device auto    zt.save(state, p, compressors="auto"): byte-shuffled and compressed on
+                        the GPU
     safetensors         safetensors.torch.save_file({k: v.cpu()}) + fsync of the file
     torch.save          torch.save(state, f) + fsync (torch copies GPU tensors to the host)
 
-Reported: GB/s of tensor bytes (10^9/s), and each writer over the disk's rate. Each save is read
+Reported: GB/s of tensor bytes (10^9/s), each writer over the disk's rate, and the bytes it stored
+over the tensors' bytes. Each save is read
 back (zt.load / safetensors / torch.load) and compared bit for bit once.
 
     python bench/bench_save.py --size 6GiB --out /tmp/bs [--repeat 2]
@@ -41,6 +44,12 @@ def fsync_path(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def stored_bytes(path: str) -> int:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
 def disk_rate(folder: str, nbytes: int) -> float:
@@ -96,10 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     writers: dict[str, tuple[Callable[[str], None], Callable[[str], dict[str, Any]]]] = {
         "zarr-device": (zarr_device_save(None), lambda p: zt.load(p, device="cuda")),
         "zarr-device zstd": (zarr_device_save("zstd"), lambda p: zt.load(p, device="cuda")),
+        "zarr-device auto": (zarr_device_save("auto"), lambda p: zt.load(p, device="cuda")),
         "safetensors": (safetensors_save, lambda p: __import__("safetensors.torch").torch.load_file(p, device="cuda")),
         "torch.save": (torch_save, lambda p: torch.load(p, map_location="cuda", weights_only=True)),
     }
     rows = [("disk", max(disk_rate(args.out, nbytes) for _ in range(args.repeat)))]
+    stored: dict[str, float] = {}
     for name, (save, load) in writers.items():
         path = os.path.join(args.out, name.replace(" ", "-").replace(".", "-"))
         best = float("inf")
@@ -122,15 +133,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ImportError as e:
             log(f"{name}: skipped ({e})")
             continue
+        stored[name] = stored_bytes(path) / nbytes
         rows.append((name, nbytes / best / 1e9))
-        log(f"{name}: {rows[-1][1]:.2f} GB/s")
+        log(f"{name}: {rows[-1][1]:.2f} GB/s, stored at {stored[name]:.3f} of raw")
     disk = rows[0][1]
-    print(f"\n{'writer':18s} {'GB/s':>7s} {'of disk':>8s}")
+    print(f"\n{'writer':18s} {'GB/s':>7s} {'of disk':>8s} {'stored':>7s}")
     for name, rate in rows:
-        print(f"{name:18s} {rate:7.2f} {rate / disk:8.2f}")
+        print(f"{name:18s} {rate:7.2f} {rate / disk:8.2f} {stored.get(name, 1.0):7.3f}")
     if args.json:
-        results = [{"loader": name, "direction": "save", "gbps": rate, "of_disk": rate / disk, "cache": "warm"}
-                   for name, rate in rows]
+        results = [{"loader": name, "direction": "save", "gbps": rate, "of_disk": rate / disk, "cache": "warm",
+                    "stored": stored.get(name, 1.0)} for name, rate in rows]
         with open(args.json, "w") as f:
             json.dump({"machine": machine_info(), "nbytes": nbytes, "repeat": args.repeat, "results": results}, f,
                       indent=1)

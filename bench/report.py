@@ -45,7 +45,9 @@ Record = Mapping[str, Any]
 # does too where the columns are chunk sizes or thread counts; where they are warm and cold, each
 # codec has columns of its own in one table.
 _ROW = ("loader", "case")
-_NOT_SETTINGS = {*_ROW, "gbps", "warm_gbps", "cold_gbps", "cache", "chunk_bytes", "threads", "part", "limit"}
+# (A note and a layout's name describe one record: its chunk size is a column, its series a setting.)
+_NOT_SETTINGS = {*_ROW, "gbps", "warm_gbps", "cold_gbps", "cache", "chunk_bytes", "threads", "part", "limit", "note",
+                 "layout"}
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,7 @@ def missing(need: str) -> str | None:
 NAME_FIELDS = ("loader", "reader", "writer", "way", "name")
 NAME_KEYS = ("readers", "loaders", "writers", "ways")  # dicts whose keys name readers
 CACHE_KEYS = ("warm", "cold", "best", "median")
-KEPT_FIELDS = ("codec", "layout", "policy", "written_by", "store", "read", "dtype", "latency_ms", "of_disk",
+KEPT_FIELDS = ("codec", "layout", "policy", "written_by", "store", "read", "dtype", "latency_ms", "of_disk", "stored",
                "vs_best_peer", "chunks_per_s", "shard_bytes", "note")
 SKIPPED_KEYS = ("machine", "versions", "packages", "engine", "args")
 SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMG]i?B)\b")
@@ -193,7 +193,16 @@ def _record(fields: Mapping[str, Any], path: Sequence[str], cache: str, gbps: fl
     layout = fields.get("layout")
     from_layout = _chunk_in(layout) if isinstance(layout, str) else None
     case = "/".join(where[-2:]) or (from_layout[1] if from_layout else None) or part
+    # A way of reading one layout (a GPU decode policy, or the CPU's): the reader is the codec and
+    # the way, and the layout's series (its writer and kind, without the chunk size) a setting.
+    policy = fields.get("policy")
+    by_policy = name is None and isinstance(policy, str)
+    if by_policy:
+        codec = fields.get("codec")
+        name = f"{codec}, {policy}" if isinstance(codec, str) else str(policy)
     record: dict[str, Any] = {"loader": name} if name else {"case": case}
+    if by_policy:
+        record["series"] = case
     if name and where:
         record["where"] = "/".join(where)
     record["gbps"] = gbps
@@ -208,6 +217,8 @@ def _record(fields: Mapping[str, Any], path: Sequence[str], cache: str, gbps: fl
     if _number(threads) and threads > 0:
         record["threads"] = int(threads)
     for key in KEPT_FIELDS:
+        if by_policy and key in ("codec", "policy"):
+            continue
         if key in fields and (fields[key] is None or isinstance(fields[key], (str, int, float, bool))):
             record[key] = fields[key]
     record["part"] = part

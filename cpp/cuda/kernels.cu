@@ -91,37 +91,50 @@ __global__ void byte_unshuffle_kernel(const UnshuffleBlock* blocks) {
 }
 
 // One whole chunk's unshuffle over the grid: a thread gathers an element's bytes from the streams
-// (each read coalesced across the warp) and writes the element whole.
-template <int kTypesize>
-__global__ void chunk_unshuffle_kernel(const unsigned char* in, unsigned char* out,
+// (each read coalesced across the warp) and writes the element whole; the shuffle (kShuffle) reads
+// an element whole and scatters its bytes to the streams.
+template <int kTypesize, bool kShuffle>
+__global__ void chunk_shuffling_kernel(const unsigned char* in, unsigned char* out,
                                        std::uint64_t elements) {
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
        i < elements; i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
     unsigned char element[kTypesize];
 #pragma unroll
-    for (int j = 0; j < kTypesize; ++j) element[j] = in[j * elements + i];
+    for (int j = 0; j < kTypesize; ++j)
+      element[j] = kShuffle ? in[i * kTypesize + j] : in[j * elements + i];
 #pragma unroll
-    for (int j = 0; j < kTypesize; ++j) out[i * kTypesize + j] = element[j];
+    for (int j = 0; j < kTypesize; ++j) {
+      if constexpr (kShuffle) {
+        out[j * elements + i] = element[j];
+      } else {
+        out[i * kTypesize + j] = element[j];
+      }
+    }
   }
 }
 
-__global__ void chunk_unshuffle_any_kernel(const unsigned char* in, unsigned char* out,
+template <bool kShuffle>
+__global__ void chunk_shuffling_any_kernel(const unsigned char* in, unsigned char* out,
                                            std::uint64_t elements, std::uint64_t typesize) {
   const std::uint64_t whole = elements * typesize;
   for (std::uint64_t k = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
        k < whole; k += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
-    out[k] = in[(k % typesize) * elements + k / typesize];
+    const std::uint64_t streamed = (k % typesize) * elements + k / typesize;
+    if constexpr (kShuffle) {
+      out[streamed] = in[k];
+    } else {
+      out[k] = in[streamed];
+    }
   }
 }
 
-}  // namespace
-
-void launch_chunk_unshuffle(const std::byte* shuffled, std::byte* out, std::size_t bytes,
+template <bool kShuffle>
+void launch_chunk_shuffling(const std::byte* from, std::byte* to, std::size_t bytes,
                             std::size_t typesize, cudaStream_t stream) {
-  const auto* in = reinterpret_cast<const unsigned char*>(shuffled);
-  auto* to = reinterpret_cast<unsigned char*>(out);
+  const auto* in = reinterpret_cast<const unsigned char*>(from);
+  auto* out = reinterpret_cast<unsigned char*>(to);
   if (typesize <= 1) {
-    if (bytes > 0) cudaMemcpyAsync(out, shuffled, bytes, cudaMemcpyDeviceToDevice, stream);
+    if (bytes > 0) cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream);
     return;
   }
   const std::uint64_t elements = bytes / typesize;
@@ -132,20 +145,33 @@ void launch_chunk_unshuffle(const std::byte* shuffled, std::byte* out, std::size
       static_cast<unsigned int>(wanted < 65535 * 8 ? (wanted > 0 ? wanted : 1) : 65535 * 8);
   switch (typesize) {
     case 2:
-      chunk_unshuffle_kernel<2><<<blocks, threads, 0, stream>>>(in, to, elements);
+      chunk_shuffling_kernel<2, kShuffle><<<blocks, threads, 0, stream>>>(in, out, elements);
       break;
     case 4:
-      chunk_unshuffle_kernel<4><<<blocks, threads, 0, stream>>>(in, to, elements);
+      chunk_shuffling_kernel<4, kShuffle><<<blocks, threads, 0, stream>>>(in, out, elements);
       break;
     case 8:
-      chunk_unshuffle_kernel<8><<<blocks, threads, 0, stream>>>(in, to, elements);
+      chunk_shuffling_kernel<8, kShuffle><<<blocks, threads, 0, stream>>>(in, out, elements);
       break;
     default:
-      chunk_unshuffle_any_kernel<<<blocks, threads, 0, stream>>>(in, to, elements, typesize);
+      chunk_shuffling_any_kernel<kShuffle>
+          <<<blocks, threads, 0, stream>>>(in, out, elements, typesize);
   }
   if (whole < bytes) {
-    cudaMemcpyAsync(out + whole, shuffled + whole, bytes - whole, cudaMemcpyDeviceToDevice, stream);
+    cudaMemcpyAsync(to + whole, from + whole, bytes - whole, cudaMemcpyDeviceToDevice, stream);
   }
+}
+
+}  // namespace
+
+void launch_chunk_unshuffle(const std::byte* shuffled, std::byte* out, std::size_t bytes,
+                            std::size_t typesize, cudaStream_t stream) {
+  launch_chunk_shuffling<false>(shuffled, out, bytes, typesize, stream);
+}
+
+void launch_chunk_shuffle(const std::byte* in, std::byte* shuffled, std::size_t bytes,
+                          std::size_t typesize, cudaStream_t stream) {
+  launch_chunk_shuffling<true>(in, shuffled, bytes, typesize, stream);
 }
 
 void launch_strided_copy(const StridedCopy& copy, cudaStream_t stream) {

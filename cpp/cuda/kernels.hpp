@@ -63,6 +63,10 @@ void launch_byte_unshuffle(const UnshuffleBlock* blocks, std::size_t count, cuda
 // of `typesize`-byte elements from `shuffled` into `out` (device memory, not overlapping).
 void launch_chunk_unshuffle(const std::byte* shuffled, std::byte* out, std::size_t bytes,
                             std::size_t typesize, cudaStream_t stream);
+// Its inverse, for writes: `bytes` bytes of `typesize`-byte elements from `in` byte-shuffled into
+// `shuffled` (device memory, not overlapping), as numcodecs' shuffle encodes.
+void launch_chunk_shuffle(const std::byte* in, std::byte* shuffled, std::size_t bytes,
+                          std::size_t typesize, cudaStream_t stream);
 
 // Copies between places in device memory, any number, passed to the kernels by value (a launch
 // takes kCopiesPerLaunch): for the stored streams of a call, each moved to an address its decoder

@@ -57,7 +57,8 @@ std::vector<Leaf> Reader::route(std::span<const device_read::ReadTarget> targets
 
 DevicePlan Reader::lay_out(std::vector<Leaf>& leaves, std::span<const std::uintptr_t> streams,
                            bool may_stream_order, const ReadsInFlight& in_flight) {
-  // Reads of few or large zstd chunks end sooner with a share of them decoded on the CPU. A read
+  // Reads of few or large zstd chunks end sooner with a share of them decoded on the CPU, and reads
+  // of gzip or zlib chunks unless they are many and small. A read
   // that does not wait for its decodes is not held up by their latency, and the next read overlaps
   // them: the GPU is then the faster way however few the chunks. Not in a process whose streams
   // share one hardware queue (device_read::hardware_queues): the next read's copies queue behind
@@ -76,6 +77,12 @@ DevicePlan Reader::lay_out(std::vector<Leaf>& leaves, std::span<const std::uintp
     rates.device_chunk =
         device_read::device_chunk_rate(leaves, device_read::DecodeKind::kZstd, rates);
     plan.shared = device_read::share_decodes(leaves, device_read::DecodeKind::kZstd, rates);
+    const auto deflate = device_read::deflate_rates(rates);
+    for (const auto kind : {device_read::DecodeKind::kGzip, device_read::DecodeKind::kDeflate}) {
+      for (const auto route : {Route::kDeviceDecode, Route::kIsolatedDecode}) {
+        plan.shared += device_read::share_decodes(leaves, kind, deflate, route);
+      }
+    }
   }
   // Chunks larger than a slot of the ring as configured, or decoded on the CPU and so large that
   // its slots would bound how many decode at once, are staged a part at a time.

@@ -37,12 +37,23 @@ EncodePlan plan_encoding(const codecs::CodecChain& chain, const Nvcomp& nvcomp, 
   plan.stored_strides.resize(rank);
   for (std::size_t i = 0; i < rank; ++i) plan.stored_strides[plan.order[i]] = stored_c[i];
   const auto b2b = chain.bytes_to_bytes();
-  const auto device_codec = b2b.empty() ? std::nullopt : b2b[0]->device_encoding();
+  // A byte shuffle right before the compressor is done on the GPU too (where the chunk is whole
+  // elements of it: otherwise the CPU's codec reports the chunk), so that only compressed bytes
+  // cross to the host.
+  std::size_t first = 0;
+  std::size_t shuffle = 0;
+  if (b2b.size() >= 2 && b2b[0]->device_unshuffle() > 0 &&
+      spec.nbytes() % b2b[0]->device_unshuffle() == 0) {
+    shuffle = b2b[0]->device_unshuffle();
+    first = 1;
+  }
+  const auto device_codec = b2b.size() > first ? b2b[first]->device_encoding() : std::nullopt;
   if (mode == GpuEncode::kOn && device_codec) {
     const auto* compressor = nvcomp.compressor(*device_codec);
     if (compressor && spec.nbytes() > 0 && spec.nbytes() <= compressor->max_chunk) {
       plan.compressor = compressor;
-      plan.cpu_codecs_from = 1;
+      plan.shuffle = shuffle;
+      plan.cpu_codecs_from = first + 1;
     }
   }
   plan.on_gpu = es <= 16;

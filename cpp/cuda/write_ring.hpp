@@ -27,8 +27,9 @@ struct WriteArrays {
   std::size_t* offsets;
   int* statuses;
   int* flags;
+  const void** shuffled;  // the compressor's inputs where the GPU shuffles first
   std::byte* fill;
-  static constexpr std::size_t bytes() { return kMaxWriteBatch * (5 * 8 + 2 * sizeof(int)) + 64; }
+  static constexpr std::size_t bytes() { return kMaxWriteBatch * (6 * 8 + 2 * sizeof(int)) + 64; }
   static WriteArrays at(std::byte* base) {
     WriteArrays a{};
     a.inputs = reinterpret_cast<const void**>(base);
@@ -38,7 +39,8 @@ struct WriteArrays {
     a.offsets = reinterpret_cast<std::size_t*>(base + kMaxWriteBatch * 32);
     a.statuses = reinterpret_cast<int*>(base + kMaxWriteBatch * 40);
     a.flags = reinterpret_cast<int*>(base + kMaxWriteBatch * 44);
-    a.fill = base + kMaxWriteBatch * 48;
+    a.shuffled = reinterpret_cast<const void**>(base + kMaxWriteBatch * 48);
+    a.fill = base + kMaxWriteBatch * 56;
     return a;
   }
 };

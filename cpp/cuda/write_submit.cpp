@@ -1,5 +1,6 @@
 // A GPU write batch's device stage (cuda_writer.hpp), on its slot's stream: its leaves laid out as
-// stored, marked where they hold anything but the fill value, compressed by nvCOMP and packed back
+// stored, marked where they hold anything but the fill value, byte-shuffled where the chain asks
+// for it before its compressor, compressed by nvCOMP and packed back
 // to back, and copied to pinned host memory (uncompressed chains at once, adjacent chunks in one
 // copy; compressed ones in one copy once their sizes are known).
 #include <cuda_runtime_api.h>
@@ -24,6 +25,7 @@ void Writer::launch(WriteSlot& slot, std::span<WriteItem> items) {
   auto host = WriteArrays::at(slot.host + ctx_->slot_bytes);
   auto dev = WriteArrays::at(slot.arrays);
   const bool compress = plan_.compressor != nullptr;
+  const bool shuffle = compress && plan_.shuffle > 1;
   // Place every leaf: laid out in staging, or read where it is.
   std::size_t staged = 0;
   std::size_t outputs = 0;
@@ -44,6 +46,10 @@ void Writer::launch(WriteSlot& slot, std::span<WriteItem> items) {
         leaf.staging = SIZE_MAX;
       } else {
         leaf.staging = staged;
+        staged += device_read::align_up(leaf_bytes_, device_read::kStagingAlignment);
+      }
+      if (shuffle) {
+        leaf.shuffled = staged;
         staged += device_read::align_up(leaf_bytes_, device_read::kStagingAlignment);
       }
       if (compress) {
@@ -88,6 +94,7 @@ void Writer::launch(WriteSlot& slot, std::span<WriteItem> items) {
       host.inputs[leaf.index] = leaf.input;
       host.input_sizes[leaf.index] = leaf_bytes_;
       if (compress) host.outputs[leaf.index] = compressed + leaf.output;
+      if (shuffle) host.shuffled[leaf.index] = staging + leaf.shuffled;
     }
   }
   if (n == 0) {
@@ -109,12 +116,26 @@ void Writer::launch(WriteSlot& slot, std::span<WriteItem> items) {
                        slot.stream);
   ZD_CUDA_CHECK(cudaGetLastError());
   if (compress) {
+    // The fill value is judged on the elements; the compressor takes their shuffle.
+    if (shuffle) {
+      for (const auto& item : items) {
+        for (const auto& leaf : item.leaves) {
+          if (leaf.outside) continue;
+          launch_chunk_shuffle(leaf.input, staging + leaf.shuffled, leaf_bytes_, plan_.shuffle,
+                               slot.stream);
+        }
+      }
+      ZD_CUDA_CHECK(cudaGetLastError());
+      ZD_CUDA_CHECK(cudaMemcpyAsync(dev.shuffled, host.shuffled, n * sizeof(void*),
+                                    cudaMemcpyHostToDevice, slot.stream));
+    }
     const std::size_t temp_bytes = plan_.compressor->temp_size(n, leaf_bytes_, n * leaf_bytes_);
     std::byte* temp = temp_bytes
                           ? ctx_->temp.acquire(temp_bytes, temp_bytes, slot.stream, ctx_->streams)
                           : nullptr;
-    plan_.compressor->compress(dev.inputs, dev.input_sizes, leaf_bytes_, n, temp, temp_bytes,
-                               dev.outputs, dev.output_sizes, dev.statuses, slot.stream);
+    plan_.compressor->compress(shuffle ? dev.shuffled : dev.inputs, dev.input_sizes, leaf_bytes_, n,
+                               temp, temp_bytes, dev.outputs, dev.output_sizes, dev.statuses,
+                               slot.stream);
     if (temp) ctx_->temp.release(slot.stream);
     // The staging's laid-out chunks are consumed: the packed output goes there.
     launch_pack(dev.outputs, dev.output_sizes, n, staging, dev.offsets, slot.stream);

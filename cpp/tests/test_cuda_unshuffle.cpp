@@ -66,11 +66,11 @@ TEST(CudaDeviceUnshuffle, MatchesTheCpusUnshuffle) {
   cudaFree(device);
 }
 
-// A whole chunk's unshuffle over the grid (numcodecs' shuffle), against the CPU's, for element
-// sizes with kernels of their own and without, and sizes with bytes past the last element.
-TEST(CudaDeviceUnshuffle, WholeChunksMatchTheCpusUnshuffle) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  std::mt19937 rng(5);
+// A whole chunk's unshuffle over the grid (numcodecs' shuffle), and its shuffle for writes,
+// against the CPU's, for element sizes with kernels of their own and without, and sizes with bytes
+// past the last element.
+void check_whole_chunks(bool shuffle) {
+  std::mt19937 rng(shuffle ? 15 : 5);
   std::byte* device = nullptr;
   constexpr std::size_t kMost = (std::size_t{8} << 20) + 7;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), 2 * kMost), cudaSuccess);
@@ -79,16 +79,31 @@ TEST(CudaDeviceUnshuffle, WholeChunksMatchTheCpusUnshuffle) {
       std::vector<std::byte> in(bytes);
       for (auto& b : in) b = static_cast<std::byte>(rng());
       ASSERT_EQ(cudaMemcpy(device, in.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
-      launch_chunk_unshuffle(device, device + kMost, bytes, typesize, nullptr);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<std::byte> expected(bytes);
-      codecs::byte_unshuffle(in.data(), expected.data(), bytes, typesize);
+      if (shuffle) {
+        launch_chunk_shuffle(device, device + kMost, bytes, typesize, nullptr);
+        codecs::byte_shuffle(in.data(), expected.data(), bytes, typesize);
+      } else {
+        launch_chunk_unshuffle(device, device + kMost, bytes, typesize, nullptr);
+        codecs::byte_unshuffle(in.data(), expected.data(), bytes, typesize);
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<std::byte> got(bytes);
       ASSERT_EQ(cudaMemcpy(got.data(), device + kMost, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
       EXPECT_EQ(got, expected) << "typesize " << typesize << ", " << bytes << " bytes";
     }
   }
   cudaFree(device);
+}
+
+TEST(CudaDeviceUnshuffle, WholeChunksMatchTheCpusUnshuffle) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  check_whole_chunks(false);
+}
+
+TEST(CudaDeviceUnshuffle, WholeChunksMatchTheCpusShuffle) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  check_whole_chunks(true);
 }
 
 // Streams of many blocks gathered and unshuffled into place (a chunk decoded stream by stream),

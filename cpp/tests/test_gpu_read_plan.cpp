@@ -100,19 +100,21 @@ TEST(GpuReadPlan, ChunksNoChecksumVouchesForGoToTheDecoderProcess) {
       {zstd, GpuDecode::kTrusted, Route::kDeviceDecode},
       {zstd, GpuDecode::kOff, Route::kCpuDecode},
       {kZstdCrc, GpuDecode::kOff, Route::kCpuDecode},
-      // Blosc (zstd by default) has no checksum: its streams decode in the decoder process where
-      // the caller asks for it, for now; blosclz only on the CPU.
+      // Blosc (zstd by default) has no checksum: its streams decode in the decoder process
+      // unless the caller turns GPU decoding off; blosclz only on the CPU.
       {blosc, GpuDecode::kIsolated, Route::kIsolatedDecode},
-      {blosc, GpuDecode::kChecked, Route::kCpuDecode},
-      {blosc, GpuDecode::kTrusted, Route::kCpuDecode},
+      {blosc, GpuDecode::kChecked, Route::kIsolatedDecode},
+      {blosc, GpuDecode::kTrusted, Route::kIsolatedDecode},
       {blosc, GpuDecode::kOff, Route::kCpuDecode},
       {blosclz, GpuDecode::kIsolated, Route::kCpuDecode},
-      // gzip's CRC-32 and zlib's Adler-32 are not verified by nvCOMP: under 'isolated' the
-      // decoder process verifies them after its decode; by default the CPU keeps them.
-      {gzip, GpuDecode::kChecked, Route::kCpuDecode},
+      {blosclz, GpuDecode::kChecked, Route::kCpuDecode},
+      // gzip's CRC-32 and zlib's Adler-32 are not verified by nvCOMP: the decoder process
+      // verifies them after its decode.
+      {gzip, GpuDecode::kChecked, Route::kIsolatedDecode},
       {gzip, GpuDecode::kIsolated, Route::kIsolatedDecode},
+      {gzip, GpuDecode::kOff, Route::kCpuDecode},
       {json::array({{{"name", "bytes"}}, {{"name", "numcodecs.zlib"}}}), GpuDecode::kChecked,
-       Route::kCpuDecode},
+       Route::kIsolatedDecode},
       {json::array({{{"name", "bytes"}}, {{"name", "numcodecs.zlib"}}}), GpuDecode::kIsolated,
        Route::kIsolatedDecode},
       {gzip_crc, GpuDecode::kChecked, Route::kDeviceDecode},

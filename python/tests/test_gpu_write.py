@@ -148,6 +148,46 @@ def test_gpu_zstd_frames_are_standard(tmp_path: Path) -> None:
     assert np.array_equal(zarr.open_array(str(tmp_path / "gpu"), mode="r")[...], expected)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64", "float8_e4m3fn", "int16"])
+@pytest.mark.parametrize("layout", ["sharded", "chunked"])
+def test_gpu_shuffles_before_its_zstd(tmp_path: Path, dtype: str, layout: str) -> None:
+    """numcodecs' shuffle before zstd (checkpoints' "auto" layout) is done on the GPU with the
+    compression: the chunks are nvCOMP's frames of the shuffled bytes, the same elements as the
+    CPU's chunks, the same chunks left out, and zarr-python reads them."""
+    if not cuda_build_info().get("nvcomp_zstd_compression"):
+        pytest.skip("nvCOMP's zstd compressor is not available here")
+    if not isinstance(getattr(torch, dtype, None), torch.dtype):
+        pytest.skip(f"torch has no {dtype}")
+    item = np.dtype(numpy_dtype(dtype)).itemsize
+    inner = [{"name": "bytes", "configuration": {"endian": "little"}},
+             {"name": "numcodecs.shuffle", "configuration": {"elementsize": item}}, *ZSTD_CRC[1:]]
+    shape = (300, 257)  # edge chunks hold fill value past the array
+    codecs = sharded(inner, [64, 64]) if layout == "sharded" else inner
+    chunks = (128, 128) if layout == "sharded" else (64, 64)
+    rng = np.random.default_rng(7)
+    values = random_values(dtype, shape, rng)
+    values[:64] = np.zeros((), dtype=values.dtype)  # whole chunks of fill value: not stored
+    for name, encode in (("gpu", "on"), ("cpu", "off")):
+        arr = zd.create(tmp_path / name, shape=shape, dtype=dtype, chunks=chunks, codecs=codecs)
+        previous = zd.set_config(gpu_encode=encode)
+        try:
+            arr[...] = to_cuda(values, dtype)
+        finally:
+            zd.set_config(gpu_encode=previous.gpu_encode)
+    assert host_bytes(zd.open_array(tmp_path / "gpu")[...]) == host_bytes(values)
+    assert stored_keys(tmp_path / "gpu") == stored_keys(tmp_path / "cpu")
+    if layout == "chunked" and item > 1:
+        gpu_chunk = (tmp_path / "gpu" / "c" / "1" / "1").read_bytes()
+        assert gpu_chunk[:4] == b"\x28\xb5\x2f\xfd", "a zstd frame"
+        assert gpu_chunk != (tmp_path / "cpu" / "c" / "1" / "1").read_bytes(), "compressed by nvCOMP"
+    back = zd.open_array(tmp_path / "gpu").read(device=DEV, like="torch")
+    assert tensor_bytes(back) == tensor_bytes(to_cuda(values, dtype))
+    zarr = pytest.importorskip("zarr")
+    if dtype in ("bfloat16", "float8_e4m3fn"):
+        return  # zarr-python has no such data type
+    assert host_bytes(zarr.open_array(str(tmp_path / "gpu"), mode="r")[...]) == host_bytes(values)
+
+
 @pytest.mark.parametrize("layout", ["sharded", "chunked"])
 @pytest.mark.parametrize("codec", ["none", "zstd_crc32c"])
 def test_large_write_round_trips_on_the_gpu(tmp_path: Path, layout: str, codec: str) -> None:

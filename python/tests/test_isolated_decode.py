@@ -114,8 +114,9 @@ def test_policies_choose_where_chunks_decode(tmp_path: Path) -> None:
     assert sent(unchecked, "off") == 0
     for name, compressors in SELF_CHECKED.items():
         own = _array(tmp_path / f"{name}.zarr", compressors)
-        assert sent(own, "checked") == 0, name  # its CRC-32 or Adler-32: verified on the CPU
-        assert sent(own, "isolated") == 12, name  # verified by the decoder process
+        assert sent(own, "checked") == 12, name  # its CRC-32 or Adler-32: verified by the decoder process
+        assert sent(own, "isolated") == 12, name
+        assert sent(own, "off") == 0, name
         chain = compressors if isinstance(compressors, list) else [{"name": compressors}]
         vouched = _array(tmp_path / f"{name}-crc.zarr", [*chain, {"name": "crc32c"}])
         assert sent(vouched, "checked") == 0, name  # a crc32c vouches: decoded in this process
@@ -125,13 +126,14 @@ def test_policies_choose_where_chunks_decode(tmp_path: Path) -> None:
 @pytest.mark.gpu
 @gpu
 @pytest.mark.usefixtures("decoder_process")
+@pytest.mark.parametrize("policy", ["checked", "isolated"])
 @pytest.mark.parametrize("name", sorted(SELF_CHECKED))
-def test_checks_nvcomp_skips_are_verified_by_the_decoder_process(tmp_path: Path, name: str) -> None:
+def test_checks_nvcomp_skips_are_verified_by_the_decoder_process(tmp_path: Path, name: str, policy: str) -> None:
     """gzip's CRC-32 and zlib's Adler-32, which nvCOMP does not verify, verified on the GPU after
-    the process's decode (under ``isolated``): valid chunks are decoded there and equal the host's read; a chunk whose
-    trailer disagrees with its (valid) deflate stream decodes to the wrong check, is answered as
+    the process's decode (by default, and under ``isolated``): valid chunks are decoded there and equal the host's
+    read; a chunk whose trailer disagrees with its (valid) deflate stream decodes to the wrong check, is answered as
     not decoded and is the CPU's typed error naming it."""
-    zd.set_config(gpu_decode="isolated")
+    zd.set_config(gpu_decode=policy)
     arr = _array(tmp_path / "a.zarr", SELF_CHECKED[name], shape=(64, 4096), chunks=(4, 4096))
     good = np.ascontiguousarray(arr[...])
     before = _decoder()
@@ -151,6 +153,22 @@ def test_checks_nvcomp_skips_are_verified_by_the_decoder_process(tmp_path: Path,
     assert _decoder()["not_decoded"] - after["not_decoded"] == 1  # the process's check refused it
     path.write_bytes(frame)
     assert_bits_equal(_on_device(arr).view(good.dtype).reshape(good.shape), good, f"{name} again")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.usefixtures("decoder_process")
+def test_few_deflate_chunks_inflate_on_the_cpu_where_it_is_sooner(tmp_path: Path) -> None:
+    """With decode sharing on (the default), a read of a few gzip chunks is inflated by the CPU's
+    threads, sooner than nvCOMP's inflate of one chunk per thread block; with it off, by the
+    decoder process. The values are the same."""
+    arr = _array(tmp_path / "a.zarr", "gzip", shape=(8, 262144), chunks=(2, 262144))
+    good = np.ascontiguousarray(arr[...])
+    for sharing, sent in (("auto", 0), ("off", 4)):
+        zd.set_config(decode_sharing=sharing)
+        before = _decoder()["chunks"]
+        assert_bits_equal(_on_device(arr).view(good.dtype).reshape(good.shape), good, sharing)
+        assert _decoder()["chunks"] - before == sent, sharing
 
 
 @pytest.mark.gpu
@@ -327,12 +345,13 @@ def _blosc_arrays(root: Path, cname: str) -> list[tuple[str, Any]]:
 @pytest.mark.gpu
 @gpu
 @pytest.mark.usefixtures("decoder_process")
+@pytest.mark.parametrize("policy", ["checked", "isolated", "trusted"])
 @pytest.mark.parametrize("cname", ["lz4", "zstd"])
-def test_blosc_chunks_decode_stream_by_stream_in_the_decoder_process(tmp_path: Path, cname: str) -> None:
-    """Blosc chunks go to the decoder process under ``gpu_decode="isolated"`` (the default keeps
-    them with c-blosc for now), one call entry per compressed stream, and are gathered and
-    unshuffled into place by the engine: bit-equal to zarr-python, whole and by selection."""
-    zd.set_config(gpu_decode="isolated")
+def test_blosc_chunks_decode_stream_by_stream_in_the_decoder_process(tmp_path: Path, cname: str, policy: str) -> None:
+    """Blosc chunks go to the decoder process under every policy but ``off`` (Blosc has no checksum
+    to vouch for them), one call entry per compressed stream, and are gathered and unshuffled into place by the
+    engine: bit-equal to zarr-python, whole and by selection."""
+    zd.set_config(gpu_decode=policy)
     sent = 0
     for name, z in _blosc_arrays(tmp_path, cname):
         arr = zd.open_array(tmp_path / f"{name}.zarr")

@@ -61,13 +61,14 @@ const std::array<SettingInfo, 10> kTable = {{
      "Which compressed chunks reads to a CUDA device decode on the GPU, and where. nvCOMP trusts "
      "its input: a malformed chunk can fault the GPU context, hang or write past its output. By "
      "default ('checked') chunks a crc32c checksum vouches for (verified on the CPU first) decode "
-     "in your process, and other zstd and LZ4 chunks in a decoder process of its own (one per "
-     "GPU; gzip and zlib chunks keep their CRC-32 or Adler-32 checked on the CPU), where "
+     "in your process, and other zstd, LZ4, gzip, zlib and Blosc chunks in a decoder process of "
+     "its own (one per GPU; it verifies gzip's CRC-32 and zlib's Adler-32 on the GPU), where "
      "a fault, a hang or a write past its output costs that process, not your CUDA context: the "
      "chunk is then decoded on the CPU, and a chunk the CPU rejects too is an error naming it. "
      "'isolated' sends every compressed chunk to the decoder process (for data whose writer you do "
      "not trust: a crc32c guards against damage, not against a forger); 'trusted' decodes every "
-     "chunk nvCOMP can in your process (fastest, for data you trust); 'off' decodes on the CPU. "
+     "chunk nvCOMP can in your process (fastest, for data you trust; Blosc chunks still in the "
+     "decoder process); 'off' decodes on the CPU. "
      "Where the decoder process cannot start, its chunks decode on the CPU.",
      [](const Settings& s) { return static_cast<std::uint64_t>(s.gpu_decode); },
      [](Settings& s, std::uint64_t v) { s.gpu_decode = static_cast<GpuDecode>(v); }},
@@ -144,7 +145,8 @@ const std::array<SettingInfo, 10> kTable = {{
      kDecodeSharingChoices,
      "Reads onto a GPU: 'auto' decodes the chunks of a read on CPU threads instead of the GPU "
      "where that ends it sooner (a GPU decodes each chunk slowly and is fast only with many at "
-     "once, so reads of few chunks, such as one tensor at a time, are faster on the CPU); 'off' "
+     "once, so reads of few chunks, such as one tensor at a time, are faster on the CPU, and so "
+     "are reads of gzip or zlib chunks unless they are hundreds of a MiB or so); 'off' "
      "leaves every chunk the GPU can decode to it.",
      [](const Settings& s) { return static_cast<std::uint64_t>(s.decode_sharing); },
      [](Settings& s, std::uint64_t v) { s.decode_sharing = static_cast<DecodeSharing>(v); }},

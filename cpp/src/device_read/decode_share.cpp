@@ -97,13 +97,26 @@ double device_chunk_rate(std::span<const Leaf> leaves, DecodeKind kind, const De
   return rates.device_chunk * kSmallBlockSpeedup;
 }
 
-std::size_t share_decodes(std::span<Leaf> leaves, DecodeKind kind, const DecodeRates& rates) {
+DecodeRates deflate_rates(const DecodeRates& rates) {
+  constexpr double kDeviceChunk = 10e6;
+  constexpr std::size_t kChunksPerLane = 4;
+  constexpr double kCpuThread = 0.11e9;
+  DecodeRates deflate = rates;
+  deflate.device_chunk = kDeviceChunk;
+  deflate.device_lanes = rates.device_lanes * kChunksPerLane;
+  deflate.cpu_thread = kCpuThread;
+  deflate.largest_shared = SIZE_MAX;
+  return deflate;
+}
+
+std::size_t share_decodes(std::span<Leaf> leaves, DecodeKind kind, const DecodeRates& rates,
+                          Route route) {
   double total = 0;
   double largest = 0;
   double fetched = 0;
   for (const auto& leaf : leaves) {
     fetched += static_cast<double>(leaf.stored.length);
-    if (leaf.decoding.route != Route::kDeviceDecode || leaf.decoding.codec != kind) continue;
+    if (leaf.decoding.route != route || leaf.decoding.codec != kind) continue;
     const auto decoded = static_cast<double>(leaf.planned().spec->nbytes());
     total += decoded;
     largest = std::max(largest, decoded);
@@ -115,7 +128,7 @@ std::size_t share_decodes(std::span<Leaf> leaves, DecodeKind kind, const DecodeR
   }
   std::size_t moved = 0;
   for (auto& leaf : leaves) {
-    if (leaf.decoding.route != Route::kDeviceDecode || leaf.decoding.codec != kind) continue;
+    if (leaf.decoding.route != route || leaf.decoding.codec != kind) continue;
     leaf.decoding.route = Route::kCpuDecode;
     ++moved;
   }

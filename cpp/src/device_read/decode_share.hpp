@@ -68,9 +68,16 @@ inline constexpr double kSmallBlockRatio = 0.5;
 // times kSmallBlockSpeedup where they are small, as is otherwise.
 double device_chunk_rate(std::span<const Leaf> leaves, DecodeKind kind, const DecodeRates& rates);
 
-// Moves every device decode of `kind` to the CPU where the estimate says the read then ends
-// sooner and no chunk of them decodes to more than `rates.largest_shared` bytes; returns how many
-// moved.
-std::size_t share_decodes(std::span<Leaf> leaves, DecodeKind kind, const DecodeRates& rates);
+// Moves every decode of `kind` on `route` (the device in the caller's process, or the decoder
+// process) to the CPU where the estimate says the read then ends sooner and no chunk of them
+// decodes to more than `rates.largest_shared` bytes; returns how many moved.
+std::size_t share_decodes(std::span<Leaf> leaves, DecodeKind kind, const DecodeRates& rates,
+                          Route route = Route::kDeviceDecode);
+
+// nvCOMP inflates (gzip, zlib) a chunk far more slowly than it decodes zstd, about 10 MB/s a chunk
+// with about four chunks an SM at once, where a CPU thread inflates about 110 MB/s: the GPU is the
+// sooner only with hundreds of chunks of a MiB or so, the CPU's threads with larger or fewer
+// (BENCHMARKS.md, One GPU: gzip and zlib). However large, a chunk may move: the CPU wins there.
+DecodeRates deflate_rates(const DecodeRates& rates);
 
 }  // namespace zarr_device::device_read

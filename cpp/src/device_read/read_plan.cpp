@@ -203,12 +203,10 @@ Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoder
   decoding.check_value = d->check_value;
   if (d->streams != nullptr) {
     // Chunks of many streams decode on the device only in the decoder process, whatever vouches
-    // for them (and not after a numcodecs shuffle of their own). For now only where the caller
-    // asks for that process ('isolated'): by default they stay with c-blosc on the CPU until every
-    // layout of the stream route has run on a GPU and it reads as fast as the raw data
-    // (BENCHMARKS.md, One GPU).
+    // for them (and not after a numcodecs shuffle of their own): sooner than c-blosc on the
+    // host's cores (BENCHMARKS.md, One GPU).
     decoding.route =
-        policy == GpuDecode::kIsolated && decoding.unshuffle == 1 && decoders.has_isolated(d->kind)
+        policy != GpuDecode::kOff && decoding.unshuffle == 1 && decoders.has_isolated(d->kind)
             ? Route::kIsolatedDecode
             : Route::kCpuDecode;
     return decoding;
@@ -217,11 +215,8 @@ Decoding choose_route(const PlannedChunk& planned, const DeviceDecoders& decoder
   const bool in_process =
       policy == GpuDecode::kTrusted || (policy == GpuDecode::kChecked && vouched);
   // (A check the device skips leaves the CPU's the only one: such chunks stay there, unless the
-  // decoder process verifies it after its decode. For now that is where the caller asks for the
-  // process ('isolated'): by default they stay with the CPU until the process's check has run on
-  // every layout of the GPU suite.)
-  const bool checked_in_process =
-      policy == GpuDecode::kIsolated && d->check != DeviceCheck::kNone && d->check_value != nullptr;
+  // decoder process verifies it after its decode, as it does gzip's and zlib's.)
+  const bool checked_in_process = d->check != DeviceCheck::kNone && d->check_value != nullptr;
   const bool isolated =
       (vouched || !d->skips_check || checked_in_process) &&
       (policy == GpuDecode::kIsolated || (policy == GpuDecode::kChecked && !vouched));
