@@ -55,7 +55,7 @@ MATPLOTLIB_MISSING = "plotting needs matplotlib, which is not installed: pip ins
 
 # Fields that tell one series of a chart from another when the records differ in them; the
 # measured quantities (gbps, chunk_bytes, threads, cache) are the axes, not the series.
-SERIES_FIELDS = ("codec", "written_by", "store", "read", "policy", "where", "part")
+SERIES_FIELDS = ("series", "codec", "written_by", "store", "read", "policy", "where", "part")
 
 # The charts plot_records draws, by the suffix of their file names, and what each shows.
 CHARTS = {
