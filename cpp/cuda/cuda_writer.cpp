@@ -172,9 +172,9 @@ void Writer::write(std::span<const DimSlice> selection, const void* values, std:
   // Each of a slot's buffers (laid-out chunks, and their shuffles where the GPU shuffles;
   // compressed outputs; pinned host) holds at most slot_bytes.
   const std::size_t staged_per_leaf = plan_.shuffle > 1 ? 2 * leaf_bytes_ : leaf_bytes_;
-  const std::size_t per_leaf = device_read::align_up(
-      plan_.compressor ? std::max(max_output_, staged_per_leaf) : leaf_bytes_,
-      device_read::kStagingAlignment);
+  const std::size_t per_leaf =
+      device_read::align_up(plan_.compressor ? std::max(max_output_, staged_per_leaf) : leaf_bytes_,
+                            device_read::kStagingAlignment);
   std::vector<std::pair<std::size_t, std::size_t>> batches;
   std::vector<std::size_t> too_large;
   for (std::size_t begin = 0; begin < items.size();) {
