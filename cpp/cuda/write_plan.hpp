@@ -29,9 +29,9 @@ struct EncodePlan {
   // The element size of a byte shuffle (numcodecs' shuffle) the GPU does before the compressor;
   // 0: none (1: a shuffle of one-byte elements, which leaves the bytes as they are).
   std::size_t shuffle = 0;
-  std::size_t cpu_codecs_from = 0;  // bytes->bytes codecs run on the CPU from here
-  std::vector<std::byte> stored_fill;             // the fill value as stored (byte order)
-  std::vector<std::int64_t> stored_strides;       // bytes, per chunk dimension, into the layout
+  std::size_t cpu_codecs_from = 0;           // bytes->bytes codecs run on the CPU from here
+  std::vector<std::byte> stored_fill;        // the fill value as stored (byte order)
+  std::vector<std::int64_t> stored_strides;  // bytes, per chunk dimension, into the layout
 };
 
 EncodePlan plan_encoding(const codecs::CodecChain& chain, const Nvcomp& nvcomp, GpuEncode mode);
