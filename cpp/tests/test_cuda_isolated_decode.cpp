@@ -36,8 +36,10 @@ Bytes zstd_of(const Bytes& in) {
 }
 
 // Puts `frames` into the input arena and decodes them as chunks of `capacity` bytes each.
+// A hang waits out `seconds`.
 IsolatedDecoder::Outcome decode(IsolatedDecoder& decoder, const std::vector<Bytes>& frames,
-                                std::size_t capacity, std::vector<std::size_t>& outputs) {
+                                std::size_t capacity, std::vector<std::size_t>& outputs,
+                                int seconds = 20) {
   std::vector<std::size_t> capacities(frames.size(), capacity);
   outputs = *decoder.lay_out(capacities);
   std::vector<isolated_decode::ChunkJob> jobs;
@@ -50,7 +52,7 @@ IsolatedDecoder::Outcome decode(IsolatedDecoder& decoder, const std::vector<Byte
     at = (at + frames[i].size() + 255) / 256 * 256;
   }
   return decoder.decode(DeviceDecoding::Kind::kZstd, jobs, nullptr,
-                        std::chrono::steady_clock::now() + std::chrono::seconds(20));
+                        std::chrono::steady_clock::now() + std::chrono::seconds(seconds));
 }
 
 TEST(CudaDeviceIsolatedDecode, DecodesValidFramesAsLibzstdDoes) {
@@ -87,7 +89,9 @@ TEST(CudaDeviceIsolatedDecode, DamagedFramesLeaveTheCallersContextWhole) {
   std::mt19937_64 rng(11);
   std::size_t lost = 0;
   std::size_t batches = 0;
-  for (int batch = 0; batch < 24; ++batch, ++batches) {
+  // Some damaged batches hang nvCOMP: each of those waits out a short deadline (a few seconds,
+  // where a read's is sized from its bytes), so that the test stays well under a minute.
+  for (int batch = 0; batch < 16; ++batch, ++batches) {
     std::vector<Bytes> frames;
     for (unsigned i = 0; i < 8; ++i) {
       Bytes f = zstd_of(data_of(capacity, static_cast<unsigned>(rng())));
@@ -110,7 +114,7 @@ TEST(CudaDeviceIsolatedDecode, DamagedFramesLeaveTheCallersContextWhole) {
       frames.push_back(std::move(f));
     }
     std::vector<std::size_t> outputs;
-    const auto outcome = decode(decoder, frames, capacity, outputs);
+    const auto outcome = decode(decoder, frames, capacity, outputs, 3);
     if (!outcome.why.empty()) ++lost;
   }
   // The caller's context works: memory, copies and a valid batch through a fresh process.

@@ -2,9 +2,13 @@
 // that faults, hangs, exits or answers wrongly, against the stand-in decoder (cpp/tests/decoder).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -299,6 +303,50 @@ TEST(DecoderProcess, AHangIsKilledAtTheDeadline) {
   EXPECT_FALSE(p->running());
   EXPECT_NE(why.find("did not answer in time"), std::string::npos) << why;
   EXPECT_NE(why.find("killed"), std::string::npos) << why;
+}
+
+TEST(DecoderProcess, AHungProcessEndsWhenItsEngineDoes) {
+  // Orphans come back to this process (not to init), so that the test can wait for its own.
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  struct NoLongerReaper {
+    ~NoLongerReaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 0); }
+  } const reaper_until_the_end;
+  int pipe_ends[2];
+  ASSERT_EQ(::pipe(pipe_ends), 0);
+  // An engine (a child of this process) that dies with its decoder hung in a batch, as nvCOMP
+  // hangs on some damaged frames, without ending it: the decoder never reads its socket again.
+  const pid_t engine = ::fork();
+  ASSERT_GE(engine, 0);
+  if (engine == 0) {
+    ::close(pipe_ends[0]);
+    SharedArenas arenas(16384);
+    auto p = start(arenas);
+    std::string why;
+    if (!p || !p->send(one_chunk(arenas, "HANG"), why)) std::_Exit(2);
+    const pid_t decoder = p->pid();
+    if (::write(pipe_ends[1], &decoder, sizeof decoder) != sizeof decoder) std::_Exit(3);
+    ::usleep(200000);  // the batch reaches the decoder and hangs there
+    std::_Exit(0);
+  }
+  ::close(pipe_ends[1]);
+  pid_t decoder = 0;
+  const auto got = ::read(pipe_ends[0], &decoder, sizeof decoder);
+  ::close(pipe_ends[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(engine, &status, 0), engine);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ASSERT_EQ(got, static_cast<ssize_t>(sizeof decoder));
+  pid_t ended = 0;
+  for (const auto until = Clock::now() + std::chrono::seconds(10);
+       ended == 0 && Clock::now() < until; ::usleep(20000)) {
+    ended = ::waitpid(decoder, &status, WNOHANG);
+  }
+  if (ended == 0) {
+    ::kill(decoder, SIGKILL);
+    ::waitpid(decoder, nullptr, 0);
+  }
+  ASSERT_EQ(ended, decoder) << "the decoder outlived its engine by 10 s";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
 }
 
 TEST(DecoderProcess, AnExitOrAWrongAnswerEndsIt) {

@@ -28,6 +28,17 @@ int fail(const std::string& why) {
 // The engine may leave a process idle for as long as it likes.
 Deadline forever() { return std::chrono::steady_clock::now() + std::chrono::hours(24 * 365); }
 
+// A process whose engine died while its GPU hangs in a kernel never reads the closed socket
+// again; it would hold the GPU (and spin on it) for good. A thread of its own ends it once its
+// parent is gone, whatever the rest of it is stuck in.
+void end_with_the_engine() {
+  const pid_t engine = ::getppid();
+  std::thread([engine] {
+    while (::getppid() == engine) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::_Exit(3);
+  }).detach();
+}
+
 // The batches launched and not yet answered, shared by the thread that launches them (the
 // service's) and the one that answers them (the answerer's).
 class InFlight {
@@ -113,6 +124,7 @@ std::vector<ChunkOutcome> ImmediateBackend::collect() {
 }
 
 int serve(int fd, DecodeBackend& backend) {
+  end_with_the_engine();
   MessageChannel channel(fd);
   std::string why;
   Message message;
