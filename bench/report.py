@@ -47,7 +47,24 @@ Record = Mapping[str, Any]
 _ROW = ("loader", "case")
 # (A note and a layout's name describe one record: its chunk size is a column, its series a setting.)
 _NOT_SETTINGS = {*_ROW, "gbps", "warm_gbps", "cold_gbps", "cache", "chunk_bytes", "threads", "part", "limit", "note",
-                 "layout"}
+                 "layout", "latency_ms", "chunks_per_s"}
+
+
+def figure_of(record: Record) -> float | None:
+    """What a table shows of a record: its chunks per second where it counts chunks (reads of
+    tiny chunks, where GB/s says nothing), else its GB/s; None where it has no finite, positive
+    one."""
+    if "chunks_per_s" in record:
+        return gbps_of({"gbps": record["chunks_per_s"]})
+    return gbps_of(record)
+
+
+def _unit_of(records: Sequence[Record]) -> str:
+    return "chunks/s" if any("chunks_per_s" in r for r in records) else "GB/s"
+
+
+def _formatted(value: float, unit: str) -> str:
+    return f"{value:,.0f}" if unit == "chunks/s" else f"{value:.2f}"
 
 
 @dataclass(frozen=True)
@@ -80,9 +97,11 @@ def tables_of(records: Sequence[Record]) -> list[Table]:
     their thread count (a scaling series) apart from those that do not."""
     groups: dict[tuple[str, tuple[tuple[str, str], ...], bool, bool], list[Record]] = {}
     for record in arranged(records):
-        if gbps_of(record) is None:
+        if figure_of(record) is None:
             continue
-        key = (str(record.get("part", "")), _setting_of(record), "threads" in record, "limit" in record)
+        # Thread counts are columns of their own table, but rows where the columns are latencies.
+        scaling = "threads" in record and "latency_ms" not in record
+        key = (str(record.get("part", "")), _setting_of(record), scaling, "limit" in record)
         groups.setdefault(key, []).append(record)
     parts = list(dict.fromkeys(part for part, _, _, _ in groups))
     keys = sorted(groups, key=lambda k: (parts.index(k[0]), k[3]))  # a stable sort: else as they came
@@ -93,6 +112,10 @@ def _columns(table: Table) -> tuple[str, list[Any], Callable[[Record], Any]]:
     """The heading, the values and the key of the table's columns: chunk sizes, else thread
     counts, else codec and cache (warm and cold)."""
     records = table.records
+    if any("latency_ms" in r for r in records):
+        def by_latency(r: Record) -> Any:
+            return r.get("latency_ms")
+        return "latency", sorted({by_latency(r) for r in records}, key=lambda v: v or 0), by_latency
     if any("chunk_bytes" in r for r in records):
         def by_chunk(r: Record) -> Any:
             return (r.get("chunk_bytes"), r.get("cache", "warm"))
@@ -117,6 +140,8 @@ def _column_title(kind: str, value: Any, caches: set[str], codecs: set[Any]) -> 
         return f"{name} {cache}" if len(caches) > 1 else name
     if kind == "threads":
         return f"{value} threads" if value != 1 else "1 thread"
+    if kind == "latency":
+        return f"{value:g} ms added" if value else "no latency added"
     codec, cache = value
     words = [codec_label(codec)] if len(codecs) > 1 and codec is not None else []
     if len(caches) > 1 or not words:
@@ -136,12 +161,16 @@ def render_table(table: Table, limits: Sequence[Record] = ()) -> str:
     kind, values, key = _columns(table)
     caches = {str(r.get("cache", "warm")) for r in table.records}
     codecs = {r.get("codec") for r in table.records}
+    unit = _unit_of(table.records)
     rows: dict[str, dict[Any, float]] = {}
     for record in table.records:
-        gbps = gbps_of(record)
-        assert gbps is not None
-        cells = rows.setdefault(reader_of(record), {})
-        cells[key(record)] = max(cells.get(key(record), 0.0), gbps)
+        figure = figure_of(record)
+        assert figure is not None
+        label = reader_of(record)
+        if kind == "latency" and "threads" in record:
+            label += f", {record['threads']} thread{'s' if record['threads'] != 1 else ''}"
+        cells = rows.setdefault(label, {})
+        cells[key(record)] = max(cells.get(key(record), 0.0), figure)
     setting = [f"{k.replace('_', ' ')} {v}" for k, v in table.setting]
     if kind == "cache" and len(codecs) == 1 and None not in codecs:
         setting.insert(0, f"codec {next(iter(codecs))}")
@@ -149,14 +178,14 @@ def render_table(table: Table, limits: Sequence[Record] = ()) -> str:
         what = ": limits measured in the same run"
     else:
         what = f": {PART_TITLES[table.part]}" if table.part in PART_TITLES else ""
-    lines = [f"`{table.part}`{what}" + "".join(f", {s}" for s in setting) + " (GB/s)", ""]
+    lines = [f"`{table.part}`{what}" + "".join(f", {s}" for s in setting) + f" ({unit})", ""]
     titles = [_column_title(kind, v, caches, codecs) for v in values]
     heading = "limit" if table.limits else "reader" if all(r.get("loader") for r in table.records) else "case"
     lines.append(f"| {heading} | " + " | ".join(titles) + " |")
     lines.append("|---|" + "---|" * len(titles))
     for label, cells in rows.items():
         lines.append(f"| {label} | " + " | ".join(
-            f"{cells[v]:.2f}" if v in cells else "" for v in values) + " |")
+            _formatted(cells[v], unit) if v in cells else "" for v in values) + " |")
     if table.limits:
         return "\n".join(lines)
     ours = {label for label in rows if label.startswith("zarr-device")}

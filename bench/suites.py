@@ -192,7 +192,10 @@ def _record(fields: Mapping[str, Any], path: Sequence[str], cache: str, gbps: fl
     where = [k for k in keys if k != name and k not in NAME_KEYS]
     layout = fields.get("layout")
     from_layout = _chunk_in(layout) if isinstance(layout, str) else None
-    case = "/".join(where[-2:]) or (from_layout[1] if from_layout else None) or part
+    # A script may name its case itself ("limits/NAME" for a bound it measured beside the reads).
+    named_case = fields.get("case")
+    case = (named_case if isinstance(named_case, str) and named_case else
+            "/".join(where[-2:]) or (from_layout[1] if from_layout else None) or part)
     # A way of reading one layout (a GPU decode policy, or the CPU's): the reader is the codec and
     # the way, and the layout's series (its writer and kind, without the chunk size) a setting.
     policy = fields.get("policy")

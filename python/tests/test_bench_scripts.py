@@ -154,6 +154,7 @@ def test_the_scripts_results_take_one_shape(monkeypatch: pytest.MonkeyPatch) -> 
         "results": [
             {"reader": "zarr-device", "codec": "zstd", "warm_gbps": 12.0, "cold_gbps": 4.0, "warm_median_gbps": 11.0},
             {"layout": "shards 64MiB of 16 KiB", "codec": "none", "policy": "checked", "gbps": 3.0},
+            {"case": "limits/one_call", "gbps": 0.5, "chunks_per_s": 900.0, "latency_ms": 20.0},
         ],
         "layouts": [{"layout": "x", "readers": {"plug-in": {"warm": {"gbps": 5.0}, "cold": {"gbps": 1.0}}}}],
     }
@@ -167,7 +168,10 @@ def test_the_scripts_results_take_one_shape(monkeypatch: pytest.MonkeyPatch) -> 
     (layout,) = [r for r in records if r.get("loader") == "none, checked"]
     assert layout["series"] == "shards 64MiB of" and layout["chunk_bytes"] == 16 << 10
     assert [(r["gbps"], r["cache"]) for r in records if r.get("loader") == "plug-in"] == [(5.0, "warm"), (1.0, "cold")]
-    assert len(records) == 7
+    # A case the script names itself (a bound it measured) keeps its name and its own figures.
+    assert {"case": "limits/one_call", "gbps": 0.5, "chunks_per_s": 900.0, "latency_ms": 20.0, "cache": "warm",
+            "part": "bench_x.py"} in records
+    assert len(records) == 8
 
 
 def test_a_failed_suite_fails_the_run_and_the_others_go_on(tmp_path: Path) -> None:
@@ -230,6 +234,33 @@ def test_report_writes_tables_with_same_run_ratios(tmp_path: Path, monkeypatch: 
     assert all(f"]({os.path.relpath(tmp_path / 'c' / name, ROOT)})" in written for name in charts)
     assert report(check=True, document=str(text), results=str(folder), charts_dir=str(tmp_path / "c"),
                   log=messages.append) == 0
+
+
+def test_report_counts_tiny_chunks_a_second_by_added_latency(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The remote suite's records: chunks per second, a column per added latency, zarr-device's
+    # thread counts as rows, and one batched call for every key shown as a bound, not a reader.
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench.report import render_suite
+
+    def row(who: dict[str, Any], latency: float, rate: float, threads: int | None = None) -> dict[str, Any]:
+        out = {**who, "read": "whole", "store": "obstore", "latency_ms": latency, "chunk_bytes": 64,
+               "chunks_per_s": rate, "gbps": rate * 64 / 1e9, "cache": "warm", "part": "bench_remote.py"}
+        return out if threads is None else {**out, "threads": threads}
+
+    results = [row({"loader": "zarr-python"}, 0.0, 1200.4), row({"loader": "zarr-python"}, 20.0, 400.0),
+               row({"case": "limits/one_get_partial_values_call"}, 0.0, 9000.0),
+               row({"case": "limits/one_get_partial_values_call"}, 20.0, 8000.0),
+               row({"loader": "zarr-device"}, 0.0, 2400.8, 2), row({"loader": "zarr-device"}, 20.0, 410.0, 2),
+               row({"loader": "zarr-device"}, 0.0, 2000.0, 32), row({"loader": "zarr-device"}, 20.0, 1600.0, 32)]
+    text = render_suite({"suite": "remote", "results": results}, [])
+    assert "`bench_remote.py`, read whole, store obstore (chunks/s)" in text
+    assert "| reader | no latency added | 20 ms added |" in text
+    assert "| zarr-python | 1,200 | 400 |" in text
+    assert "| zarr-device, 2 threads | 2,401 | 410 |" in text
+    assert "| zarr-device, 32 threads | 2,000 | 1,600 |" in text
+    assert "| zarr-device / best other | 2.00x | 4.00x |" in text  # the bound is no other reader
+    assert "| one get_partial_values call for every key | 9,000 | 8,000 |" in text
+    assert "GB/s" not in text
 
 
 def test_report_names_a_block_without_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
