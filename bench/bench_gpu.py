@@ -22,6 +22,7 @@ tensor on the GPU:
     zarr-python+cuda     torch.from_numpy(zarr.open_array(p)[...]).cuda()
     tensorstore+cuda     torch.from_numpy(ts.open(...).read().result()).cuda()
     kvikio-gds           zarr.config.enable_gpu(); zarr.open_array(kvikio.zarr.GDSStore(p))[...]
+    czarr                czarr.configure_gpu(); zarr.open_array(p)[...]       (CuPy; nvCOMP decode)
 
 warm: the best of --repeat reads (--peer-repeat for the peers) after one untimed read; cold: the
 page cache is dropped before each of --cold-repeat reads. Open + read + synchronisation is timed.
@@ -77,7 +78,7 @@ from bench_common import (  # noqa: E402 - what the benchmarks share
 )
 
 READERS = ("zarr-device", "zarr-device-direct", "zarr-device-gds", "zarr-python-gpu", "zarr-python+cuda",
-           "tensorstore+cuda", "kvikio-gds")
+           "tensorstore+cuda", "kvikio-gds", "czarr")
 PEERS = READERS[3:]
 
 
@@ -163,6 +164,14 @@ def make_reader(name: str, path: str, device: str, threads: int) -> Callable[[],
             # zarr's with_read_only copy that mode="r" makes of a writable store. Where the machine
             # has no GDS, kvikio falls back to POSIX reads into a bounce buffer (compat mode).
             return lambda: torch.from_dlpack(zarr.open_array(GDSStore(path, read_only=True), mode="r")[...])
+        return lambda: torch.from_dlpack(zarr.open_array(path, mode="r")[...])
+    if name == "czarr":
+        import czarr
+        import zarr
+
+        if threads:
+            zarr.config.set({"threading.max_workers": threads})
+        czarr.configure_gpu()  # its batched pipeline, GPU buffers and nvCOMP codecs in zarr-python
         return lambda: torch.from_dlpack(zarr.open_array(path, mode="r")[...])
     if name == "zarr-python+cuda":
         import zarr
@@ -261,7 +270,7 @@ def reader_available(name: str) -> str | None:
     needs = {"zarr-device": ["zarr_device", "torch"], "zarr-device-direct": ["zarr_device", "torch"],
              "zarr-device-gds": ["zarr_device", "torch"], "zarr-python-gpu": ["zarr", "cupy", "torch"],
              "zarr-python+cuda": ["zarr", "torch"], "tensorstore+cuda": ["tensorstore", "torch"],
-             "kvikio-gds": ["zarr", "kvikio", "cupy", "torch"]}  # fmt: skip
+             "kvikio-gds": ["zarr", "kvikio", "cupy", "torch"], "czarr": ["czarr", "zarr", "cupy", "torch"]}  # fmt: skip
     missing = [m for m in needs[name] if importlib.util.find_spec(m) is None]
     return f"not installed: {', '.join(missing)}" if missing else None
 
@@ -350,6 +359,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--cols", type=int, default=8192, help="columns of the 2-d array (default 8192)")
     parser.add_argument("--codecs", default=",".join(CODECS), help="none,zstd (default both)")
     parser.add_argument("--zstd-level", type=int, default=1)
+    parser.add_argument("--no-checksum", action="store_true",
+                        help="zstd chunks without a crc32c after them, as zarr-python and tensorstore write them")
     parser.add_argument("--data", choices=("weights", "field"), default="weights",
                         help="the values: weights (N(0, 0.02)) or field (smooth, to 0.01; compresses)")
     parser.add_argument("--readers", default=",".join(READERS), help=f"default: {','.join(READERS)}")
@@ -414,7 +425,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine, versions, engine = machine_info(), package_versions(), engine_info()
     layout = layout_of(args)
     print_header(machine, versions, engine, layout, args.codecs, args.zstd_level,
-                 f"{args.data} values, written by zarr-device")
+                 f"{args.data} values, written by zarr-device"
+                 + (", zstd without a checksum" if args.no_checksum else ""))
     if args.device.startswith("cuda") and not engine.get("devices"):
         print("note:     zarr_device sees no CUDA device; its reads will fail with DeviceError")
 
@@ -423,14 +435,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.makedirs(out_dir, exist_ok=True)
     data_dir = os.path.join(out_dir, "data")
     shape_tag = f"{layout['dtype']}-{layout['shape'][0]}x{layout['shape'][1]}-c{layout['chunks'][0]}" + (
-        f"-s{layout['shards'][0]}" if layout["shards"] else "") + ("" if args.data == "weights" else f"-{args.data}")
+        f"-s{layout['shards'][0]}" if layout["shards"] else "") + ("" if args.data == "weights" else f"-{args.data}") + (
+        "-nocrc" if args.no_checksum else "")
     paths = {codec: os.path.join(data_dir, f"{shape_tag}-{codec}.zarr") for codec in args.codecs}
     document: dict[str, Any] = {"machine": machine, "versions": versions, "engine": engine, "layout": layout,
                                 "args": {k: v for k, v in vars(args).items() if k not in ("child", "path")}}
     try:
         for codec, path in paths.items():
             log(f"writing {codec} array to {path}")
-            seconds = write_array(path, layout, codec, args.zstd_level, args.data)
+            seconds = write_array(path, layout, codec, args.zstd_level, args.data, checksum=not args.no_checksum)
             if seconds:
                 log(f"  written in {seconds:.1f} s")
         cold_note = None
