@@ -407,9 +407,7 @@ void Reader::answer_isolated(IsolatedCall& call) {
                                         : decoder->output() + call.jobs[job++].output_offset);
       }
       std::byte* into = planned.destination.data;
-      const bool in_place = !leaf.decoding.swap &&
-                            place::is_full(planned.selection, planned.spec->shape) &&
-                            place::is_c_contiguous(planned.destination, planned.spec->dtype->size);
+      const bool in_place = placed_by_copy(leaf);
       if (!in_place) {
         into = static_cast<std::byte*>(
             call.unshuffled.emplace_back(ctx.gpu_, planned.spec->nbytes()).data());
@@ -438,10 +436,9 @@ void Reader::answer_isolated(IsolatedCall& call) {
       ZD_CUDA_CHECK(cudaGetLastError());
       decoded = static_cast<const std::byte*>(buffer.data());
     }
-    if (!leaf.decoding.swap && place::is_full(planned.selection, planned.spec->shape) &&
-        place::is_c_contiguous(planned.destination, planned.spec->dtype->size)) {
-      // Whole chunks that land contiguous: copied by a few launches after the loop, not one copy
-      // call each (for thousands of small chunks those calls were a third of the read).
+    if (placed_by_copy(leaf)) {
+      // Copied by a few launches after the loop, not one copy call each: for thousands of small
+      // chunks, queueing a copy per chunk costs the reading thread more than the copies.
       whole.push_back({decoded, planned.destination.data, planned.spec->nbytes()});
     } else {
       place_on_device(decoded, *planned.spec, planned.selection, planned.destination,

@@ -37,9 +37,7 @@ std::vector<Leaf> Reader::route(std::span<const device_read::ReadTarget> targets
       const ChunkSpec& spec = *planned.spec;
       const bool eligible = gds_files(*planned.array) && leaf.stored.sized &&
                             leaf.decoding.route == Route::kCopy && leaf.decoding.crc32c == 0 &&
-                            !leaf.decoding.swap && leaf.stored.length == spec.nbytes() &&
-                            place::is_full(planned.selection, spec.shape) &&
-                            place::is_c_contiguous(planned.destination, spec.dtype->size);
+                            leaf.stored.length == spec.nbytes() && placed_by_copy(leaf);
       (eligible ? direct : staged).push_back(std::move(leaf));
     }
     if (!direct.empty()) {

@@ -93,8 +93,7 @@ void place_from_scratch(std::span<Leaf> batch, std::span<const std::size_t> memb
       ZD_CUDA_CHECK(cudaGetLastError());
       decoded = unshuffled;
     }
-    if (!leaf.decoding.swap && place::is_full(planned.selection, spec.shape) &&
-        place::is_c_contiguous(planned.destination, spec.dtype->size)) {
+    if (placed_by_copy(leaf)) {
       // Chunks decoded side by side into the scratch for adjacent places (a tensor's rows) move
       // in one copy, not one per chunk.
       copies.add(planned.destination.data, decoded, spec.nbytes(), planned.target);
@@ -135,8 +134,7 @@ void place_staged(std::span<Leaf> batch, const std::byte* staged_copy, CopyMerge
         break;
       }
       case Route::kCopy:
-        if (!leaf.decoding.swap && place::is_full(planned.selection, planned.spec->shape) &&
-            place::is_c_contiguous(planned.destination, es)) {
+        if (placed_by_copy(leaf)) {
           copies.add(planned.destination.data, staged, planned.spec->nbytes(), planned.target);
           break;
         }

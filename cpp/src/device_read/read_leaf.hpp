@@ -155,6 +155,9 @@ std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> staged_layout(co
 std::size_t selection_bytes(const Leaf& leaf);
 // Bytes a leaf needs in a staging slot.
 std::size_t staged_bytes(const Leaf& leaf);
+// Whether a leaf is placed by a copy of its decoded bytes: the whole chunk, into a C-contiguous
+// destination, in native byte order.
+bool placed_by_copy(const Leaf& leaf);
 // Whether the device decodes the leaf straight into its destination (whole, C-contiguous, aligned
 // for the decoder's output).
 bool decodes_in_place(const Leaf& leaf, std::size_t alignment);

@@ -139,17 +139,19 @@ std::size_t staged_bytes(const Leaf& leaf) {
   return 0;
 }
 
-bool decodes_in_place(const Leaf& leaf, std::size_t alignment) {
-  return !leaf.decoding.swap && leaf.decoding.unshuffle <= 1 &&
+bool placed_by_copy(const Leaf& leaf) {
+  return !leaf.decoding.swap &&
          place::is_full(leaf.planned().selection, leaf.planned().spec->shape) &&
-         place::is_c_contiguous(leaf.planned().destination, leaf.planned().spec->dtype->size) &&
+         place::is_c_contiguous(leaf.planned().destination, leaf.planned().spec->dtype->size);
+}
+
+bool decodes_in_place(const Leaf& leaf, std::size_t alignment) {
+  return leaf.decoding.unshuffle <= 1 && placed_by_copy(leaf) &&
          reinterpret_cast<std::uintptr_t>(leaf.planned().destination.data) % alignment == 0;
 }
 
 bool unshuffles_in_place(const Leaf& leaf) {
-  return leaf.decoding.unshuffle > 1 && !leaf.decoding.swap &&
-         place::is_full(leaf.planned().selection, leaf.planned().spec->shape) &&
-         place::is_c_contiguous(leaf.planned().destination, leaf.planned().spec->dtype->size);
+  return leaf.decoding.unshuffle > 1 && placed_by_copy(leaf);
 }
 
 std::size_t decode_scratch_bytes(const Leaf& leaf) {
