@@ -464,6 +464,26 @@ void launch_gather_blocks(std::span<const StreamBlock> blocks,
   flush();
 }
 
+void ChunkUnshuffles::add(const std::byte* shuffled, std::byte* out, std::size_t bytes,
+                          std::size_t typesize, cudaStream_t stream) {
+  constexpr std::size_t kLargest = std::size_t{1} << 31;  // stream_byte's arithmetic is 32-bit
+  if (bytes >= kLargest || typesize >= kLargest) {
+    launch_chunk_unshuffle(shuffled, out, bytes, typesize, stream);
+    return;
+  }
+  blocks_.push_back({out, static_cast<std::uint32_t>(bytes),
+                     static_cast<std::uint32_t>(sources_.size()), 1,
+                     static_cast<std::uint32_t>(typesize)});
+  sources_.push_back(shuffled);
+}
+
+void ChunkUnshuffles::launch(cudaStream_t stream) {
+  if (blocks_.empty()) return;
+  launch_gather_blocks(blocks_, sources_, stream);
+  blocks_.clear();
+  sources_.clear();
+}
+
 void launch_byte_unshuffle(const UnshuffleBlock* blocks, std::size_t count, cudaStream_t stream) {
   if (count == 0) return;
   byte_unshuffle_kernel<<<static_cast<unsigned int>(count), 256, 0, stream>>>(blocks);

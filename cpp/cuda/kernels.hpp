@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "zarr_device/codec.hpp"
 
@@ -95,6 +96,22 @@ inline constexpr std::size_t kGatherBlocks = 256;
 inline constexpr std::size_t kGatherSources = 2048;
 void launch_gather_blocks(std::span<const StreamBlock> blocks,
                           std::span<const std::byte* const> sources, cudaStream_t stream);
+
+// Whole chunks unshuffled (numcodecs' shuffle) straight into their places by a few gather
+// launches for a call's chunks, not one launch each: gathered as the chunks are placed, launched
+// once they all are. A chunk of 2 GiB or more (past the gather's 32-bit sizes) is unshuffled on
+// its own as it is added.
+class ChunkUnshuffles {
+ public:
+  void add(const std::byte* shuffled, std::byte* out, std::size_t bytes, std::size_t typesize,
+           cudaStream_t stream);
+  // Launches those added since the last launch, on `stream`.
+  void launch(cudaStream_t stream);
+
+ private:
+  std::vector<StreamBlock> blocks_;
+  std::vector<const std::byte*> sources_;
+};
 
 // The kernel's arguments for copying elements laid out by `src_strides` (bytes) from `src` into
 // `dst`, swapping the bytes of each `swap_unit` when `swap`. Dimensions that are contiguous in

@@ -383,6 +383,7 @@ void Reader::answer_isolated(IsolatedCall& call) {
   std::vector<const std::byte*> sources;
   std::vector<std::pair<std::size_t, const std::byte*>> from_scratch;
   std::vector<CopyRange> whole;
+  ChunkUnshuffles unshuffles;
   for (std::size_t k = 0; k < call.leaves.size(); ++k) {
     Leaf& leaf = call.batch[call.leaves[k]];
     const std::size_t first = call.first_job[k];
@@ -424,9 +425,8 @@ void Reader::answer_isolated(IsolatedCall& call) {
     const std::byte* decoded = decoder->output() + call.jobs[first].output_offset;
     if (leaf.decoding.unshuffle > 1) {
       if (unshuffles_in_place(leaf)) {
-        launch_chunk_unshuffle(decoded, planned.destination.data, planned.spec->nbytes(),
-                               leaf.decoding.unshuffle, call.stream);
-        ZD_CUDA_CHECK(cudaGetLastError());
+        unshuffles.add(decoded, planned.destination.data, planned.spec->nbytes(),
+                       leaf.decoding.unshuffle, call.stream);
         leaf.staging.scratch = kPlaced;
         continue;
       }
@@ -450,6 +450,8 @@ void Reader::answer_isolated(IsolatedCall& call) {
     launch_copy_ranges(whole, call.stream);
     ZD_CUDA_CHECK(cudaGetLastError());
   }
+  unshuffles.launch(call.stream);
+  ZD_CUDA_CHECK(cudaGetLastError());
   if (!blocks.empty()) {
     launch_gather_blocks(blocks, sources, call.stream);
     ZD_CUDA_CHECK(cudaGetLastError());

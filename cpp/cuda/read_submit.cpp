@@ -70,6 +70,7 @@ struct CopyMerger {
 void place_from_scratch(std::span<Leaf> batch, std::span<const std::size_t> members,
                         std::byte* scratch, CopyMerger& copies,
                         const std::function<void()>& before_writing) {
+  ChunkUnshuffles unshuffles;
   for (const std::size_t m : members) {
     auto& leaf = batch[m];
     if (leaf.staging.scratch == kInPlace) continue;
@@ -80,9 +81,8 @@ void place_from_scratch(std::span<Leaf> batch, std::span<const std::size_t> memb
     if (leaf.decoding.unshuffle > 1) {
       // Unshuffled into place, or into the scratch's second half and placed from there.
       if (unshuffles_in_place(leaf)) {
-        launch_chunk_unshuffle(decoded, planned.destination.data, spec.nbytes(),
-                               leaf.decoding.unshuffle, copies.stream);
-        ZD_CUDA_CHECK(cudaGetLastError());
+        unshuffles.add(decoded, planned.destination.data, spec.nbytes(), leaf.decoding.unshuffle,
+                       copies.stream);
         leaf.staging.scratch = kPlaced;
         continue;
       }
@@ -104,6 +104,8 @@ void place_from_scratch(std::span<Leaf> batch, std::span<const std::size_t> memb
     }
     leaf.staging.scratch = kPlaced;
   }
+  unshuffles.launch(copies.stream);
+  ZD_CUDA_CHECK(cudaGetLastError());
   copies.flush();
 }
 

@@ -106,6 +106,59 @@ TEST(CudaDeviceUnshuffle, WholeChunksMatchTheCpusShuffle) {
   check_whole_chunks(true);
 }
 
+// Many whole chunks unshuffled into their places by ChunkUnshuffles (a few gather launches, as a
+// read places a call's chunks), more than one launch takes, at 256-byte-aligned places as the
+// read path lays them out and packed at any address, against the CPU's unshuffle of each.
+TEST(CudaDeviceUnshuffle, ManyWholeChunksInFewLaunchesMatchTheCpusUnshuffle) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  for (const bool aligned : {true, false}) {
+    std::mt19937 rng(aligned ? 17 : 7);
+    const auto place = [&](std::size_t at) { return aligned ? (at + 255) / 256 * 256 : at; };
+    struct Chunk {
+      std::size_t typesize, bytes, in_at, out_at;
+    };
+    std::vector<Chunk> chunks;
+    std::size_t end = 0;
+    for (int i = 0; i < 600; ++i) {
+      const std::size_t typesize = std::vector<std::size_t>{2, 4, 8, 16, 3, 2}[i % 6];
+      const std::size_t bytes = typesize * (1 + rng() % (i % 50 == 0 ? 300000 : 4000));
+      end = place(end);
+      chunks.push_back({typesize, bytes, end, 0});
+      end += bytes;
+    }
+    for (auto& c : chunks) {
+      end = place(end);
+      c.out_at = end;
+      end += c.bytes;
+    }
+    std::vector<std::byte> image(end);
+    for (auto& b : image) b = static_cast<std::byte>(rng());
+    std::byte* device = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), end), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(device, image.data(), end, cudaMemcpyHostToDevice), cudaSuccess);
+    ChunkUnshuffles unshuffles;
+    for (const auto& c : chunks) {
+      unshuffles.add(device + c.in_at, device + c.out_at, c.bytes, c.typesize, nullptr);
+    }
+    unshuffles.launch(nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<std::byte> got(end);
+    ASSERT_EQ(cudaMemcpy(got.data(), device, end, cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(device);
+    for (const auto& c : chunks) {
+      std::vector<std::byte> expected(c.bytes);
+      codecs::byte_unshuffle(image.data() + c.in_at, expected.data(), c.bytes, c.typesize);
+      ASSERT_TRUE(std::equal(expected.begin(), expected.end(), got.begin() + c.out_at))
+          << "typesize " << c.typesize << ", " << c.bytes << " bytes, aligned " << aligned;
+    }
+    // Nothing else changed: the inputs are where they were.
+    for (const auto& c : chunks) {
+      ASSERT_TRUE(std::equal(image.begin() + c.in_at, image.begin() + c.in_at + c.bytes,
+                             got.begin() + c.in_at));
+    }
+  }
+}
+
 // Streams of many blocks gathered and unshuffled into place (a chunk decoded stream by stream),
 // against the CPU's unshuffle of the blocks; more blocks and sources than one launch takes. Laid
 // out as the read path lays them out (every stream and output 256-byte aligned: the fast way,
