@@ -494,8 +494,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     row: dict[str, Any] = {"reader": reader, "skipped": why}
                 else:
                     log(f"reading {codec} with {reader} ...")
+                    # each child's stderr (a failed reader's traceback) goes to readers.log
                     row = run_child(_child_args(args, f"reader:{reader}", path), min(args.child_timeout, left + 60),
-                                    script=__file__)
+                                    os.path.join(out_dir, "readers.log"), script=__file__)
                     row["reader"] = reader
                 done[(codec, reader)] = row
         rows: list[dict[str, Any]] = []
