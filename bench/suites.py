@@ -79,7 +79,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           (Part("bench_many.py", ("--size", "6GiB"), ("--size", "512MiB", "--repeat", "1"), needs=("gpu",)),)),
     Suite("peers", "model-weight loaders onto one GPU (zarr-device, safetensors, fastsafetensors, "
           "runai-model-streamer, instanttensor, torch.load), warm and cold",
-          (Part("bench_peers.py", ("--size", "6GiB", "--codecs", "none,zstd"),
+          (Part("bench_peers.py", ("--size", "6GiB", "--codecs", "none,zstd,auto"),
                 ("--size", "512MiB", "--no-cold", "--repeats", "1"), needs=("gpu",)),)),
     Suite("plugin", "the zarr-python plug-in against zarr-python's own ways and zarr-device's API, with "
           "xarray and dask, on whole-array reads (onto the GPU; into host memory without one)",

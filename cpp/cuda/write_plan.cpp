@@ -48,7 +48,11 @@ EncodePlan plan_encoding(const codecs::CodecChain& chain, const Nvcomp& nvcomp, 
     first = 1;
   }
   const auto device_codec = b2b.size() > first ? b2b[first]->device_encoding() : std::nullopt;
-  if (mode == GpuEncode::kOn && device_codec) {
+  // libzstd's frames of shuffled chunks (16 KiB blocks, the low byte planes stored raw) read
+  // back onto a GPU faster than nvCOMP's, whose large blocks it decodes slowly: under kAuto those
+  // chunks cross raw and CPU threads compress them.
+  const bool gpu_compresses = mode == GpuEncode::kOn || (mode == GpuEncode::kAuto && shuffle <= 1);
+  if (gpu_compresses && device_codec) {
     const auto* compressor = nvcomp.compressor(*device_codec);
     if (compressor && spec.nbytes() > 0 && spec.nbytes() <= compressor->max_chunk) {
       plan.compressor = compressor;

@@ -88,7 +88,7 @@ TEST_F(Settings, DefaultsAreTheTables) {
   EXPECT_EQ(defaults.threads, 0);
   EXPECT_EQ(defaults.max_inflight_bytes, 256 * kMiB);
   EXPECT_EQ(defaults.gpu_decode, zd::GpuDecode::kChecked);
-  EXPECT_EQ(defaults.gpu_encode, zd::GpuEncode::kOn);
+  EXPECT_EQ(defaults.gpu_encode, zd::GpuEncode::kAuto);
   EXPECT_EQ(defaults.decode_sharing, zd::DecodeSharing::kAuto);
   EXPECT_EQ(defaults.staging_bytes, 768 * kMiB);
   EXPECT_EQ(defaults.decode_bytes, 0U);   // sized by the device
@@ -173,6 +173,7 @@ TEST_F(Settings, CountsAndChoicesAreCheckedAgainstTheirRanges) {
             std::string::npos);
   EXPECT_EQ(parse("gpu_decode", "trusted"), static_cast<std::uint64_t>(zd::GpuDecode::kTrusted));
   EXPECT_EQ(parse("gpu_encode", "off"), static_cast<std::uint64_t>(zd::GpuEncode::kOff));
+  EXPECT_EQ(parse("gpu_encode", "auto"), static_cast<std::uint64_t>(zd::GpuEncode::kAuto));
   EXPECT_EQ(refusal("gpu_decode", "Checked"),
             "gpu_decode must be 'checked', 'trusted', 'off' or 'isolated', not 'Checked'");
 }

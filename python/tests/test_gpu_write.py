@@ -188,6 +188,31 @@ def test_gpu_shuffles_before_its_zstd(tmp_path: Path, dtype: str, layout: str) -
     assert host_bytes(zarr.open_array(str(tmp_path / "gpu"), mode="r")[...]) == host_bytes(values)
 
 
+def test_default_encode_leaves_shuffled_chunks_to_libzstd(tmp_path: Path) -> None:
+    """Under the default gpu_encode ("auto"), chunks byte-shuffled before zstd (the checkpoints'
+    "auto" layout) are compressed by CPU threads, byte for byte the chunks of gpu_encode="off",
+    while plain zstd chunks stay nvCOMP's; both read back bit for bit."""
+    if not cuda_build_info().get("nvcomp_zstd_compression"):
+        pytest.skip("nvCOMP's zstd compressor is not available here")
+    assert zd.get_config().gpu_encode == "auto"
+    values = (torch.randn(512, 1024, device=DEV) * 0.02).to(torch.bfloat16)
+    shuffled = [ZSTD_CRC[0], {"name": "numcodecs.shuffle", "configuration": {"elementsize": 2}}, *ZSTD_CRC[1:]]
+    for encode in ("auto", "off"):
+        previous = zd.set_config(gpu_encode=encode)
+        try:
+            for name, codecs in (("shuffled", shuffled), ("plain", ZSTD_CRC)):
+                zd.create(tmp_path / f"{name}-{encode}", shape=(512, 1024), dtype="bfloat16", chunks=(128, 1024),
+                          codecs=codecs)[...] = values
+        finally:
+            zd.set_config(gpu_encode=previous.gpu_encode)
+    for name in ("shuffled", "plain"):
+        back = zd.open_array(tmp_path / f"{name}-auto").read(device=DEV, like="torch")
+        assert tensor_bytes(back) == tensor_bytes(values), name
+    chunk = Path("c") / "1" / "0"
+    assert (tmp_path / "shuffled-auto" / chunk).read_bytes() == (tmp_path / "shuffled-off" / chunk).read_bytes()
+    assert (tmp_path / "plain-auto" / chunk).read_bytes() != (tmp_path / "plain-off" / chunk).read_bytes()
+
+
 @pytest.mark.parametrize("layout", ["sharded", "chunked"])
 @pytest.mark.parametrize("codec", ["none", "zstd_crc32c"])
 def test_large_write_round_trips_on_the_gpu(tmp_path: Path, layout: str, codec: str) -> None:

@@ -41,7 +41,7 @@ def test_python_takes_its_defaults_and_documentation_from_the_engine() -> None:
     assert defaults == {name: row["default"] for name, row in TABLE.items()}
     assert defaults == {"threads": 0, "max_inflight_bytes": 256 << 20, "gpu_decode": "checked",
                         "staging_bytes": 768 << 20, "decode_bytes": 0, "decoder_bytes": 0, "staging_slots": 12,
-                        "gpu_encode": "on", "decode_sharing": "auto", "zstd_block_bytes": 16 << 10}
+                        "gpu_encode": "auto", "decode_sharing": "auto", "zstd_block_bytes": 16 << 10}
     hints = typing.get_type_hints(IoConfig)
     for name, row in TABLE.items():
         assert row["variable"] == "ZARR_DEVICE_" + name.upper()

@@ -31,8 +31,11 @@ enum class GpuDecode {
 
 // Which chunks the GPU compresses when writing from device memory.
 enum class GpuEncode {
-  kOn = 0,   // zstd chunks with nvCOMP (standard zstd frames; the codec's level is not applied)
-  kOff = 1,  // every chunk on CPU threads, after the GPU has laid out its elements
+  kOn = 0,    // zstd chunks with nvCOMP (standard zstd frames; the codec's level is not applied)
+  kOff = 1,   // every chunk on CPU threads, after the GPU has laid out its elements
+  kAuto = 2,  // as kOn, except chunks byte-shuffled before zstd: CPU threads compress those,
+              // since nvCOMP decodes libzstd's frames of them faster than its own (a load
+              // outlasts its save many times over)
 };
 
 // Whether reads onto a GPU decode part of the chunks the GPU could decode on CPU threads instead.

@@ -19,14 +19,15 @@ constexpr std::uint64_t kNoLimit = std::numeric_limits<std::size_t>::max();
 
 constexpr std::array<std::string_view, 4> kGpuDecodeChoices = {"checked", "trusted", "off",
                                                                "isolated"};
-constexpr std::array<std::string_view, 2> kGpuEncodeChoices = {"on", "off"};
+constexpr std::array<std::string_view, 3> kGpuEncodeChoices = {"on", "off", "auto"};
 constexpr std::array<std::string_view, 2> kDecodeSharingChoices = {"auto", "off"};
 static_assert(static_cast<std::size_t>(GpuDecode::kChecked) == 0 &&
               static_cast<std::size_t>(GpuDecode::kTrusted) == 1 &&
               static_cast<std::size_t>(GpuDecode::kOff) == 2 &&
               static_cast<std::size_t>(GpuDecode::kIsolated) == 3);
 static_assert(static_cast<std::size_t>(GpuEncode::kOn) == 0 &&
-              static_cast<std::size_t>(GpuEncode::kOff) == 1);
+              static_cast<std::size_t>(GpuEncode::kOff) == 1 &&
+              static_cast<std::size_t>(GpuEncode::kAuto) == 2);
 
 // The one table. A new setting is a member of Settings and a row here (Settings() sets every
 // member from its row, so a member without one is left undefined).
@@ -135,10 +136,13 @@ const std::array<SettingInfo, 10> kTable = {{
      "more slots let more fetches, copies and decodes overlap.",
      [](const Settings& s) { return static_cast<std::uint64_t>(s.staging_slots); },
      [](Settings& s, std::uint64_t v) { s.staging_slots = static_cast<int>(v); }},
-    {"gpu_encode", "ZARR_DEVICE_GPU_ENCODE", SettingKind::kChoice, "on", 0, 0, kGpuEncodeChoices,
+    {"gpu_encode", "ZARR_DEVICE_GPU_ENCODE", SettingKind::kChoice, "auto", 0, 0, kGpuEncodeChoices,
      "Writes from CUDA device memory: 'on' compresses zstd chunks on the GPU (nvCOMP; standard "
      "frames, the codec's level not applied); 'off' compresses on CPU threads (the level "
-     "applied).",
+     "applied); 'auto' (the default) is 'on', except for chunks byte-shuffled before zstd "
+     "(compressors='auto' checkpoints of floating-point weights), which CPU threads compress: "
+     "nvCOMP reads libzstd's frames of them back onto a GPU faster than its own, and the "
+     "compression still outpaces a disk (BENCHMARKS.md, Checkpoint layouts).",
      [](const Settings& s) { return static_cast<std::uint64_t>(s.gpu_encode); },
      [](Settings& s, std::uint64_t v) { s.gpu_encode = static_cast<GpuEncode>(v); }},
     {"decode_sharing", "ZARR_DEVICE_DECODE_SHARING", SettingKind::kChoice, "auto", 0, 0,

@@ -82,7 +82,7 @@ class IoConfig:
     decode_bytes: int = _TABLE["decode_bytes"]["default"]
     decoder_bytes: int = _TABLE["decoder_bytes"]["default"]
     staging_slots: int = _TABLE["staging_slots"]["default"]
-    gpu_encode: Literal["on", "off"] = _TABLE["gpu_encode"]["default"]
+    gpu_encode: Literal["on", "off", "auto"] = _TABLE["gpu_encode"]["default"]
     decode_sharing: Literal["auto", "off"] = _TABLE["decode_sharing"]["default"]
     zstd_block_bytes: int = _TABLE["zstd_block_bytes"]["default"]
 

@@ -191,7 +191,8 @@ class Array:
         are only partly written are read, updated and written back; each chunk is replaced
         atomically. ``values``: anything NumPy takes, or a torch tensor, CuPy or JAX array on any
         device. From a CUDA device, chunks the selection covers whole are laid out (and zstd
-        chunks compressed: ``gpu_encode``) on the GPU and cross to the host once, encoded; other
+        chunks compressed, except byte-shuffled ones by default: ``gpu_encode``) on the GPU and
+        cross to the host once; other
         devices' values are copied to the host once, then encoded on CPU threads."""
         if self._read_only:
             raise UsageError(f"array '{self.path}' is open read-only (open it with mode='r+')")
