@@ -146,7 +146,9 @@ def test_writes(layout: tuple[Any, ...], data: st.DataObject, scalar: bool) -> N
         for _ in range(2):
             kind, selection = data.draw(selections(shape, (shards or chunks)))
             if kind == "v":
-                coordinates = np.stack(selection, axis=1)
+                # One row per point: index arrays of any (broadcast) shape.
+                points = np.broadcast(*selection).shape
+                coordinates = np.stack([np.broadcast_to(s, points).ravel() for s in selection], axis=1)
                 if len(np.unique(coordinates, axis=0)) != len(coordinates):
                     continue  # a coordinate given twice: which of its values lands is not defined
             target_shape = np.asarray(_accessor(plain, kind)[selection]).shape
