@@ -192,8 +192,8 @@ class Array:
         atomically. ``values``: anything NumPy takes, or a torch tensor, CuPy or JAX array on any
         device. From a CUDA device, chunks the selection covers whole are laid out (and zstd
         chunks compressed, except byte-shuffled ones by default: ``gpu_encode``) on the GPU and
-        cross to the host once; other
-        devices' values are copied to the host once, then encoded on CPU threads."""
+        cross to the host once; other devices' values are copied to the host once, then encoded
+        on CPU threads."""
         if self._read_only:
             raise UsageError(f"array '{self.path}' is open read-only (open it with mode='r+')")
         sel = normalize_selection(selection, self.shape)
